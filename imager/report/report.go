@@ -1,0 +1,188 @@
+// Package report holds the JSON document em-imager prints on stdout for `write`
+// and `inspect`. It is the one type shared by the in-rescue helper and the
+// controller (and talosgen, which reads the NICs and the disk from it), so it
+// must stay backwards compatible: add fields, never rename them, and bump
+// Version when a field changes meaning.
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Version of the report schema.
+const Version = 1
+
+// Error codes are stable, snake_case, and part of the contract with the
+// controller: it decides from them whether a failure is worth a retry.
+const (
+	CodeDigestMismatch    = "digest_mismatch"
+	CodeTruncatedInput    = "truncated_input"
+	CodeCorruptInput      = "corrupt_input"
+	CodeUnsupportedFormat = "unsupported_format"
+	CodeDiskTooSmall      = "disk_too_small"
+	CodeDiskNotFound      = "disk_not_found"
+	CodeDiskBusy          = "disk_busy"
+	CodeDiskUnsuitable    = "disk_unsuitable" // wrong sector size, read-only, removable...
+	CodeSourceUnreachable = "source_unreachable"
+	CodeSourceRejected    = "source_rejected" // final 4xx (403, 404, expired presigned URL)
+	CodeSourceChanged     = "source_changed"  // ETag/Last-Modified changed across a resume
+	CodeStalled           = "stalled"
+	CodeWriteFailed       = "write_failed"
+	CodeVerifyFailed      = "verify_failed" // --verify-readback found different bytes
+	CodeInvalidArgument   = "invalid_argument"
+	CodeInterrupted       = "interrupted"
+	CodeInternal          = "internal"
+)
+
+// ExitCode maps an error code to the process exit status, so shell users get
+// a distinct status per class of failure. 0 is reserved for success.
+func ExitCode(code string) int {
+	switch code {
+	case "":
+		return 0
+	case CodeInvalidArgument:
+		return 2
+	case CodeSourceUnreachable, CodeSourceRejected, CodeSourceChanged, CodeStalled:
+		return 3
+	case CodeDigestMismatch, CodeTruncatedInput, CodeCorruptInput, CodeUnsupportedFormat:
+		return 4
+	case CodeDiskTooSmall, CodeDiskNotFound, CodeDiskBusy, CodeDiskUnsuitable:
+		return 5
+	case CodeWriteFailed, CodeVerifyFailed:
+		return 6
+	case CodeInterrupted:
+		return 130
+	default:
+		return 1
+	}
+}
+
+// Retryable reports whether running the same command again may succeed
+// (network trouble) as opposed to a failure that needs a different input.
+func Retryable(code string) bool {
+	switch code {
+	case CodeSourceUnreachable, CodeStalled, CodeSourceChanged, CodeInterrupted, CodeTruncatedInput:
+		return true
+	}
+	return false
+}
+
+// Report is the single JSON object on stdout.
+type Report struct {
+	Version int    `json:"version"`
+	Command string `json:"command"` // write | inspect
+	OK      bool   `json:"ok"`
+	Error   *Error `json:"error,omitempty"`
+	// Imager is the em-imager build that wrote the report.
+	Imager string `json:"imager"`
+
+	Disk          *Disk          `json:"disk,omitempty"`
+	RejectedDisks []RejectedDisk `json:"rejectedDisks,omitempty"`
+	NICs          []NIC          `json:"nics"`
+	Image         *Image         `json:"image,omitempty"`
+	Timings       *Timings       `json:"timings,omitempty"`
+}
+
+// Error says what failed, in a stable code and a human message.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
+
+// Disk is the install disk (write) or the disk auto-selection would pick (inspect).
+type Disk struct {
+	Path              string `json:"path"`
+	Name              string `json:"name,omitempty"` // kernel name, e.g. nvme0n1
+	SizeBytes         int64  `json:"sizeBytes"`
+	Model             string `json:"model,omitempty"`
+	Serial            string `json:"serial,omitempty"`
+	WWID              string `json:"wwid,omitempty"`
+	LogicalSectorSize int    `json:"logicalSectorSize"`
+	Rotational        bool   `json:"rotational"`
+	Transport         string `json:"transport,omitempty"` // nvme, sata, sas, virtio, file
+	Reason            string `json:"reason"`              // why this disk was chosen
+}
+
+// RejectedDisk is a disk auto-selection looked at and did not take.
+type RejectedDisk struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+}
+
+// NIC is a physical network interface.
+type NIC struct {
+	Name         string `json:"name"`
+	MAC          string `json:"mac"`
+	PermanentMAC string `json:"permanentMac,omitempty"`
+	Driver       string `json:"driver,omitempty"`
+	PCIAddress   string `json:"pciAddress,omitempty"`
+	LinkUp       bool   `json:"linkUp"`
+	SpeedMbps    int    `json:"speedMbps,omitempty"`
+	// HasDefaultRoute marks the uplink the rescue system itself uses.
+	HasDefaultRoute bool `json:"hasDefaultRoute,omitempty"`
+}
+
+// HardwareMAC returns the permanent MAC when known, else the current one:
+// the one that survives a reboot into another OS.
+func (n NIC) HardwareMAC() string {
+	if n.PermanentMAC != "" {
+		return n.PermanentMAC
+	}
+	return n.MAC
+}
+
+// Image describes what was (or was to be) written.
+type Image struct {
+	URL              string `json:"url"` // query string removed: presigned URLs carry credentials
+	Format           string `json:"format"`
+	CompressedBytes  int64  `json:"compressedBytes"`
+	RawBytes         int64  `json:"rawBytes"`
+	RawSHA256        string `json:"rawSha256,omitempty"`
+	ExpectedSHA256   string `json:"expectedSha256,omitempty"`
+	Resumes          int    `json:"resumes"`
+	ZeroBytesSkipped int64  `json:"zeroBytesSkipped"`
+	Verified         bool   `json:"verified"`
+	ReadbackVerified bool   `json:"readbackVerified,omitempty"`
+}
+
+// Timings are durations in seconds and the resulting throughput.
+type Timings struct {
+	StartedAt    time.Time `json:"startedAt"`
+	TotalSeconds float64   `json:"totalSeconds"`
+	WriteSeconds float64   `json:"writeSeconds,omitempty"`
+	SyncSeconds  float64   `json:"syncSeconds,omitempty"`
+	// RawMBps is raw image bytes written per second over the whole run (MB = 10^6 bytes).
+	RawMBps float64 `json:"rawMBps,omitempty"`
+	// DownloadMBps is compressed bytes received per second.
+	DownloadMBps float64 `json:"downloadMBps,omitempty"`
+}
+
+// Parse decodes a report and checks that it is one em-imager could have written.
+func Parse(b []byte) (*Report, error) {
+	var r Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("em-imager report: %w", err)
+	}
+	if r.Version == 0 || r.Version > Version {
+		return nil, fmt.Errorf("em-imager report: unsupported version %d (this build understands up to %d)", r.Version, Version)
+	}
+	if !r.OK && r.Error == nil {
+		return nil, fmt.Errorf("em-imager report: ok is false but no error is given")
+	}
+	return &r, nil
+}
+
+// Progress is one JSON line em-imager writes on stderr with --progress json.
+type Progress struct {
+	Phase          string  `json:"phase"` // download|write|sync|verify|done
+	BytesIn        int64   `json:"bytesIn"`
+	BytesOut       int64   `json:"bytesOut"`
+	TotalIn        int64   `json:"totalIn,omitempty"`
+	RawMBps        float64 `json:"rawMBps"`
+	ETASeconds     float64 `json:"etaSeconds,omitempty"`
+	ElapsedSeconds float64 `json:"elapsedSeconds"`
+}
