@@ -1,0 +1,49 @@
+package scwsim
+
+import (
+	"context"
+
+	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+)
+
+// BootMode is how a simulated server comes up after an install, start or reboot.
+type BootMode string
+
+const (
+	// BootRescue: Scaleway's rescue system; SSH as rescue@<ipv4> with the keys given at reboot.
+	BootRescue BootMode = "rescue"
+	// BootNormal: boot from the server's disk (Talos, if em-imager wrote a verified image).
+	BootNormal BootMode = "normal"
+)
+
+// Machine is the hardware and addressing of one simulated server, what the
+// rest of the simulated world (rescue hosts, Talos API) needs to play it.
+type Machine struct {
+	ID        string
+	Zone      string
+	Name      string
+	ProjectID string
+	Offer     *baremetal.Offer // the offer it was ordered with (CPUs, disks, memory, bandwidth)
+	// IPv4 is a unique loopback address (127.x.y.z) so that each server's SSH
+	// and Talos API can listen on the standard ports side by side.
+	IPv4        string
+	IPv6        string // a /128 as Scaleway hands out, with its gateway
+	IPv6Gateway string
+	// MACs are the permanent hardware MACs of the NICs, uplink first.
+	MACs []string
+}
+
+// Host plays the machine side of a simulated server. The EM API simulator
+// calls it at the edges of the server's state machine; implementations must
+// return quickly (start listeners in the background).
+type Host interface {
+	// Boot is called when a boot completes: an install/delivery (mode
+	// normal, empty disk), a reboot or a start. sshPublicKeys are the
+	// authorized_keys lines of the IAM keys named in the reboot (rescue only).
+	Boot(ctx context.Context, m Machine, mode BootMode, sshPublicKeys []string) error
+	// PowerOff is called when the machine stops running its OS: at the start
+	// of a reboot or stop, and on delete.
+	PowerOff(serverID string)
+	// Delete is called once the server is gone from the API: release its disks.
+	Delete(serverID string)
+}
