@@ -1,0 +1,41 @@
+// Package manifest is the contract between `em-imager publish`, which uploads
+// Talos images to an S3 bucket (Garage), and the controller's image source,
+// which reads them back.
+//
+// Objects of one image (see Layout):
+//
+//	<prefix>/<schematic-id>/<talos-version>/metal-amd64.raw.zst
+//	<prefix>/<schematic-id>/<talos-version>/metal-amd64.raw.xz
+//	<prefix>/<schematic-id>/<talos-version>/manifest.json
+//
+// Every image object carries its sha256 in the user metadata key MetaSHA256
+// (x-amz-meta-sha256). The manifest is uploaded last, so a reader that finds a
+// manifest finds complete files.
+//
+// Example manifest.json:
+//
+//	{
+//	  "schemaVersion": 1,
+//	  "schematicID": "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba",
+//	  "talosVersion": "v1.12.0",
+//	  "arch": "amd64",
+//	  "sectorSize": 512,
+//	  "raw": {"size": 1306525696, "sha256": "9f86d0…"},
+//	  "files": [
+//	    {"name": "metal-amd64.raw.zst", "format": "zstd", "size": 93112301, "sha256": "2c26b4…",
+//	     "blockSize": 4194304, "encoder": "klauspost/compress"},
+//	    {"name": "metal-amd64.raw.xz", "format": "xz", "size": 80211345, "sha256": "fcde2b…",
+//	     "blockSize": 4194304, "encoder": "xz (XZ Utils) 5.4.1"}
+//	  ],
+//	  "tool": {"name": "em-imager publish", "version": "v0.1.0"},
+//	  "created": "2026-11-22T12:00:00Z"
+//	}
+//
+// Use:
+//
+//	m, err := manifest.Parse(data)          // decode + Validate; errors wrap ErrInvalid
+//	l := manifest.Layout{Prefix: "talos", SchematicID: id, TalosVersion: "v1.12.0", Arch: "amd64"}
+//	key, _ := l.ImageKey(manifest.FormatZstd)
+//
+// Tests: go test -count=1 ./imager/manifest/...
+package manifest

@@ -1,0 +1,300 @@
+// Package manifest holds the JSON document published beside Talos images in an
+// S3 bucket (see doc.go): its type, its strict validation, and the object key
+// layout that both `em-imager publish` and the controller's image source use.
+package manifest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// SchemaVersion is the only manifest schema this code reads and writes.
+// Additive fields keep it; a field that changes meaning bumps it.
+const SchemaVersion = 1
+
+// MaxSize bounds how much of a manifest object a reader accepts, so a wrong
+// key (an image instead of the manifest) fails fast instead of filling memory.
+const MaxSize = 1 << 20
+
+// Compressed formats a manifest may list. The names match imager/decompress.
+const (
+	FormatXZ   = "xz"
+	FormatZstd = "zstd"
+)
+
+// MetaSHA256 is the S3 user-metadata key (sent as x-amz-meta-sha256) holding
+// an object's sha256, so a reader can check an object against the manifest
+// without downloading it, and publish can skip identical uploads.
+const MetaSHA256 = "Sha256"
+
+// ManifestName is the object name of the manifest, beside the images.
+const ManifestName = "manifest.json"
+
+// Manifest describes one Talos image (schematic + version + architecture) and
+// the compressed files that carry it.
+type Manifest struct {
+	SchemaVersion int    `json:"schemaVersion"`
+	SchematicID   string `json:"schematicID"`
+	TalosVersion  string `json:"talosVersion"`
+	Arch          string `json:"arch"`
+	// SectorSize is the logical sector size the image's partition table was
+	// built for (512 for Talos metal images); a disk with another logical
+	// sector size would not boot it.
+	SectorSize int `json:"sectorSize"`
+	// Raw is the decompressed disk image: what em-imager writes and verifies,
+	// and what drift compares.
+	Raw Digest `json:"raw"`
+	// Files are the compressed encodings of Raw, one per format.
+	Files []File `json:"files"`
+	// Public records that the publisher made the objects anonymously readable.
+	// It is informational: the controller's own configuration decides whether
+	// it hands out plain or presigned URLs.
+	Public  bool      `json:"public,omitempty"`
+	Tool    Tool      `json:"tool"`
+	Created time.Time `json:"created"`
+}
+
+// Digest is a size and a lowercase hex sha256.
+type Digest struct {
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// File is one compressed encoding of the raw image.
+type File struct {
+	// Name is the object name relative to the manifest's directory
+	// (metal-<arch>.raw.zst or metal-<arch>.raw.xz).
+	Name   string `json:"name"`
+	Format string `json:"format"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	// BlockSize is the raw bytes per independently decodable unit (xz block or
+	// zstd frame) when the publisher encoded the file itself; 0 when unknown
+	// (a file uploaded as it came from the Image Factory).
+	BlockSize int64 `json:"blockSize,omitempty"`
+	// Encoder names what produced the file ("xz 5.4.1", "klauspost/compress
+	// v1.20.3", "upstream" for an input uploaded unchanged).
+	Encoder string `json:"encoder,omitempty"`
+}
+
+// Tool names the program that wrote the manifest.
+type Tool struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+}
+
+// ErrInvalid is wrapped by every Parse and Validate error.
+var ErrInvalid = errors.New("invalid manifest")
+
+var (
+	hexSHA256    = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	schematicRe  = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	talosVersion = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`)
+)
+
+// Arches are the architectures Talos ships metal images for.
+var Arches = []string{"amd64", "arm64"}
+
+// Extension returns the file-name extension of a compressed format.
+func Extension(format string) (string, error) {
+	switch format {
+	case FormatXZ:
+		return "xz", nil
+	case FormatZstd:
+		return "zst", nil
+	}
+	return "", fmt.Errorf("format %q: want %q or %q", format, FormatXZ, FormatZstd)
+}
+
+// NormalizeFormat maps the spellings an operator may use ("zst", "ZSTD") to
+// the canonical format name.
+func NormalizeFormat(s string) (string, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "xz":
+		return FormatXZ, nil
+	case "zst", "zstd":
+		return FormatZstd, nil
+	}
+	return "", fmt.Errorf("format %q: want xz or zstd", s)
+}
+
+// ImageName is the object name of the image in format beside the manifest.
+func ImageName(arch, format string) (string, error) {
+	ext, err := Extension(format)
+	if err != nil {
+		return "", err
+	}
+	return "metal-" + arch + ".raw." + ext, nil
+}
+
+// Parse decodes and validates a manifest. Unknown fields are accepted so that
+// additive changes do not break older readers; a schemaVersion other than
+// SchemaVersion is refused.
+func Parse(data []byte) (*Manifest, error) {
+	if len(data) > MaxSize {
+		return nil, fmt.Errorf("%w: %d bytes, more than the %d a manifest may have", ErrInvalid, len(data), MaxSize)
+	}
+	var probe struct {
+		SchemaVersion *int `json:"schemaVersion"`
+	}
+	if err := json.Unmarshal(data, &probe); err != nil {
+		return nil, fmt.Errorf("%w: not JSON: %v", ErrInvalid, err)
+	}
+	if probe.SchemaVersion == nil {
+		return nil, fmt.Errorf("%w: schemaVersion: missing", ErrInvalid)
+	}
+	if *probe.SchemaVersion != SchemaVersion {
+		return nil, fmt.Errorf("%w: schemaVersion: %d is not supported (this build reads %d)", ErrInvalid, *probe.SchemaVersion, SchemaVersion)
+	}
+	var m Manifest
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("%w: trailing data after the JSON object", ErrInvalid)
+	}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// Marshal validates m and encodes it, indented, with a trailing newline.
+func (m *Manifest) Marshal() ([]byte, error) {
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// Validate checks every field; the error names the field and the reason.
+func (m *Manifest) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{field}, args...)...))
+	}
+	if m.SchemaVersion != SchemaVersion {
+		bad("schemaVersion", "%d is not supported (want %d)", m.SchemaVersion, SchemaVersion)
+	}
+	if err := ValidateSchematicID(m.SchematicID); err != nil {
+		errs = append(errs, err)
+	}
+	if err := ValidateTalosVersion(m.TalosVersion); err != nil {
+		errs = append(errs, err)
+	}
+	if err := ValidateArch(m.Arch); err != nil {
+		errs = append(errs, err)
+	}
+	if m.SectorSize != 512 && m.SectorSize != 4096 {
+		bad("sectorSize", "%d: want 512 or 4096", m.SectorSize)
+	}
+	if m.Raw.Size <= 0 {
+		bad("raw.size", "%d: want > 0", m.Raw.Size)
+	} else if m.SectorSize > 0 && m.Raw.Size%int64(m.SectorSize) != 0 {
+		bad("raw.size", "%d is not a multiple of the sector size %d", m.Raw.Size, m.SectorSize)
+	}
+	if !hexSHA256.MatchString(m.Raw.SHA256) {
+		bad("raw.sha256", "%q: want 64 lowercase hex digits", m.Raw.SHA256)
+	}
+	if len(m.Files) == 0 {
+		bad("files", "empty: want at least one compressed file")
+	}
+	seen := map[string]bool{}
+	for i, f := range m.Files {
+		field := fmt.Sprintf("files[%d]", i)
+		if f.Format != FormatXZ && f.Format != FormatZstd {
+			bad(field+".format", "%q: want %q or %q", f.Format, FormatXZ, FormatZstd)
+		} else {
+			if seen[f.Format] {
+				bad(field+".format", "%q listed twice", f.Format)
+			}
+			seen[f.Format] = true
+			if want, _ := ImageName(m.Arch, f.Format); f.Name != want {
+				bad(field+".name", "%q: want %q for format %s and arch %s", f.Name, want, f.Format, m.Arch)
+			}
+		}
+		if f.Size <= 0 {
+			bad(field+".size", "%d: want > 0", f.Size)
+		}
+		if !hexSHA256.MatchString(f.SHA256) {
+			bad(field+".sha256", "%q: want 64 lowercase hex digits", f.SHA256)
+		}
+		if f.BlockSize < 0 {
+			bad(field+".blockSize", "%d: want >= 0", f.BlockSize)
+		}
+	}
+	if strings.TrimSpace(m.Tool.Name) == "" {
+		bad("tool.name", "empty")
+	}
+	if m.Created.IsZero() {
+		bad("created", "missing")
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
+}
+
+// File returns the entry for format, or false.
+func (m *Manifest) File(format string) (File, bool) {
+	for _, f := range m.Files {
+		if f.Format == format {
+			return f, true
+		}
+	}
+	return File{}, false
+}
+
+// SameImage reports whether two manifests describe the same bytes: the same
+// schematic, version, architecture, sector size, raw digest and files. The
+// tool and creation time do not count, so re-publishing is a no-op.
+func SameImage(a, b *Manifest) bool {
+	if a.SchematicID != b.SchematicID || a.TalosVersion != b.TalosVersion || a.Arch != b.Arch ||
+		a.SectorSize != b.SectorSize || a.Raw != b.Raw || a.Public != b.Public || len(a.Files) != len(b.Files) {
+		return false
+	}
+	for _, fa := range a.Files {
+		fb, ok := b.File(fa.Format)
+		if !ok || fa != fb {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidateSchematicID checks an Image Factory schematic ID (64 lowercase hex).
+func ValidateSchematicID(s string) error {
+	if !schematicRe.MatchString(s) {
+		return fmt.Errorf("schematicID: %q: want the 64 lowercase hex digits of an Image Factory schematic ID", s)
+	}
+	return nil
+}
+
+// ValidateTalosVersion checks a Talos release tag such as v1.12.0.
+func ValidateTalosVersion(s string) error {
+	if !talosVersion.MatchString(s) {
+		return fmt.Errorf("talosVersion: %q: want a release tag such as v1.12.0", s)
+	}
+	return nil
+}
+
+// ValidateArch checks an architecture name.
+func ValidateArch(s string) error {
+	for _, a := range Arches {
+		if s == a {
+			return nil
+		}
+	}
+	return fmt.Errorf("arch: %q: want one of %s", s, strings.Join(Arches, ", "))
+}
