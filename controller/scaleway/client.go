@@ -1,0 +1,362 @@
+package scaleway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+	baremetalv3 "github.com/scaleway/scaleway-sdk-go/api/baremetal/v3"
+	iam "github.com/scaleway/scaleway-sdk-go/api/iam/v1alpha1"
+	"github.com/scaleway/scaleway-sdk-go/scw"
+	"golang.org/x/time/rate"
+)
+
+// Clock is the time source used for backoff waits and poll intervals.
+// k8s.io/utils/clock.Clock satisfies it.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// Option customises New.
+type Option func(*options)
+
+type options struct {
+	log       logr.Logger
+	reg       prometheus.Registerer
+	clock     Clock
+	transport http.RoundTripper
+}
+
+// WithLogger sets the logger. Every API call is logged at V(1); retries and
+// ambiguous failures at V(0).
+func WithLogger(l logr.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithRegisterer registers the metrics with reg (controller-runtime's
+// metrics.Registry in the controller). Without it a private registry is used.
+func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.reg = reg } }
+
+// WithClock replaces the wall clock (tests).
+func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
+
+// WithTransport sets the base HTTP transport under the client's rate limiter
+// (tests inject faults with it). Default: a clone of http.DefaultTransport.
+func WithTransport(rt http.RoundTripper) Option { return func(o *options) { o.transport = rt } }
+
+// Client is the Scaleway API layer: every call is rate-limited, retried when
+// safe, classified, logged and counted. It is safe for concurrent use.
+type Client struct {
+	cfg     Config
+	sdk     *scw.Client
+	bm      *baremetal.API
+	pn      *baremetalv3.PrivateNetworkAPI
+	iam     *iam.API
+	limiter *rate.Limiter
+	log     logr.Logger
+	metrics *metrics
+	clock   Clock
+
+	randMu sync.Mutex
+	rand   *rand.Rand
+
+	tagLocks keyedMutex
+	iamMu    sync.Mutex
+}
+
+// New builds a Client from cfg (zero tuning fields take their defaults).
+func New(cfg Config, opts ...Option) (*Client, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("scaleway client configuration: %w", err)
+	}
+	o := options{log: logr.Discard(), clock: realClock{}}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.reg == nil {
+		o.reg = prometheus.NewRegistry()
+	}
+	if o.transport == nil {
+		o.transport = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	m, err := newMetrics(o.reg)
+	if err != nil {
+		return nil, fmt.Errorf("scaleway client metrics: %w", err)
+	}
+	c := &Client{
+		cfg:     cfg,
+		limiter: rate.NewLimiter(rate.Limit(cfg.RateLimit.PerSecond), cfg.RateLimit.Burst),
+		log:     o.log.WithName("scaleway"),
+		metrics: m,
+		clock:   o.clock,
+		rand:    rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x5ca1e)),
+	}
+	// No http.Client timeout: each attempt carries its own context deadline
+	// (Config.RequestTimeout), which also covers the rate-limit wait.
+	httpClient := &http.Client{Transport: &transport{base: o.transport, limiter: c.limiter}}
+	sdkOpts := []scw.ClientOption{
+		scw.WithHTTPClient(httpClient),
+		scw.WithAPIURL(cfg.APIURL),
+		scw.WithAuth(cfg.AccessKey, cfg.SecretKey),
+		scw.WithDefaultProjectID(cfg.ProjectID),
+		scw.WithDefaultZone(cfg.DefaultZone),
+		scw.WithUserAgent("karpenter-scaleway-em"),
+	}
+	if cfg.OrganizationID != "" {
+		sdkOpts = append(sdkOpts, scw.WithDefaultOrganizationID(cfg.OrganizationID))
+	}
+	sdk, err := scw.NewClient(sdkOpts...)
+	if err != nil {
+		// Validate ran first, so this is unexpected; never echo the SDK's
+		// message, which quotes the secret key on some validation failures.
+		return nil, fmt.Errorf("scaleway client: %s", c.redact(err.Error()))
+	}
+	c.sdk = sdk
+	c.bm = baremetal.NewAPI(sdk)
+	c.pn = baremetalv3.NewPrivateNetworkAPI(sdk)
+	c.iam = iam.NewAPI(sdk)
+	return c, nil
+}
+
+// Config returns the effective configuration (defaults applied).
+func (c *Client) Config() Config { return c.cfg }
+
+// SDK returns the underlying scw.Client for APIs this package does not wrap.
+// Calls made through it bypass retries and metrics but share the rate limiter.
+func (c *Client) SDK() *scw.Client { return c.sdk }
+
+func (c *Client) redact(s string) string {
+	if c.cfg.SecretKey != "" {
+		s = strings.ReplaceAll(s, c.cfg.SecretKey, "<redacted>")
+	}
+	return s
+}
+
+func (c *Client) zone(z scw.Zone) scw.Zone {
+	if z == "" {
+		return c.cfg.DefaultZone
+	}
+	return z
+}
+
+// transport applies the shared rate limit to every HTTP request (each page
+// of a list costs one token) and records Retry-After for the retry loop.
+type transport struct {
+	base    http.RoundTripper
+	limiter *rate.Limiter
+}
+
+type attemptKey struct{}
+
+// attemptState carries what the transport learns about one attempt back to
+// the retry loop (the SDK's ResponseError drops response headers).
+type attemptState struct {
+	mu         sync.Mutex
+	retryAfter time.Duration
+	requests   int
+}
+
+func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if err := t.limiter.Wait(req.Context()); err != nil {
+		if ctxErr := req.Context().Err(); ctxErr != nil {
+			return nil, ctxErr
+		}
+		return nil, &rateWaitError{err: err}
+	}
+	st, _ := req.Context().Value(attemptKey{}).(*attemptState)
+	if st != nil {
+		st.mu.Lock()
+		st.requests++
+		st.mu.Unlock()
+	}
+	resp, err := t.base.RoundTrip(req)
+	if err == nil && st != nil && (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) {
+		if d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
+			st.mu.Lock()
+			st.retryAfter = d
+			st.mu.Unlock()
+		}
+	}
+	return resp, err
+}
+
+// parseRetryAfter reads delay-seconds or an HTTP-date (RFC 9110 10.2.3).
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 {
+			return 0, false
+		}
+		return time.Duration(n) * time.Second, true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		d := t.Sub(now)
+		if d < 0 {
+			d = 0
+		}
+		return d, true
+	}
+	return 0, false
+}
+
+// callSpec describes one logical operation for the retry loop.
+type callSpec struct {
+	op       string
+	zone     scw.Zone
+	resource string
+	// idempotent calls are retried on every retryable failure. Others only
+	// when the failure proves the request was not applied (429, refused
+	// connection); other failures end the loop so that the caller reconciles.
+	idempotent bool
+	// maxAttempts overrides Config.Retry.MaxAttempts when > 0.
+	maxAttempts int
+}
+
+// call runs fn with rate limiting, per-attempt timeout, retries with full
+// jitter (honouring Retry-After), logging and metrics.
+func (c *Client) call(ctx context.Context, spec callSpec, fn func(ctx context.Context) error) error {
+	maxAttempts := c.cfg.Retry.MaxAttempts
+	if spec.maxAttempts > 0 {
+		maxAttempts = spec.maxAttempts
+	}
+	log := c.log.WithValues("op", spec.op)
+	if spec.zone != "" {
+		log = log.WithValues("zone", string(spec.zone))
+	}
+	if spec.resource != "" {
+		log = log.WithValues("id", spec.resource)
+	}
+	ambiguous := false
+	for attempt := 1; ; attempt++ {
+		st := &attemptState{}
+		actx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+		actx = context.WithValue(actx, attemptKey{}, st)
+		start := time.Now()
+		err := fn(actx)
+		timedOut := actx.Err() != nil && ctx.Err() == nil
+		cancel()
+		elapsed := time.Since(start)
+		if err != nil && timedOut && (errors.Is(err, context.DeadlineExceeded) || isNetworkError(err)) {
+			err = &TimeoutError{After: c.cfg.RequestTimeout}
+		}
+		if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+			// The caller gave up: report that, keeping the last API error.
+			err = fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		}
+		class := classify(err)
+		if err == nil {
+			class = ClassOK
+		}
+		c.metrics.calls.WithLabelValues(spec.op, string(class)).Inc()
+		c.metrics.duration.WithLabelValues(spec.op).Observe(elapsed.Seconds())
+		st.mu.Lock()
+		retryAfter, requests := st.retryAfter, st.requests
+		st.mu.Unlock()
+		if err == nil {
+			log.V(1).Info("scaleway api call", "result", class, "attempt", attempt, "requests", requests, "duration", elapsed)
+			return nil
+		}
+		log.V(1).Info("scaleway api call", "result", class, "attempt", attempt, "requests", requests, "duration", elapsed, "error", c.redact(err.Error()))
+		wrap := func() error {
+			return &Error{Op: spec.op, Zone: spec.zone, Resource: spec.resource, Attempts: attempt, Ambiguous: ambiguous, Class: class, Err: err, redact: c.redact}
+		}
+		if ctx.Err() != nil || !isRetryableClass(class) || attempt >= maxAttempts {
+			return wrap()
+		}
+		if !spec.idempotent && !notSent(err) {
+			// The request may have been applied: do not repeat it blindly.
+			ambiguous = true
+			return wrap()
+		}
+		wait := c.backoff(attempt, retryAfter)
+		if dl, ok := ctx.Deadline(); ok && c.clock.Now().Add(wait).After(dl) {
+			return wrap()
+		}
+		c.metrics.retries.WithLabelValues(spec.op, string(class)).Inc()
+		log.Info("retrying scaleway api call", "result", class, "attempt", attempt, "wait", wait, "retryAfter", retryAfter, "error", c.redact(err.Error()))
+		select {
+		case <-ctx.Done():
+			err = fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+			class = classify(err)
+			return wrap()
+		case <-c.clock.After(wait):
+		}
+	}
+}
+
+// backoff is "full jitter": uniform in [0, min(max, base*2^(attempt-1))).
+// A server-sent Retry-After (capped at MaxRetryAfter) is a floor, plus a
+// little jitter so a fleet of callers does not come back in lockstep.
+func (c *Client) backoff(attempt int, retryAfter time.Duration) time.Duration {
+	ceil := c.cfg.Retry.BaseBackoff
+	for i := 1; i < attempt && ceil < c.cfg.Retry.MaxBackoff; i++ {
+		ceil *= 2
+	}
+	if ceil > c.cfg.Retry.MaxBackoff {
+		ceil = c.cfg.Retry.MaxBackoff
+	}
+	c.randMu.Lock()
+	defer c.randMu.Unlock()
+	if retryAfter > 0 {
+		if retryAfter > c.cfg.Retry.MaxRetryAfter {
+			retryAfter = c.cfg.Retry.MaxRetryAfter
+		}
+		return retryAfter + time.Duration(c.rand.Int64N(int64(c.cfg.Retry.BaseBackoff)+1))
+	}
+	if ceil <= 0 {
+		return 0
+	}
+	return time.Duration(c.rand.Int64N(int64(ceil)))
+}
+
+// keyedMutex serialises read-modify-write of one server's tags in-process.
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[string]*keyedEntry
+}
+
+type keyedEntry struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func (k *keyedMutex) lock(key string) func() {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*keyedEntry{}
+	}
+	e := k.locks[key]
+	if e == nil {
+		e = &keyedEntry{}
+		k.locks[key] = e
+	}
+	e.refs++
+	k.mu.Unlock()
+	e.mu.Lock()
+	return func() {
+		e.mu.Unlock()
+		k.mu.Lock()
+		e.refs--
+		if e.refs == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+}

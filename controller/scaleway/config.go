@@ -1,0 +1,271 @@
+package scaleway
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/scaleway/scaleway-sdk-go/scw"
+	"github.com/scaleway/scaleway-sdk-go/validation"
+)
+
+// Environment variables read by ConfigFromEnv. They are the SDK's standard
+// names so an operator's existing Scaleway setup works unchanged.
+const (
+	EnvAccessKey      = "SCW_ACCESS_KEY"
+	EnvSecretKey      = "SCW_SECRET_KEY" // #nosec G101 -- a variable name, not a secret
+	EnvProjectID      = "SCW_DEFAULT_PROJECT_ID"
+	EnvOrganizationID = "SCW_DEFAULT_ORGANIZATION_ID"
+	EnvDefaultZone    = "SCW_DEFAULT_ZONE"
+	EnvAPIURL         = "SCW_API_URL"
+	// Tuning knobs, all optional (Go durations / numbers).
+	EnvRateLimit      = "KARPENTER_SCALEWAY_EM_API_RATE_LIMIT"      // requests per second
+	EnvRateBurst      = "KARPENTER_SCALEWAY_EM_API_RATE_BURST"      // burst
+	EnvMaxAttempts    = "KARPENTER_SCALEWAY_EM_API_MAX_ATTEMPTS"    // attempts per call incl. the first
+	EnvRequestTimeout = "KARPENTER_SCALEWAY_EM_API_REQUEST_TIMEOUT" // per attempt
+	EnvPollInterval   = "KARPENTER_SCALEWAY_EM_API_POLL_INTERVAL"   // batched polling interval
+)
+
+// DefaultAPIURL is Scaleway's public API endpoint.
+const DefaultAPIURL = "https://api.scaleway.com"
+
+// RateLimit bounds the request rate of the whole process towards the API.
+// Scaleway throttles per organization; staying under it avoids 429 storms.
+type RateLimit struct {
+	// PerSecond is the sustained rate. 0 means DefaultRateLimit.
+	PerSecond float64
+	// Burst is how many requests may go out at once. 0 means DefaultRateBurst.
+	Burst int
+}
+
+// RetryPolicy bounds retries of transient failures (5xx, 429, network
+// errors, per-attempt timeouts). Business errors (4xx) are never retried.
+type RetryPolicy struct {
+	// MaxAttempts counts the first attempt: 1 disables retries. 0 means default.
+	MaxAttempts int
+	// BaseBackoff is the cap of the first backoff; it doubles per attempt
+	// up to MaxBackoff. The actual wait is uniformly random in [0, cap)
+	// ("full jitter") so that many controllers do not retry in lockstep.
+	BaseBackoff time.Duration
+	MaxBackoff  time.Duration
+	// MaxRetryAfter caps how long a server-sent Retry-After is honoured.
+	MaxRetryAfter time.Duration
+}
+
+// Config configures a Client. Build it with ConfigFromEnv or by hand.
+//
+// Config's String/GoString never print SecretKey, so a Config may be logged.
+type Config struct {
+	AccessKey      string
+	SecretKey      string
+	ProjectID      string
+	OrganizationID string
+	// APIURL overrides the API endpoint (the simulator sets this).
+	APIURL      string
+	DefaultZone scw.Zone
+
+	RateLimit RateLimit
+	Retry     RetryPolicy
+	// RequestTimeout bounds one HTTP attempt (all pages of a list count as one).
+	RequestTimeout time.Duration
+	// PollInterval is how often the Poller lists servers of a zone.
+	PollInterval time.Duration
+	// PageSize is the page size of list calls (0: 100).
+	PageSize uint32
+}
+
+// Defaults applied by New for zero fields.
+const (
+	DefaultRateLimit      = 10.0
+	DefaultRateBurst      = 20
+	DefaultMaxAttempts    = 5
+	DefaultBaseBackoff    = 500 * time.Millisecond
+	DefaultMaxBackoff     = 30 * time.Second
+	DefaultMaxRetryAfter  = 2 * time.Minute
+	DefaultRequestTimeout = 30 * time.Second
+	DefaultPollInterval   = 15 * time.Second
+	DefaultZone           = scw.ZoneFrPar2
+)
+
+// WithDefaults returns c with every zero tuning field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.APIURL == "" {
+		c.APIURL = DefaultAPIURL
+	}
+	if c.DefaultZone == "" {
+		c.DefaultZone = DefaultZone
+	}
+	if c.RateLimit.PerSecond == 0 {
+		c.RateLimit.PerSecond = DefaultRateLimit
+	}
+	if c.RateLimit.Burst == 0 {
+		c.RateLimit.Burst = DefaultRateBurst
+	}
+	if c.Retry.MaxAttempts == 0 {
+		c.Retry.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.Retry.BaseBackoff == 0 {
+		c.Retry.BaseBackoff = DefaultBaseBackoff
+	}
+	if c.Retry.MaxBackoff == 0 {
+		c.Retry.MaxBackoff = DefaultMaxBackoff
+	}
+	if c.Retry.MaxRetryAfter == 0 {
+		c.Retry.MaxRetryAfter = DefaultMaxRetryAfter
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	return c
+}
+
+var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
+// Validate checks every field and names the first bad one. Errors never
+// contain the secret key (the SDK's own validation would print it).
+func (c Config) Validate() error {
+	var errs []error
+	if c.AccessKey == "" {
+		errs = append(errs, fmt.Errorf("%s (AccessKey) is required", EnvAccessKey))
+	} else if !validation.IsAccessKey(c.AccessKey) {
+		errs = append(errs, fmt.Errorf("%s (AccessKey) must look like SCWXXXXXXXXXXXXXXXXX (SCW + 17 upper-case letters or digits)", EnvAccessKey))
+	}
+	if c.SecretKey == "" {
+		errs = append(errs, fmt.Errorf("%s (SecretKey) is required", EnvSecretKey))
+	} else if !uuidRE.MatchString(c.SecretKey) {
+		errs = append(errs, fmt.Errorf("%s (SecretKey) must be a UUID (value not shown)", EnvSecretKey))
+	}
+	if c.ProjectID == "" {
+		errs = append(errs, fmt.Errorf("%s (ProjectID) is required: servers and SSH keys are created in it", EnvProjectID))
+	} else if !uuidRE.MatchString(c.ProjectID) {
+		errs = append(errs, fmt.Errorf("%s (ProjectID) %q is not a UUID", EnvProjectID, c.ProjectID))
+	}
+	if c.OrganizationID != "" && !uuidRE.MatchString(c.OrganizationID) {
+		errs = append(errs, fmt.Errorf("%s (OrganizationID) %q is not a UUID", EnvOrganizationID, c.OrganizationID))
+	}
+	if c.DefaultZone != "" && !validation.IsZone(string(c.DefaultZone)) {
+		errs = append(errs, fmt.Errorf("%s (DefaultZone) %q is not a zone like fr-par-2", EnvDefaultZone, c.DefaultZone))
+	}
+	if c.APIURL != "" {
+		u, err := url.Parse(c.APIURL)
+		switch {
+		case err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https"):
+			errs = append(errs, fmt.Errorf("%s (APIURL) %q must be an http(s) URL", EnvAPIURL, redactURL(c.APIURL)))
+		case u.User != nil:
+			errs = append(errs, fmt.Errorf("%s (APIURL) must not carry credentials", EnvAPIURL))
+		case strings.HasSuffix(c.APIURL, "/"):
+			errs = append(errs, fmt.Errorf("%s (APIURL) %q must not end with a slash", EnvAPIURL, c.APIURL))
+		}
+	}
+	if c.RateLimit.PerSecond < 0 {
+		errs = append(errs, errors.New("RateLimit.PerSecond must not be negative"))
+	}
+	if c.RateLimit.Burst < 0 {
+		errs = append(errs, errors.New("RateLimit.Burst must not be negative"))
+	}
+	if c.Retry.MaxAttempts < 0 {
+		errs = append(errs, errors.New("Retry.MaxAttempts must not be negative"))
+	}
+	if c.Retry.BaseBackoff < 0 || c.Retry.MaxBackoff < 0 || c.Retry.MaxRetryAfter < 0 {
+		errs = append(errs, errors.New("Retry backoffs must not be negative"))
+	}
+	if c.Retry.BaseBackoff > 0 && c.Retry.MaxBackoff > 0 && c.Retry.BaseBackoff > c.Retry.MaxBackoff {
+		errs = append(errs, errors.New("Retry.BaseBackoff must not exceed Retry.MaxBackoff"))
+	}
+	if c.RequestTimeout < 0 {
+		errs = append(errs, errors.New("RequestTimeout must not be negative"))
+	}
+	if c.PollInterval < 0 {
+		errs = append(errs, errors.New("PollInterval must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// redactURL hides userinfo in a URL that failed to parse cleanly.
+func redactURL(s string) string {
+	if i := strings.Index(s, "@"); i >= 0 {
+		if j := strings.Index(s, "://"); j >= 0 && j < i {
+			return s[:j+3] + "***" + s[i:]
+		}
+		return "***" + s[i:]
+	}
+	return s
+}
+
+// String prints the configuration without the secret key.
+func (c Config) String() string {
+	secret := "<unset>"
+	if c.SecretKey != "" {
+		secret = "<redacted>"
+	}
+	return fmt.Sprintf("scaleway.Config{AccessKey:%q SecretKey:%s ProjectID:%q OrganizationID:%q APIURL:%q DefaultZone:%q RateLimit:%+v Retry:%+v RequestTimeout:%s PollInterval:%s}",
+		c.AccessKey, secret, c.ProjectID, c.OrganizationID, c.APIURL, c.DefaultZone, c.RateLimit, c.Retry, c.RequestTimeout, c.PollInterval)
+}
+
+// GoString keeps %#v from printing the secret key.
+func (c Config) GoString() string { return c.String() }
+
+// ConfigFromEnv reads the standard SCW_* variables (and the optional
+// KARPENTER_SCALEWAY_EM_API_* tuning knobs), applies defaults and validates.
+// Credentials come only from the environment (a Kubernetes Secret mounted as
+// env), never from flags.
+func ConfigFromEnv() (Config, error) {
+	c := Config{
+		AccessKey:      strings.TrimSpace(os.Getenv(EnvAccessKey)),
+		SecretKey:      strings.TrimSpace(os.Getenv(EnvSecretKey)),
+		ProjectID:      strings.TrimSpace(os.Getenv(EnvProjectID)),
+		OrganizationID: strings.TrimSpace(os.Getenv(EnvOrganizationID)),
+		APIURL:         strings.TrimSpace(os.Getenv(EnvAPIURL)),
+		DefaultZone:    scw.Zone(strings.TrimSpace(os.Getenv(EnvDefaultZone))),
+	}
+	var errs []error
+	if v := os.Getenv(EnvRateLimit); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f <= 0 {
+			errs = append(errs, fmt.Errorf("%s=%q must be a positive number of requests per second", EnvRateLimit, v))
+		}
+		c.RateLimit.PerSecond = f
+	}
+	if v := os.Getenv(EnvRateBurst); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			errs = append(errs, fmt.Errorf("%s=%q must be a positive integer", EnvRateBurst, v))
+		}
+		c.RateLimit.Burst = n
+	}
+	if v := os.Getenv(EnvMaxAttempts); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			errs = append(errs, fmt.Errorf("%s=%q must be a positive integer", EnvMaxAttempts, v))
+		}
+		c.Retry.MaxAttempts = n
+	}
+	for _, d := range []struct {
+		env string
+		dst *time.Duration
+	}{{EnvRequestTimeout, &c.RequestTimeout}, {EnvPollInterval, &c.PollInterval}} {
+		if v := os.Getenv(d.env); v != "" {
+			x, err := time.ParseDuration(v)
+			if err != nil || x <= 0 {
+				errs = append(errs, fmt.Errorf("%s=%q must be a positive duration like 30s", d.env, v))
+			}
+			*d.dst = x
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, err
+	}
+	c = c.WithDefaults()
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}

@@ -1,0 +1,293 @@
+package scaleway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/scaleway/scaleway-sdk-go/scw"
+)
+
+// Class is the kind of an API call's outcome. It is the `result` label of
+// karpenter_scaleway_em_api_calls_total, and what callers branch on.
+type Class string
+
+// Classes of outcomes. The first ten are the metric results named in the
+// design; unauthorized, invalid, network and canceled are finer splits that
+// an operator needs to tell a broken credential from a broken request.
+const (
+	ClassOK           Class = "ok"
+	ClassNotFound     Class = "not_found"
+	ClassOutOfStock   Class = "out_of_stock"
+	ClassQuota        Class = "quota"
+	ClassTransient    Class = "transient"
+	ClassThrottled    Class = "throttled"
+	ClassServerError  Class = "server_error"
+	ClassTimeout      Class = "timeout"
+	ClassPermission   Class = "permission"
+	ClassOther        Class = "other"
+	ClassUnauthorized Class = "unauthorized"
+	ClassInvalid      Class = "invalid"
+	ClassNetwork      Class = "network"
+	ClassCanceled     Class = "canceled"
+)
+
+// Error is what every Client method returns on failure. It wraps the SDK's
+// error (so errors.As to *scw.ResponseError etc. works) and says which
+// operation failed, after how many attempts.
+type Error struct {
+	Op       string
+	Zone     scw.Zone
+	Resource string // server/key/... ID when known
+	Attempts int
+	// Ambiguous is set when an earlier attempt of a non-idempotent call failed
+	// in a way that does not tell whether the API applied it (timeout, 5xx,
+	// connection reset after the request was sent).
+	Ambiguous bool
+	Class     Class
+	Err       error
+	redact    func(string) string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("scaleway ")
+	b.WriteString(e.Op)
+	if e.Zone != "" {
+		b.WriteString(" in ")
+		b.WriteString(string(e.Zone))
+	}
+	if e.Resource != "" {
+		b.WriteString(" ")
+		b.WriteString(e.Resource)
+	}
+	b.WriteString(": ")
+	msg := "<nil>"
+	if e.Err != nil {
+		msg = e.Err.Error()
+	}
+	if e.redact != nil {
+		msg = e.redact(msg)
+	}
+	b.WriteString(msg)
+	if e.Attempts > 1 {
+		fmt.Fprintf(&b, " (after %d attempts)", e.Attempts)
+	}
+	if e.Ambiguous {
+		b.WriteString(" (an earlier attempt may have been applied)")
+	}
+	return b.String()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// TimeoutError is one attempt that ran past Config.RequestTimeout while the
+// caller's context was still live.
+type TimeoutError struct {
+	After time.Duration
+}
+
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("request timed out after %s", e.After)
+}
+
+// Timeout lets net.Error-style checks see it.
+func (e *TimeoutError) Timeout() bool { return true }
+
+// rateWaitError is returned when the client-side rate limiter cannot grant a
+// token before the attempt's deadline.
+type rateWaitError struct{ err error }
+
+func (e *rateWaitError) Error() string { return "client-side rate limit: " + e.err.Error() }
+func (e *rateWaitError) Unwrap() error { return e.err }
+
+// Classify tells what kind of failure err is. It understands the SDK's typed
+// errors, the untyped JSON errors the Elastic Metal API really returns (e.g.
+// 404 {"message":"Not Found"} after a delete, 400 {"message":"Server is not
+// delivered"}), network errors and timeouts.
+func Classify(err error) Class {
+	if err == nil {
+		return ClassOK
+	}
+	var e *Error
+	if errors.As(err, &e) && e.Class != "" {
+		return e.Class
+	}
+	return classify(err)
+}
+
+func classify(err error) Class {
+	var (
+		notFound   *scw.ResourceNotFoundError
+		outOfStock *scw.OutOfStockError
+		quota      *scw.QuotasExceededError
+		transient  *scw.TransientStateError
+		locked     *scw.ResourceLockedError
+		perm       *scw.PermissionsDeniedError
+		invalid    *scw.InvalidArgumentsError
+		authV      scw.DeniedAuthenticationError
+		authP      *scw.DeniedAuthenticationError
+		preV       scw.PreconditionFailedError
+		preP       *scw.PreconditionFailedError
+		expV       scw.ResourceExpiredError
+		expP       *scw.ResourceExpiredError
+		timeout    *TimeoutError
+		rateWait   *rateWaitError
+		resp       *scw.ResponseError
+		state      *ServerStateError
+	)
+	switch {
+	case errors.As(err, &state):
+		if state.Status == "out_of_stock" {
+			return ClassOutOfStock
+		}
+		return ClassOther
+	case errors.As(err, &timeout), errors.As(err, &rateWait):
+		return ClassTimeout
+	case errors.As(err, &notFound):
+		return ClassNotFound
+	case errors.As(err, &outOfStock):
+		return ClassOutOfStock
+	case errors.As(err, &quota):
+		return ClassQuota
+	case errors.As(err, &transient), errors.As(err, &locked):
+		return ClassTransient
+	case errors.As(err, &perm):
+		return ClassPermission
+	case errors.As(err, &authV), errors.As(err, &authP):
+		return ClassUnauthorized
+	case errors.As(err, &invalid), errors.As(err, &preV), errors.As(err, &preP):
+		return ClassInvalid
+	case errors.As(err, &expV), errors.As(err, &expP):
+		return ClassNotFound
+	case errors.As(err, &resp):
+		return classifyResponse(resp)
+	case errors.Is(err, context.Canceled):
+		return ClassCanceled
+	case errors.Is(err, context.DeadlineExceeded):
+		return ClassTimeout
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return ClassTimeout
+	}
+	if isNetworkError(err) {
+		return ClassNetwork
+	}
+	return ClassOther
+}
+
+// classifyResponse handles errors the SDK could not type: the EM API answers
+// many failures with only {"message": "..."} and the HTTP status.
+func classifyResponse(r *scw.ResponseError) Class {
+	msg := strings.ToLower(r.Message)
+	switch {
+	case strings.Contains(msg, "out of stock"), strings.Contains(msg, "out_of_stock"), strings.Contains(msg, "no stock"), strings.Contains(msg, "not enough stock"):
+		return ClassOutOfStock
+	case strings.Contains(msg, "quota"):
+		return ClassQuota
+	}
+	switch code := r.StatusCode; {
+	case code == http.StatusNotFound, code == http.StatusGone:
+		return ClassNotFound
+	case code == http.StatusUnauthorized:
+		return ClassUnauthorized
+	case code == http.StatusForbidden:
+		return ClassPermission
+	case code == http.StatusTooManyRequests:
+		return ClassThrottled
+	case code == http.StatusRequestTimeout, code == http.StatusGatewayTimeout:
+		return ClassTimeout
+	case code >= 500:
+		return ClassServerError
+	case code == http.StatusConflict, code == http.StatusLocked:
+		return ClassTransient
+	case code >= 400:
+		// "Server is not delivered", "server is busy", "... transient state":
+		// the request is fine, the server is not in a state to accept it yet.
+		for _, s := range []string{"not delivered", "transient", "busy", "in progress", "not ready", "is locked"} {
+			if strings.Contains(msg, s) {
+				return ClassTransient
+			}
+		}
+		return ClassInvalid
+	}
+	return ClassOther
+}
+
+func isNetworkError(err error) bool {
+	var op *net.OpError
+	var dns *net.DNSError
+	return errors.As(err, &op) || errors.As(err, &dns) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
+}
+
+// IsNotFound: the resource does not exist (typed ResourceNotFound, or the
+// untyped 404 {"message":"Not Found"} the API returns once a server is gone).
+func IsNotFound(err error) bool { return Classify(err) == ClassNotFound }
+
+// IsOutOfStock: the offer cannot be delivered now; try another offering.
+func IsOutOfStock(err error) bool { return Classify(err) == ClassOutOfStock }
+
+// IsQuotaExceeded: the organization's quota forbids another server.
+func IsQuotaExceeded(err error) bool { return Classify(err) == ClassQuota }
+
+// IsTransientState: the resource is busy (being delivered, rebooted,
+// locked); the same request may succeed once its state settles.
+func IsTransientState(err error) bool { return Classify(err) == ClassTransient }
+
+// IsPermissionDenied: the credentials are valid but lack a permission.
+func IsPermissionDenied(err error) bool { return Classify(err) == ClassPermission }
+
+// IsUnauthorized: the credentials are missing, wrong or expired.
+func IsUnauthorized(err error) bool { return Classify(err) == ClassUnauthorized }
+
+// IsRetryable: the failure is transport-level or server-side (5xx, 429,
+// timeouts, network) and the same request may succeed later. Business errors
+// (4xx) are not retryable.
+func IsRetryable(err error) bool { return isRetryableClass(Classify(err)) }
+
+// IsAmbiguous: a non-idempotent call failed after an attempt that may have
+// been applied by the API; reconcile by reading state before acting again.
+func IsAmbiguous(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Ambiguous
+}
+
+func isRetryableClass(c Class) bool {
+	switch c {
+	case ClassThrottled, ClassServerError, ClassTimeout, ClassNetwork:
+		return true
+	}
+	return false
+}
+
+// notSent reports whether a failure proves the API never acted on the
+// request: it was throttled (429) or the connection was refused before
+// anything was sent. Anything else after sending is ambiguous for a POST.
+func notSent(err error) bool {
+	var rw *rateWaitError
+	if errors.As(err, &rw) {
+		return true
+	}
+	var r *scw.ResponseError
+	if errors.As(err, &r) && r.StatusCode == http.StatusTooManyRequests {
+		return true
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return true
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	return false
+}

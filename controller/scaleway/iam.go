@@ -1,0 +1,93 @@
+package scaleway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	iam "github.com/scaleway/scaleway-sdk-go/api/iam/v1alpha1"
+	"github.com/scaleway/scaleway-sdk-go/scw"
+	"golang.org/x/crypto/ssh"
+)
+
+// EnsureSSHKey returns the ID of the project's IAM SSH key holding
+// publicKey (an authorized_keys line), registering it under name when no
+// key of the project holds it. Keys are matched on the key material, not the
+// comment or the name, so a renamed key is reused and a rotated key (same
+// name, new material) is registered anew. Safe to call on every start.
+func (c *Client) EnsureSSHKey(ctx context.Context, name, publicKey string) (string, error) {
+	if name == "" {
+		return "", errors.New("scaleway EnsureSSHKey: name is required")
+	}
+	want, err := normalizeAuthorizedKey(publicKey)
+	if err != nil {
+		return "", fmt.Errorf("scaleway EnsureSSHKey: publicKey: %w", err)
+	}
+	// The SDK's IAM calls update shared client state (API metadata) without
+	// a lock; serialising them keeps concurrent callers race-free.
+	c.iamMu.Lock()
+	defer c.iamMu.Unlock()
+
+	find := func() (*iam.SSHKey, error) {
+		var keys []*iam.SSHKey
+		err := c.call(ctx, callSpec{op: OpListSSHKeys, idempotent: true}, func(ctx context.Context) error {
+			resp, err := c.iam.ListSSHKeys(&iam.ListSSHKeysRequest{ProjectID: scw.StringPtr(c.cfg.ProjectID)}, scw.WithContext(ctx), scw.WithAllPages())
+			if err != nil {
+				return err
+			}
+			keys = resp.SSHKeys
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		var byName *iam.SSHKey
+		for _, k := range keys {
+			if k == nil || k.Disabled {
+				continue
+			}
+			if got, err := normalizeAuthorizedKey(k.PublicKey); err == nil && got == want {
+				if k.Name == name {
+					return k, nil
+				}
+				if byName == nil {
+					byName = k
+				}
+			}
+		}
+		return byName, nil
+	}
+	if k, err := find(); err != nil {
+		return "", err
+	} else if k != nil {
+		return k.ID, nil
+	}
+	var created *iam.SSHKey
+	err = c.call(ctx, callSpec{op: OpCreateSSHKey, resource: name}, func(ctx context.Context) error {
+		var err error
+		created, err = c.iam.CreateSSHKey(&iam.CreateSSHKeyRequest{Name: name, PublicKey: strings.TrimSpace(publicKey), ProjectID: c.cfg.ProjectID}, scw.WithContext(ctx))
+		return err
+	})
+	if err != nil {
+		if IsAmbiguous(err) || IsRetryable(err) {
+			if k, ferr := find(); ferr == nil && k != nil {
+				return k.ID, nil
+			}
+		}
+		return "", err
+	}
+	c.log.Info("registered ssh key", "name", name, "id", created.ID, "fingerprint", created.Fingerprint)
+	return created.ID, nil
+}
+
+// normalizeAuthorizedKey returns "type base64" of an authorized_keys line,
+// dropping options and comment.
+func normalizeAuthorizedKey(s string) (string, error) {
+	k, _, _, _, err := ssh.ParseAuthorizedKey([]byte(strings.TrimSpace(s)))
+	if err != nil {
+		return "", fmt.Errorf("not an authorized_keys line: %w", err)
+	}
+	return string(bytes.TrimSpace(ssh.MarshalAuthorizedKey(k))), nil
+}

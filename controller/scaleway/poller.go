@@ -1,0 +1,290 @@
+package scaleway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+	"github.com/scaleway/scaleway-sdk-go/scw"
+)
+
+// Poller serves the state of in-flight servers from one paginated
+// ListServers per zone and interval, shared by every waiter of that zone,
+// instead of one GetServer per server: API calls stay constant as the number
+// of servers being built grows.
+//
+// Only servers carrying all of the Poller's selector tags (the cluster's
+// managed-by tag) are in the list. A server missing from a list costs one
+// GetServer, to tell a server that is gone (IsNotFound) from one the list
+// has not caught up with; a server without the selector tags therefore
+// degrades to one GetServer per interval, which is correct but not batched.
+//
+// Servers returned are shared between callers: treat them as read-only.
+type Poller struct {
+	c        *Client
+	selector []string
+	interval time.Duration
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu    sync.Mutex
+	zones map[scw.Zone]*zonePoller
+}
+
+// NewPoller returns a Poller over servers carrying all of selector (e.g.
+// Tag(TagManagedBy, clusterName)). It polls every Config.PollInterval while
+// anyone waits, and not at all when nobody does. Close stops it.
+func (c *Client) NewPoller(selector ...string) *Poller {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Poller{
+		c:        c,
+		selector: append([]string(nil), selector...),
+		interval: c.cfg.PollInterval,
+		ctx:      ctx,
+		cancel:   cancel,
+		zones:    map[scw.Zone]*zonePoller{},
+	}
+}
+
+// Close stops polling; pending waits return an error.
+func (p *Poller) Close() { p.cancel() }
+
+// snapshot is the outcome of one list round.
+type snapshot struct {
+	gen     uint64
+	started time.Time // when the list request was issued
+	servers map[string]*baremetal.Server
+	err     error
+}
+
+type zonePoller struct {
+	p    *Poller
+	zone scw.Zone
+
+	mu       sync.Mutex
+	snap     *snapshot
+	updated  chan struct{} // closed and replaced on every new snapshot
+	demand   int           // callers waiting for a snapshot
+	running  bool
+	urgent   bool // a caller needs a list sooner than the interval
+	wake     chan struct{}
+	lastList time.Time
+}
+
+func (p *Poller) zonePoller(zone scw.Zone) *zonePoller {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	z := p.zones[zone]
+	if z == nil {
+		z = &zonePoller{p: p, zone: zone, updated: make(chan struct{}), wake: make(chan struct{}, 1)}
+		p.zones[zone] = z
+	}
+	return z
+}
+
+// acquire registers a waiter and starts the zone's loop if needed.
+func (z *zonePoller) acquire(urgent bool) {
+	z.mu.Lock()
+	z.demand++
+	z.p.c.metrics.waiters.WithLabelValues(string(z.zone)).Set(float64(z.demand))
+	if urgent {
+		z.urgent = true
+	}
+	if !z.running {
+		z.running = true
+		go z.loop()
+	} else if urgent {
+		select {
+		case z.wake <- struct{}{}:
+		default:
+		}
+	}
+	z.mu.Unlock()
+}
+
+func (z *zonePoller) release() {
+	z.mu.Lock()
+	z.demand--
+	z.p.c.metrics.waiters.WithLabelValues(string(z.zone)).Set(float64(z.demand))
+	z.mu.Unlock()
+}
+
+func (z *zonePoller) current() (*snapshot, <-chan struct{}) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.snap, z.updated
+}
+
+// loop lists the zone at most once per interval while anyone waits. A
+// caller marked urgent (Get with a freshness bound the last list misses)
+// triggers a list right away.
+func (z *zonePoller) loop() {
+	clock := z.p.c.clock
+	for {
+		z.mu.Lock()
+		if z.demand == 0 || z.p.ctx.Err() != nil {
+			z.running = false
+			z.mu.Unlock()
+			return
+		}
+		wait := time.Duration(0)
+		if !z.urgent && !z.lastList.IsZero() {
+			wait = z.lastList.Add(z.p.interval).Sub(clock.Now())
+		}
+		z.mu.Unlock()
+		if wait > 0 {
+			select {
+			case <-clock.After(wait):
+			case <-z.wake:
+			case <-z.p.ctx.Done():
+			}
+			continue // re-check demand and urgency
+		}
+		z.mu.Lock()
+		z.urgent = false
+		started := clock.Now()
+		z.lastList = started
+		z.mu.Unlock()
+
+		servers, err := z.p.c.listServers(z.p.ctx, OpPollServers, z.zone, z.p.selector)
+		z.p.c.metrics.lists.WithLabelValues(string(z.zone)).Inc()
+		snap := &snapshot{started: started, err: err, servers: make(map[string]*baremetal.Server, len(servers))}
+		for _, s := range servers {
+			snap.servers[s.ID] = s
+		}
+		z.mu.Lock()
+		if z.snap != nil {
+			snap.gen = z.snap.gen + 1
+		} else {
+			snap.gen = 1
+		}
+		z.snap = snap
+		close(z.updated)
+		z.updated = make(chan struct{})
+		z.mu.Unlock()
+		if err != nil {
+			z.p.c.log.Info("batched server poll failed", "zone", string(z.zone), "error", z.p.c.redact(err.Error()))
+		}
+	}
+}
+
+// Get returns the server as seen by a list started no longer than maxAge
+// ago (0: a list started now or later), triggering a list if the latest is
+// older. A server missing from the list is read with one GetServer.
+func (p *Poller) Get(ctx context.Context, zone scw.Zone, id string, maxAge time.Duration) (*baremetal.Server, error) {
+	zone = p.c.zone(zone)
+	z := p.zonePoller(zone)
+	notBefore := p.c.clock.Now().Add(-maxAge)
+	if snap, _ := z.current(); snap != nil && !snap.started.Before(notBefore) {
+		return p.lookup(ctx, zone, snap, id)
+	}
+	z.acquire(true)
+	defer z.release()
+	for {
+		snap, updated := z.current()
+		if snap != nil && !snap.started.Before(notBefore) {
+			return p.lookup(ctx, zone, snap, id)
+		}
+		select {
+		case <-updated:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-p.ctx.Done():
+			return nil, errors.New("scaleway poller closed")
+		}
+	}
+}
+
+func (p *Poller) lookup(ctx context.Context, zone scw.Zone, snap *snapshot, id string) (*baremetal.Server, error) {
+	if snap.err != nil {
+		return nil, snap.err
+	}
+	if s, ok := snap.servers[id]; ok {
+		return s, nil
+	}
+	// Not in the list: gone, or created after the list was taken.
+	return p.c.GetServer(ctx, zone, id)
+}
+
+// WaitFor blocks until done(server) reports true, evaluating it on every
+// list of the zone taken after WaitFor was called (so a state from before an
+// action the caller just took is never mistaken for its result). It returns
+// the server and done's error if done fails, an IsNotFound error if the
+// server disappears, and a non-retryable list error (e.g. permission) at
+// once; retryable list failures are logged and waited out. The caller's ctx
+// bounds the wait.
+func (p *Poller) WaitFor(ctx context.Context, zone scw.Zone, id string, done func(*baremetal.Server) (bool, error)) (*baremetal.Server, error) {
+	zone = p.c.zone(zone)
+	if id == "" {
+		return nil, errors.New("scaleway WaitFor: server id is required")
+	}
+	z := p.zonePoller(zone)
+	since := p.c.clock.Now()
+	z.acquire(false)
+	defer z.release()
+	var seen uint64
+	var last *baremetal.Server
+	for {
+		snap, updated := z.current()
+		if snap != nil && snap.gen != seen && !snap.started.Before(since) {
+			seen = snap.gen
+			srv, err := p.lookup(ctx, zone, snap, id)
+			switch {
+			case err == nil:
+				last = srv
+				ok, perr := done(srv)
+				if perr != nil {
+					return srv, perr
+				}
+				if ok {
+					return srv, nil
+				}
+			case IsNotFound(err) || !IsRetryable(err) && ctx.Err() == nil:
+				return last, err
+			}
+		}
+		select {
+		case <-updated:
+		case <-ctx.Done():
+			if last != nil {
+				return last, fmt.Errorf("waiting for server %s in %s (last status %s): %w", id, zone, last.Status, ctx.Err())
+			}
+			return nil, fmt.Errorf("waiting for server %s in %s: %w", id, zone, ctx.Err())
+		case <-p.ctx.Done():
+			return last, errors.New("scaleway poller closed")
+		}
+	}
+}
+
+// StatusIs is a WaitFor predicate: done when the server reaches one of
+// statuses; an error when it reaches "error" or "out_of_stock" instead
+// (unless listed), since those never resolve by waiting.
+func StatusIs(statuses ...baremetal.ServerStatus) func(*baremetal.Server) (bool, error) {
+	return func(s *baremetal.Server) (bool, error) {
+		for _, want := range statuses {
+			if s.Status == want {
+				return true, nil
+			}
+		}
+		switch s.Status {
+		case baremetal.ServerStatusError, baremetal.ServerStatusOutOfStock:
+			return false, &ServerStateError{ID: s.ID, Zone: s.Zone, Status: s.Status}
+		}
+		return false, nil
+	}
+}
+
+// ServerStateError: a server reached a terminal bad state while waited on.
+type ServerStateError struct {
+	ID     string
+	Zone   scw.Zone
+	Status baremetal.ServerStatus
+}
+
+func (e *ServerStateError) Error() string {
+	return fmt.Sprintf("server %s in %s is in status %s", e.ID, e.Zone, e.Status)
+}

@@ -1,0 +1,436 @@
+package scaleway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+	"github.com/scaleway/scaleway-sdk-go/scw"
+)
+
+// Operation names: the `op` label of the metrics and the Op of *Error.
+const (
+	OpCreateServer      = "CreateServer"
+	OpGetServer         = "GetServer"
+	OpListServers       = "ListServers"
+	OpPollServers       = "PollServers"
+	OpUpdateServer      = "UpdateServer"
+	OpDeleteServer      = "DeleteServer"
+	OpRebootServer      = "RebootServer"
+	OpStartServer       = "StartServer"
+	OpStopServer        = "StopServer"
+	OpAddServerOption   = "AddServerOption"
+	OpListOptions       = "ListOptions"
+	OpListOffers        = "ListOffers"
+	OpAttachPN          = "AttachPrivateNetwork"
+	OpListServerPNs     = "ListServerPrivateNetworks"
+	OpListSSHKeys       = "ListSSHKeys"
+	OpCreateSSHKey      = "CreateSSHKey"
+	defaultListPageSize = uint32(100)
+)
+
+// GetServer reads one server. A deleted server gives an error for which
+// IsNotFound is true.
+func (c *Client) GetServer(ctx context.Context, zone scw.Zone, id string) (*baremetal.Server, error) {
+	zone = c.zone(zone)
+	if id == "" {
+		return nil, errors.New("scaleway GetServer: server id is required")
+	}
+	var srv *baremetal.Server
+	err := c.call(ctx, callSpec{op: OpGetServer, zone: zone, resource: id, idempotent: true}, func(ctx context.Context) error {
+		var err error
+		srv, err = c.bm.GetServer(&baremetal.GetServerRequest{Zone: zone, ServerID: id}, scw.WithContext(ctx))
+		return err
+	})
+	return srv, err
+}
+
+// ListServers returns every server of the zone (all pages, oldest first)
+// that carries all of tags verbatim. The tags are passed to the API as a
+// filter and re-checked here, so a looser server-side match never leaks
+// foreign servers to the caller. An API failure is an error, never an empty
+// list.
+func (c *Client) ListServers(ctx context.Context, zone scw.Zone, tags []string) ([]*baremetal.Server, error) {
+	return c.listServers(ctx, OpListServers, c.zone(zone), tags)
+}
+
+func (c *Client) listServers(ctx context.Context, op string, zone scw.Zone, tags []string) ([]*baremetal.Server, error) {
+	var out []*baremetal.Server
+	err := c.call(ctx, callSpec{op: op, zone: zone, idempotent: true}, func(ctx context.Context) error {
+		pageSize := c.pageSize()
+		resp, err := c.bm.ListServers(&baremetal.ListServersRequest{
+			Zone:     zone,
+			Tags:     tags,
+			PageSize: &pageSize,
+			OrderBy:  baremetal.ListServersRequestOrderByCreatedAtAsc,
+		}, scw.WithContext(ctx), scw.WithAllPages())
+		if err != nil {
+			return err
+		}
+		out = out[:0]
+		for _, s := range resp.Servers {
+			if s != nil && HasTags(s.Tags, tags...) {
+				out = append(out, s)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *Client) pageSize() uint32 {
+	if c.cfg.PageSize > 0 {
+		return c.cfg.PageSize
+	}
+	return defaultListPageSize
+}
+
+// CreateServerRequest orders one Elastic Metal server with no OS
+// (install: null); the provider images it from rescue.
+type CreateServerRequest struct {
+	Zone        scw.Zone
+	OfferID     string
+	Name        string
+	Description string
+	Tags        []string
+	OptionIDs   []string
+	// IdempotencyTag identifies this order uniquely (the NodeClaim tag,
+	// "karpenter.sh/nodeclaim=<name>") and must be one of Tags. Before
+	// ordering, and after any failure that does not prove the order was
+	// rejected, servers carrying it are looked up instead of ordering again.
+	IdempotencyTag string
+}
+
+func (r CreateServerRequest) validate() error {
+	var errs []error
+	if r.OfferID == "" {
+		errs = append(errs, errors.New("OfferID is required"))
+	}
+	if r.Name == "" {
+		errs = append(errs, errors.New("Name is required"))
+	}
+	if len(r.Description) > 255 {
+		errs = append(errs, fmt.Errorf("Description is %d characters, the API allows 255", len(r.Description)))
+	}
+	if r.IdempotencyTag == "" {
+		errs = append(errs, errors.New("IdempotencyTag is required (e.g. karpenter.sh/nodeclaim=<name>): without it a retried order could buy two servers"))
+	} else if !HasTags(r.Tags, r.IdempotencyTag) {
+		errs = append(errs, fmt.Errorf("IdempotencyTag %q must be one of Tags", r.IdempotencyTag))
+	}
+	return errors.Join(errs...)
+}
+
+// CreateServer finds or orders the server for req.IdempotencyTag. It never
+// orders twice for one tag from this call: it lists servers carrying the tag
+// first (a previous call or a crashed controller may already have ordered
+// it), sends the order once, and on an ambiguous failure (timeout, 5xx,
+// connection reset) lists again before deciding to re-send. Servers in
+// status "deleting" are ignored (a released earlier attempt). Returns the
+// server and whether this call ordered it.
+//
+// The residual risk is the API's own consistency: a server created by a
+// failed-looking POST that is not yet visible in the list would be ordered
+// again. The lookup waits one backoff first to narrow that window, and the
+// garbage collector can spot duplicates by the shared tag.
+func (c *Client) CreateServer(ctx context.Context, req CreateServerRequest) (*baremetal.Server, bool, error) {
+	zone := c.zone(req.Zone)
+	if err := req.validate(); err != nil {
+		return nil, false, fmt.Errorf("scaleway CreateServer: %w", err)
+	}
+	if srv, err := c.findByTag(ctx, zone, req.IdempotencyTag); err != nil || srv != nil {
+		return srv, false, err
+	}
+	ambiguous := false
+	var lastErr error
+	for attempt := 1; attempt <= c.cfg.Retry.MaxAttempts; attempt++ {
+		var srv *baremetal.Server
+		// One HTTP attempt per order (only 429/refused connections, which
+		// prove the order was not taken, are retried inside call).
+		err := c.call(ctx, callSpec{op: OpCreateServer, zone: zone, resource: req.Name}, func(ctx context.Context) error {
+			var err error
+			srv, err = c.bm.CreateServer(&baremetal.CreateServerRequest{
+				Zone:        zone,
+				OfferID:     req.OfferID,
+				ProjectID:   scw.StringPtr(c.cfg.ProjectID),
+				Name:        req.Name,
+				Description: req.Description,
+				Tags:        req.Tags,
+				OptionIDs:   req.OptionIDs,
+				Install:     nil,
+			}, scw.WithContext(ctx))
+			return err
+		})
+		if err == nil {
+			c.log.Info("ordered server", "zone", string(zone), "id", srv.ID, "name", srv.Name, "offer", req.OfferID, "tag", req.IdempotencyTag)
+			return srv, true, nil
+		}
+		lastErr = err
+		if !IsRetryable(err) || ctx.Err() != nil || notSent(err) {
+			// Business errors (out of stock, quota...) are final; a throttled
+			// order was already retried inside call and provably not taken.
+			return nil, false, c.markAmbiguous(err, ambiguous)
+		}
+		ambiguous = true
+		// The order may have been taken: wait a backoff (lets the API's list
+		// catch up), then look before ordering again.
+		select {
+		case <-ctx.Done():
+			return nil, false, c.markAmbiguous(err, ambiguous)
+		case <-c.clock.After(c.backoff(attempt, 0)):
+		}
+		srv, ferr := c.findByTag(ctx, zone, req.IdempotencyTag)
+		if ferr != nil {
+			// Cannot tell whether the order went through: never order blind.
+			return nil, false, c.markAmbiguous(fmt.Errorf("%w; looking up %s after the failed order also failed: %v", err, req.IdempotencyTag, ferr), true)
+		}
+		if srv != nil {
+			c.log.Info("order failed ambiguously but the server exists; adopting it", "zone", string(zone), "id", srv.ID, "tag", req.IdempotencyTag, "error", c.redact(err.Error()))
+			return srv, true, nil
+		}
+		c.log.Info("order failed and no server carries the tag; ordering again", "zone", string(zone), "tag", req.IdempotencyTag, "attempt", attempt, "error", c.redact(err.Error()))
+	}
+	return nil, false, c.markAmbiguous(lastErr, false)
+}
+
+func (c *Client) markAmbiguous(err error, ambiguous bool) error {
+	var e *Error
+	if errors.As(err, &e) {
+		e.Ambiguous = e.Ambiguous || ambiguous
+		return err
+	}
+	if ambiguous {
+		return &Error{Op: OpCreateServer, Ambiguous: true, Class: Classify(err), Err: err, redact: c.redact}
+	}
+	return err
+}
+
+// FindServerByTag returns the oldest non-deleting server of the zone that
+// carries tag, or nil when there is none.
+func (c *Client) FindServerByTag(ctx context.Context, zone scw.Zone, tag string) (*baremetal.Server, error) {
+	return c.findByTag(ctx, c.zone(zone), tag)
+}
+
+func (c *Client) findByTag(ctx context.Context, zone scw.Zone, tag string) (*baremetal.Server, error) {
+	servers, err := c.listServers(ctx, OpListServers, zone, []string{tag})
+	if err != nil {
+		return nil, err
+	}
+	live := servers[:0:0]
+	for _, s := range servers {
+		if s.Status != baremetal.ServerStatusDeleting {
+			live = append(live, s)
+		}
+	}
+	if len(live) == 0 {
+		return nil, nil
+	}
+	sort.SliceStable(live, func(i, j int) bool {
+		a, b := live[i].CreatedAt, live[j].CreatedAt
+		return a != nil && b != nil && a.Before(*b)
+	})
+	if len(live) > 1 {
+		ids := make([]string, len(live))
+		for i, s := range live {
+			ids[i] = s.ID
+		}
+		c.log.Info("several servers carry one idempotency tag; using the oldest", "zone", string(zone), "tag", tag, "ids", ids)
+	}
+	return live[0], nil
+}
+
+// UpdateServerTags replaces the server's whole tag list. Callers that
+// change one key should use SetTag: a read-modify-write of the list races
+// with other writers (the API has no compare-and-swap).
+func (c *Client) UpdateServerTags(ctx context.Context, zone scw.Zone, id string, tags []string) (*baremetal.Server, error) {
+	zone = c.zone(zone)
+	if tags == nil {
+		tags = []string{}
+	}
+	var srv *baremetal.Server
+	err := c.call(ctx, callSpec{op: OpUpdateServer, zone: zone, resource: id, idempotent: true}, func(ctx context.Context) error {
+		var err error
+		srv, err = c.bm.UpdateServer(&baremetal.UpdateServerRequest{Zone: zone, ServerID: id, Tags: &tags}, scw.WithContext(ctx))
+		return err
+	})
+	return srv, err
+}
+
+// SetTag sets "key=value" on the server, replacing any "key=..." and keeping
+// every other tag. It reads the server, edits the list and writes it back
+// only when it changed. Writers in this process are serialised per server;
+// the API offers no compare-and-swap, so a concurrent writer elsewhere can
+// still lose an update between the read and the write: keep each key owned
+// by one writer (the phase tag by the install pipeline).
+func (c *Client) SetTag(ctx context.Context, zone scw.Zone, id, key, value string) (*baremetal.Server, error) {
+	return c.mutateTags(ctx, zone, id, func(tags []string) ([]string, bool) { return SetTagIn(tags, key, value) })
+}
+
+// RemoveTag drops every "key=..." tag of the server, keeping the rest.
+func (c *Client) RemoveTag(ctx context.Context, zone scw.Zone, id, key string) (*baremetal.Server, error) {
+	return c.mutateTags(ctx, zone, id, func(tags []string) ([]string, bool) { return RemoveTagIn(tags, key) })
+}
+
+func (c *Client) mutateTags(ctx context.Context, zone scw.Zone, id string, edit func([]string) ([]string, bool)) (*baremetal.Server, error) {
+	zone = c.zone(zone)
+	unlock := c.tagLocks.lock(string(zone) + "/" + id)
+	defer unlock()
+	srv, err := c.GetServer(ctx, zone, id)
+	if err != nil {
+		return nil, err
+	}
+	tags, changed := edit(srv.Tags)
+	if !changed {
+		return srv, nil
+	}
+	return c.UpdateServerTags(ctx, zone, id, tags)
+}
+
+// DeleteServer releases the server. A server already gone gives an error
+// for which IsNotFound is true (also when an earlier attempt of this call
+// deleted it).
+func (c *Client) DeleteServer(ctx context.Context, zone scw.Zone, id string) (*baremetal.Server, error) {
+	zone = c.zone(zone)
+	var srv *baremetal.Server
+	err := c.call(ctx, callSpec{op: OpDeleteServer, zone: zone, resource: id, idempotent: true}, func(ctx context.Context) error {
+		var err error
+		srv, err = c.bm.DeleteServer(&baremetal.DeleteServerRequest{Zone: zone, ServerID: id}, scw.WithContext(ctx))
+		return err
+	})
+	return srv, err
+}
+
+// RebootServer reboots into bootType (normal or rescue). sshKeyIDs are the
+// IAM keys the rescue system accepts. A reboot is not idempotent: after a
+// timeout or 5xx the error is returned with IsAmbiguous true, and the caller
+// decides from the server's state (e.g. the Poller) whether to reboot again.
+func (c *Client) RebootServer(ctx context.Context, zone scw.Zone, id string, bootType baremetal.ServerBootType, sshKeyIDs []string) (*baremetal.Server, error) {
+	zone = c.zone(zone)
+	if err := checkBootType(bootType); err != nil {
+		return nil, fmt.Errorf("scaleway RebootServer: %w", err)
+	}
+	var srv *baremetal.Server
+	err := c.call(ctx, callSpec{op: OpRebootServer, zone: zone, resource: id}, func(ctx context.Context) error {
+		var err error
+		srv, err = c.bm.RebootServer(&baremetal.RebootServerRequest{Zone: zone, ServerID: id, BootType: bootType, SSHKeyIDs: sshKeyIDs}, scw.WithContext(ctx))
+		return err
+	})
+	return srv, err
+}
+
+func checkBootType(b baremetal.ServerBootType) error {
+	if b != baremetal.ServerBootTypeNormal && b != baremetal.ServerBootTypeRescue {
+		return fmt.Errorf("bootType %q must be %q or %q", b, baremetal.ServerBootTypeNormal, baremetal.ServerBootTypeRescue)
+	}
+	return nil
+}
+
+// StartServer powers the server on (normal boot). Not idempotent: see RebootServer.
+func (c *Client) StartServer(ctx context.Context, zone scw.Zone, id string) (*baremetal.Server, error) {
+	zone = c.zone(zone)
+	var srv *baremetal.Server
+	err := c.call(ctx, callSpec{op: OpStartServer, zone: zone, resource: id}, func(ctx context.Context) error {
+		var err error
+		srv, err = c.bm.StartServer(&baremetal.StartServerRequest{Zone: zone, ServerID: id, BootType: baremetal.ServerBootTypeNormal}, scw.WithContext(ctx))
+		return err
+	})
+	return srv, err
+}
+
+// StopServer powers the server off. Not idempotent: see RebootServer.
+func (c *Client) StopServer(ctx context.Context, zone scw.Zone, id string) (*baremetal.Server, error) {
+	zone = c.zone(zone)
+	var srv *baremetal.Server
+	err := c.call(ctx, callSpec{op: OpStopServer, zone: zone, resource: id}, func(ctx context.Context) error {
+		var err error
+		srv, err = c.bm.StopServer(&baremetal.StopServerRequest{Zone: zone, ServerID: id}, scw.WithContext(ctx))
+		return err
+	})
+	return srv, err
+}
+
+// AddServerOption enables an option (e.g. Private Network) on the server.
+// Idempotent: an option already on the server is not added again, also when
+// an earlier attempt failed ambiguously.
+func (c *Client) AddServerOption(ctx context.Context, zone scw.Zone, serverID, optionID string) (*baremetal.Server, error) {
+	zone = c.zone(zone)
+	srv, err := c.GetServer(ctx, zone, serverID)
+	if err != nil {
+		return nil, err
+	}
+	if hasOption(srv, optionID) {
+		return srv, nil
+	}
+	var out *baremetal.Server
+	err = c.call(ctx, callSpec{op: OpAddServerOption, zone: zone, resource: serverID}, func(ctx context.Context) error {
+		var err error
+		out, err = c.bm.AddOptionServer(&baremetal.AddOptionServerRequest{Zone: zone, ServerID: serverID, OptionID: optionID}, scw.WithContext(ctx))
+		return err
+	})
+	if err != nil && IsAmbiguous(err) || err != nil && IsRetryable(err) {
+		if srv, gerr := c.GetServer(ctx, zone, serverID); gerr == nil && hasOption(srv, optionID) {
+			return srv, nil
+		}
+	}
+	return out, err
+}
+
+func hasOption(s *baremetal.Server, optionID string) bool {
+	for _, o := range s.Options {
+		if o != nil && o.ID == optionID {
+			return true
+		}
+	}
+	return false
+}
+
+// ListOptions lists the options that can be enabled in the zone.
+func (c *Client) ListOptions(ctx context.Context, zone scw.Zone) ([]*baremetal.Option, error) {
+	zone = c.zone(zone)
+	var out []*baremetal.Option
+	err := c.call(ctx, callSpec{op: OpListOptions, zone: zone, idempotent: true}, func(ctx context.Context) error {
+		resp, err := c.bm.ListOptions(&baremetal.ListOptionsRequest{Zone: zone}, scw.WithContext(ctx), scw.WithAllPages())
+		if err != nil {
+			return err
+		}
+		out = resp.Options
+		return nil
+	})
+	return out, err
+}
+
+// PrivateNetworkOptionID finds the zone's Private Network option (the one
+// whose private_network field is set).
+func (c *Client) PrivateNetworkOptionID(ctx context.Context, zone scw.Zone) (string, error) {
+	opts, err := c.ListOptions(ctx, zone)
+	if err != nil {
+		return "", err
+	}
+	for _, o := range opts {
+		if o != nil && o.PrivateNetwork != nil {
+			return o.ID, nil
+		}
+	}
+	return "", fmt.Errorf("scaleway: zone %s offers no Private Network option", c.zone(zone))
+}
+
+// ListOffers lists the zone's offers for a billing period (hourly, monthly;
+// empty for both). The catalog package has its own refresh; this is for
+// callers that need a one-off lookup.
+func (c *Client) ListOffers(ctx context.Context, zone scw.Zone, period baremetal.OfferSubscriptionPeriod) ([]*baremetal.Offer, error) {
+	zone = c.zone(zone)
+	var out []*baremetal.Offer
+	err := c.call(ctx, callSpec{op: OpListOffers, zone: zone, idempotent: true}, func(ctx context.Context) error {
+		resp, err := c.bm.ListOffers(&baremetal.ListOffersRequest{Zone: zone, SubscriptionPeriod: period}, scw.WithContext(ctx), scw.WithAllPages())
+		if err != nil {
+			return err
+		}
+		out = resp.Offers
+		return nil
+	})
+	return out, err
+}
