@@ -2,6 +2,7 @@ package scwsim
 
 import (
 	"context"
+	"sync"
 
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 )
@@ -31,6 +32,8 @@ type Machine struct {
 	IPv6Gateway string
 	// MACs are the permanent hardware MACs of the NICs, uplink first.
 	MACs []string
+	// Tags are the server's tags when the Host call was queued.
+	Tags []string
 }
 
 // Host plays the machine side of a simulated server. The EM API simulator
@@ -46,4 +49,63 @@ type Host interface {
 	PowerOff(serverID string)
 	// Delete is called once the server is gone from the API: release its disks.
 	Delete(serverID string)
+}
+
+// noHost is the Host used when Options.Host is nil.
+type noHost struct{}
+
+func (noHost) Boot(context.Context, Machine, BootMode, []string) error { return nil }
+func (noHost) PowerOff(string)                                         {}
+func (noHost) Delete(string)                                           {}
+
+// hostQueue runs one server's Host calls one at a time, in the order the
+// state machine queued them, outside the simulator's lock (a Host may call
+// back into the Sim).
+type hostQueue struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	items  []func()
+	closed bool
+}
+
+func newHostQueue(wg *sync.WaitGroup) *hostQueue {
+	q := &hostQueue{}
+	q.cond = sync.NewCond(&q.mu)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			q.mu.Lock()
+			for len(q.items) == 0 && !q.closed {
+				q.cond.Wait()
+			}
+			if len(q.items) == 0 {
+				q.mu.Unlock()
+				return
+			}
+			fn := q.items[0]
+			q.items = q.items[1:]
+			q.mu.Unlock()
+			fn()
+		}
+	}()
+	return q
+}
+
+func (q *hostQueue) push(fn func()) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return
+	}
+	q.items = append(q.items, fn)
+	q.cond.Signal()
+}
+
+// close lets queued calls run, then ends the worker.
+func (q *hostQueue) close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	q.cond.Signal()
 }

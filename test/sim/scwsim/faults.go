@@ -1,0 +1,286 @@
+package scwsim
+
+import (
+	"fmt"
+	"net/http"
+	"regexp"
+	"slices"
+	"time"
+)
+
+// FaultKind says what an injected fault does.
+type FaultKind string
+
+const (
+	// FaultStatus answers matching requests with Status (default 500) and
+	// Body (default {"message":"<status text>"}, application/json).
+	FaultStatus FaultKind = "status"
+	// FaultRateLimit answers 429 with a Retry-After header (RetryAfter,
+	// default 1s, rounded up to whole seconds).
+	FaultRateLimit FaultKind = "rate_limit"
+	// FaultTimeout never answers: the request hangs until the client gives
+	// up (or the simulator closes).
+	FaultTimeout FaultKind = "timeout"
+	// FaultDelay answers normally after Delay.
+	FaultDelay FaultKind = "delay"
+	// FaultStuck keeps matching servers in State (e.g. "delivering",
+	// "stopping") until the fault is removed; then they carry on.
+	FaultStuck FaultKind = "stuck"
+	// FaultServerError sends matching servers to status "error" when they
+	// would leave State ("" = at their next transition).
+	FaultServerError FaultKind = "server_error"
+)
+
+// Fault is one injected misbehaviour. Request faults (status, rate_limit,
+// timeout, delay) match on Method and Path; server faults (stuck,
+// server_error) match on ServerID, Tag and State.
+type Fault struct {
+	Kind FaultKind
+
+	// Method matches the HTTP method ("" = any).
+	Method string
+	// Path is a regular expression searched in the URL path ("" = any),
+	// e.g. `/servers$` or `/reboot$`.
+	Path string
+	// Status, Body, ContentType: the answer of a FaultStatus.
+	Status      int
+	Body        string
+	ContentType string
+	// RetryAfter: the Retry-After of a FaultRateLimit.
+	RetryAfter time.Duration
+	// Delay: the extra latency of a FaultDelay.
+	Delay time.Duration
+
+	// ServerID selects one server ("" = any).
+	ServerID string
+	// Tag selects servers carrying this exact tag, e.g.
+	// "karpenter.sh/nodeclaim=default-abcde" ("" = any).
+	Tag string
+	// State: the server state a stuck server stays in, or that an erroring
+	// server fails from.
+	State string
+
+	// Times: how many requests (request faults) or servers (server faults)
+	// the fault hits; 0 = all until removed.
+	Times int
+}
+
+// FaultID names an injected fault.
+type FaultID int
+
+type faultEntry struct {
+	id        FaultID
+	f         Fault
+	re        *regexp.Regexp
+	remaining int // -1: unlimited
+	hits      int
+	servers   map[string]bool // servers a server fault has taken
+}
+
+func (f Fault) isServerFault() bool { return f.Kind == FaultStuck || f.Kind == FaultServerError }
+
+var serverStates = []string{"delivering", "ready", "stopping", "stopped", "starting", "error", "deleting",
+	"locked", "out_of_stock", "ordered", "resetting", "migrating"}
+
+func (f Fault) validate() error {
+	switch f.Kind {
+	case FaultStatus:
+		if f.Status != 0 && (f.Status < 400 || f.Status > 599) {
+			return fmt.Errorf("scwsim: Fault.Status: %d is not a 4xx or 5xx status", f.Status)
+		}
+	case FaultRateLimit, FaultTimeout:
+	case FaultDelay:
+		if f.Delay <= 0 {
+			return fmt.Errorf("scwsim: Fault.Delay: must be positive for a %s fault", f.Kind)
+		}
+	case FaultStuck:
+		if f.State == "" {
+			return fmt.Errorf("scwsim: Fault.State: required for a %s fault (e.g. delivering)", f.Kind)
+		}
+	case FaultServerError:
+	default:
+		return fmt.Errorf("scwsim: Fault.Kind: unknown kind %q", f.Kind)
+	}
+	if f.State != "" && !slices.Contains(serverStates, f.State) {
+		return fmt.Errorf("scwsim: Fault.State: %q is not a server status", f.State)
+	}
+	if f.Times < 0 {
+		return fmt.Errorf("scwsim: Fault.Times: %d is negative", f.Times)
+	}
+	if f.RetryAfter < 0 {
+		return fmt.Errorf("scwsim: Fault.RetryAfter: %v is negative", f.RetryAfter)
+	}
+	if f.isServerFault() && (f.Method != "" || f.Path != "") {
+		return fmt.Errorf("scwsim: Fault.Method/Path: a %s fault selects servers (ServerID, Tag, State), not requests", f.Kind)
+	}
+	if !f.isServerFault() && (f.ServerID != "" || f.Tag != "" || f.State != "") {
+		return fmt.Errorf("scwsim: Fault.ServerID/Tag/State: a %s fault selects requests (Method, Path), not servers", f.Kind)
+	}
+	return nil
+}
+
+// Inject adds a fault; it applies from the next request or transition.
+func (s *Sim) Inject(f Fault) (FaultID, error) {
+	if err := f.validate(); err != nil {
+		return 0, err
+	}
+	e := &faultEntry{f: f, remaining: f.Times, servers: map[string]bool{}}
+	if f.Times == 0 {
+		e.remaining = -1
+	}
+	if f.Path != "" {
+		re, err := regexp.Compile(f.Path)
+		if err != nil {
+			return 0, fmt.Errorf("scwsim: Fault.Path: %w", err)
+		}
+		e.re = re
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faultSeq++
+	e.id = FaultID(s.faultSeq)
+	s.faults = append(s.faults, e)
+	s.faultByID[e.id] = e
+	return e.id, nil
+}
+
+// MustInject is Inject for tests: it panics on an invalid fault.
+func (s *Sim) MustInject(f Fault) FaultID {
+	id, err := s.Inject(f)
+	if err != nil {
+		panic(err)
+	}
+	return id
+}
+
+// RemoveFault removes a fault; servers it kept stuck carry on.
+func (s *Sim) RemoveFault(id FaultID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults = slices.DeleteFunc(s.faults, func(e *faultEntry) bool { return e.id == id })
+	s.resumeStuck()
+}
+
+// ClearFaults removes every fault.
+func (s *Sim) ClearFaults() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults = nil
+	s.resumeStuck()
+}
+
+// FaultHits says how many requests or servers a fault has hit so far.
+func (s *Sim) FaultHits(id FaultID) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.faultByID[id]; e != nil {
+		return e.hits
+	}
+	return 0
+}
+
+// requestFault takes the first request fault matching r, if any. Caller holds mu.
+func (s *Sim) requestFault(r *http.Request) *Fault {
+	for _, e := range s.faults {
+		if e.f.isServerFault() || e.remaining == 0 {
+			continue
+		}
+		if e.f.Method != "" && e.f.Method != r.Method {
+			continue
+		}
+		if e.re != nil && !e.re.MatchString(r.URL.Path) {
+			continue
+		}
+		e.hits++
+		if e.remaining > 0 {
+			e.remaining--
+		}
+		f := e.f
+		return &f
+	}
+	return nil
+}
+
+// serverFault reports whether a server fault of kind holds sv in state. A
+// server once taken by a fault stays taken until the fault is removed.
+// Caller holds mu.
+func (s *Sim) serverFault(sv *server, kind FaultKind, state string) bool {
+	for _, e := range s.faults {
+		if e.f.Kind != kind {
+			continue
+		}
+		if e.f.ServerID != "" && e.f.ServerID != sv.id {
+			continue
+		}
+		if e.f.Tag != "" && !slices.Contains(sv.tags, e.f.Tag) {
+			continue
+		}
+		if e.f.State != "" && e.f.State != state {
+			continue
+		}
+		if e.servers[sv.id] {
+			return true
+		}
+		if e.remaining == 0 {
+			continue
+		}
+		e.servers[sv.id] = true
+		e.hits++
+		if e.remaining > 0 {
+			e.remaining--
+		}
+		return true
+	}
+	return false
+}
+
+func (s *Sim) applyRequestFault(w http.ResponseWriter, r *http.Request, f *Fault) (handled bool) {
+	switch f.Kind {
+	case FaultStatus:
+		status := f.Status
+		if status == 0 {
+			status = http.StatusInternalServerError
+		}
+		body, ct := f.Body, f.ContentType
+		if body == "" {
+			body = string(mustRaw(map[string]string{"message": http.StatusText(status)}))
+			if ct == "" {
+				ct = "application/json"
+			}
+		}
+		if ct != "" {
+			w.Header().Set("Content-Type", ct)
+		}
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(body))
+		return true
+	case FaultRateLimit:
+		ra := f.RetryAfter
+		if ra == 0 {
+			ra = time.Second
+		}
+		secs := int((ra + time.Second - 1) / time.Second)
+		w.Header().Set("Retry-After", fmt.Sprint(secs))
+		writeJSON(w, http.StatusTooManyRequests, map[string]string{"message": "rate limit exceeded, retry later",
+			"type": "too_many_requests"})
+		return true
+	case FaultTimeout:
+		select {
+		case <-r.Context().Done():
+		case <-s.ctx.Done():
+		}
+		return true
+	case FaultDelay:
+		t := time.NewTimer(f.Delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return false
+		case <-r.Context().Done():
+			return true
+		case <-s.ctx.Done():
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,310 @@
+package scwsim
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Delays are the durations of the simulated server phases, before Options.Scale.
+type Delays struct {
+	// Order: "ordered" before "delivering" (0: the create answer already says
+	// delivering, as recorded for install: null).
+	Order time.Duration
+	// Delivery: "delivering" -> "ready" (Scaleway: 4-5 minutes).
+	Delivery time.Duration
+	// Install: install status to_install -> installing -> completed, only when
+	// CreateServer carries an install (the provider sends install: null).
+	Install time.Duration
+	// RebootStop, RebootStart: a reboot is "stopping" for RebootStop, then
+	// "starting" for RebootStart, then "ready" (Scaleway: 2-3 minutes in all).
+	RebootStop  time.Duration
+	RebootStart time.Duration
+	// Stop: "stopping" -> "stopped".
+	Stop time.Duration
+	// Start: "starting" -> "ready".
+	Start time.Duration
+	// Delete: "deleting" -> gone (404).
+	Delete time.Duration
+	// OptionEnable: a server option "option_status_enabling" -> "option_status_enable".
+	OptionEnable time.Duration
+	// PrivateNetworkAttach, PrivateNetworkDetach: v3 attachment "attaching" ->
+	// "attached" and "detaching" -> gone.
+	PrivateNetworkAttach time.Duration
+	PrivateNetworkDetach time.Duration
+}
+
+// StockoutMode says how the simulator answers an order when the stock of the
+// offer in that zone is empty.
+type StockoutMode string
+
+const (
+	// StockoutError refuses the order with a typed out_of_stock error
+	// (decoded by the SDK as *scw.OutOfStockError). The default.
+	StockoutError StockoutMode = "error"
+	// StockoutServer accepts the order and leaves the server in status
+	// "out_of_stock" until stock is added (SetStock), then it is delivered.
+	StockoutServer StockoutMode = "server"
+)
+
+// Options configure a simulator. The zero value is usable: every field has a
+// safe default (see Defaults and the profiles in Profile).
+type Options struct {
+	// SecretKey is the value every request must carry in X-Auth-Token.
+	// Empty: a fixed test key (DefaultSecretKey).
+	SecretKey string
+	// Addr is where Start listens (default 127.0.0.1:0).
+	Addr string
+	// Zones served (default fr-par-1, fr-par-2, nl-ams-1). Each serves the
+	// recorded catalogue; fr-par-2 keeps the recorded offer IDs, other zones
+	// get offer IDs derived from (zone, recorded ID).
+	Zones []string
+	// OrganizationID and ProjectID: the account behind the key. ProjectID is
+	// used when CreateServer/CreateSSHKey name none. Default: the zeroed IDs
+	// of the recordings.
+	OrganizationID string
+	ProjectID      string
+	// AllowedProjects, when set, are the only projects the key may act in;
+	// others get a typed permissions_denied (403).
+	AllowedProjects []string
+
+	// Delays of the server phases, multiplied by Scale (0 means 1).
+	Delays Delays
+	Scale  float64
+
+	// Stock: initial number of machines per zone and offer name, keyed
+	// "zone/OFFER-NAME" (e.g. "fr-par-2/EM-B112X-SSD") or just "OFFER-NAME"
+	// for every zone. Offers not named get their recorded stock field:
+	// available -> PlentyStock, low -> LowStock, empty -> 0.
+	Stock map[string]int
+	// PlentyStock and LowStock seed offers recorded as available / low
+	// (defaults 1000 and 10). LowStockThreshold: the offer's stock field
+	// says "low" at or below it (default 10), "empty" at 0.
+	PlentyStock       int
+	LowStock          int
+	LowStockThreshold int
+	// Stockout: how an order is answered when stock is 0 (default StockoutError).
+	Stockout StockoutMode
+
+	// Quotas: maximum servers per project and offer name, keyed
+	// "project-id/OFFER-NAME" or "OFFER-NAME" for every project. Unset: no limit.
+	Quotas map[string]int
+
+	// PrivateNetworkIDs, when set, are the only private networks that exist;
+	// attaching another gives a typed not_found. Unset: any UUID exists.
+	PrivateNetworkIDs []string
+
+	// NICs per server (default 2): MACs are derived from the server ID.
+	NICs int
+
+	// DefaultPageSize (default 50) and MaxPageSize (default 100) of list calls.
+	DefaultPageSize int
+	MaxPageSize     int
+
+	// Host plays the machines (rescue SSH, Talos API). Nil: no machines.
+	Host Host
+
+	// Logf, when set, receives one line per state change and host call
+	// (never the X-Auth-Token).
+	Logf func(format string, args ...any)
+}
+
+// DefaultSecretKey is the key used when Options.SecretKey is empty.
+const DefaultSecretKey = "11111111-1111-4111-8111-111111111111"
+
+// zeroID is the organization/project ID of the recordings.
+const zeroID = "00000000-0000-0000-0000-000000000000"
+
+// Profile names accepted by Profile.
+const (
+	ProfileTest      = "test"      // tens of milliseconds per phase
+	ProfileFast      = "fast"      // a few seconds per phase: an interactive demo
+	ProfileRealistic = "realistic" // minutes, like Scaleway (delivery 4-5 min, reboot 2-3 min)
+)
+
+// Profiles lists the profile names, for flag help.
+func Profiles() []string { return []string{ProfileTest, ProfileFast, ProfileRealistic} }
+
+// Profile returns Options with the delays of a named profile and defaults
+// everywhere else.
+func Profile(name string) (Options, error) {
+	var d Delays
+	switch name {
+	case ProfileTest:
+		d = Delays{Order: 0, Delivery: 40 * time.Millisecond, Install: 30 * time.Millisecond,
+			RebootStop: 15 * time.Millisecond, RebootStart: 15 * time.Millisecond,
+			Stop: 20 * time.Millisecond, Start: 20 * time.Millisecond, Delete: 20 * time.Millisecond,
+			OptionEnable: 10 * time.Millisecond, PrivateNetworkAttach: 15 * time.Millisecond,
+			PrivateNetworkDetach: 10 * time.Millisecond}
+	case ProfileFast:
+		d = Delays{Order: 0, Delivery: 3 * time.Second, Install: 2 * time.Second,
+			RebootStop: 1 * time.Second, RebootStart: 1500 * time.Millisecond,
+			Stop: 1 * time.Second, Start: 1500 * time.Millisecond, Delete: 1 * time.Second,
+			OptionEnable: 1 * time.Second, PrivateNetworkAttach: 1 * time.Second,
+			PrivateNetworkDetach: 500 * time.Millisecond}
+	case ProfileRealistic:
+		d = Delays{Order: 10 * time.Second, Delivery: 4*time.Minute + 30*time.Second, Install: 8 * time.Minute,
+			RebootStop: 45 * time.Second, RebootStart: 1*time.Minute + 45*time.Second,
+			Stop: 45 * time.Second, Start: 1*time.Minute + 45*time.Second, Delete: 30 * time.Second,
+			OptionEnable: 20 * time.Second, PrivateNetworkAttach: 30 * time.Second,
+			PrivateNetworkDetach: 20 * time.Second}
+	default:
+		return Options{}, fmt.Errorf("scwsim: unknown profile %q (want one of %s)", name, strings.Join(Profiles(), ", "))
+	}
+	o := Options{Delays: d}
+	return o.withDefaults(), nil
+}
+
+var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+var zoneRE = regexp.MustCompile(`^[a-z]{2}-[a-z]{3}-[0-9]$`)
+
+// Validate reports the first invalid field, naming it and the reason.
+func (o Options) Validate() error {
+	for _, z := range o.Zones {
+		if !zoneRE.MatchString(z) {
+			return fmt.Errorf("scwsim: Options.Zones: %q is not a zone like fr-par-2", z)
+		}
+	}
+	if o.Scale < 0 {
+		return fmt.Errorf("scwsim: Options.Scale: %v is negative", o.Scale)
+	}
+	for name, d := range o.Delays.byName() {
+		if d < 0 {
+			return fmt.Errorf("scwsim: Options.Delays.%s: %v is negative", name, d)
+		}
+	}
+	for _, id := range []struct{ field, v string }{{"OrganizationID", o.OrganizationID}, {"ProjectID", o.ProjectID}} {
+		if id.v != "" && !uuidRE.MatchString(id.v) {
+			return fmt.Errorf("scwsim: Options.%s: %q is not a UUID", id.field, id.v)
+		}
+	}
+	for _, p := range o.AllowedProjects {
+		if !uuidRE.MatchString(p) {
+			return fmt.Errorf("scwsim: Options.AllowedProjects: %q is not a UUID", p)
+		}
+	}
+	for _, p := range o.PrivateNetworkIDs {
+		if !uuidRE.MatchString(p) {
+			return fmt.Errorf("scwsim: Options.PrivateNetworkIDs: %q is not a UUID", p)
+		}
+	}
+	for k, n := range o.Stock {
+		if n < 0 {
+			return fmt.Errorf("scwsim: Options.Stock[%q]: %d is negative", k, n)
+		}
+		if _, _, err := splitKey(k, "zone", zoneRE); err != nil {
+			return fmt.Errorf("scwsim: Options.Stock[%q]: %w", k, err)
+		}
+		if _, name, _ := splitKey(k, "zone", zoneRE); !knownOfferName(name) {
+			return fmt.Errorf("scwsim: Options.Stock[%q]: no offer named %q in the catalogue", k, name)
+		}
+	}
+	for k, n := range o.Quotas {
+		if n < 0 {
+			return fmt.Errorf("scwsim: Options.Quotas[%q]: %d is negative", k, n)
+		}
+		if _, _, err := splitKey(k, "project", uuidRE); err != nil {
+			return fmt.Errorf("scwsim: Options.Quotas[%q]: %w", k, err)
+		}
+		if _, name, _ := splitKey(k, "project", uuidRE); !knownOfferName(name) {
+			return fmt.Errorf("scwsim: Options.Quotas[%q]: no offer named %q in the catalogue", k, name)
+		}
+	}
+	switch o.Stockout {
+	case "", StockoutError, StockoutServer:
+	default:
+		return fmt.Errorf("scwsim: Options.Stockout: %q is not %q or %q", o.Stockout, StockoutError, StockoutServer)
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"PlentyStock", o.PlentyStock}, {"LowStock", o.LowStock}, {"LowStockThreshold", o.LowStockThreshold},
+		{"NICs", o.NICs}, {"DefaultPageSize", o.DefaultPageSize}, {"MaxPageSize", o.MaxPageSize}} {
+		if f.v < 0 {
+			return fmt.Errorf("scwsim: Options.%s: %d is negative", f.name, f.v)
+		}
+	}
+	if o.DefaultPageSize > 0 && o.MaxPageSize > 0 && o.DefaultPageSize > o.MaxPageSize {
+		return fmt.Errorf("scwsim: Options.DefaultPageSize: %d is above MaxPageSize %d", o.DefaultPageSize, o.MaxPageSize)
+	}
+	return nil
+}
+
+// splitKey splits "prefix/NAME" or "NAME"; prefix must match re.
+func splitKey(k, what string, re *regexp.Regexp) (prefix, name string, err error) {
+	i := strings.LastIndex(k, "/")
+	if i < 0 {
+		return "", k, nil
+	}
+	prefix, name = k[:i], k[i+1:]
+	if !re.MatchString(prefix) {
+		return "", "", fmt.Errorf("%q is not a %s", prefix, what)
+	}
+	return prefix, name, nil
+}
+
+func (d Delays) byName() map[string]time.Duration {
+	return map[string]time.Duration{"Order": d.Order, "Delivery": d.Delivery, "Install": d.Install,
+		"RebootStop": d.RebootStop, "RebootStart": d.RebootStart, "Stop": d.Stop, "Start": d.Start,
+		"Delete": d.Delete, "OptionEnable": d.OptionEnable, "PrivateNetworkAttach": d.PrivateNetworkAttach,
+		"PrivateNetworkDetach": d.PrivateNetworkDetach}
+}
+
+func (o Options) withDefaults() Options {
+	if o.SecretKey == "" {
+		o.SecretKey = DefaultSecretKey
+	}
+	if o.Addr == "" {
+		o.Addr = "127.0.0.1:0"
+	}
+	if len(o.Zones) == 0 {
+		o.Zones = []string{"fr-par-1", "fr-par-2", "nl-ams-1"}
+	}
+	o.Zones = append([]string(nil), o.Zones...)
+	sort.Strings(o.Zones)
+	if o.OrganizationID == "" {
+		o.OrganizationID = zeroID
+	}
+	if o.ProjectID == "" {
+		o.ProjectID = zeroID
+	}
+	if o.Scale == 0 {
+		o.Scale = 1
+	}
+	if o.PlentyStock == 0 {
+		o.PlentyStock = 1000
+	}
+	if o.LowStock == 0 {
+		o.LowStock = 10
+	}
+	if o.LowStockThreshold == 0 {
+		o.LowStockThreshold = 10
+	}
+	if o.Stockout == "" {
+		o.Stockout = StockoutError
+	}
+	if o.NICs == 0 {
+		o.NICs = 2
+	}
+	if o.DefaultPageSize == 0 {
+		o.DefaultPageSize = 50
+	}
+	if o.MaxPageSize == 0 {
+		o.MaxPageSize = 100
+	}
+	if o.Host == nil {
+		o.Host = noHost{}
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	return o
+}
+
+// scaled applies Options.Scale to a delay.
+func (o Options) scaled(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * o.Scale)
+}
