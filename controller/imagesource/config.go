@@ -1,0 +1,175 @@
+package imagesource
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Environment variables of the controller that ConfigFromEnv reads. The S3
+// ones have the same names as em-imager publish's.
+const (
+	EnvEndpoint        = "S3_ENDPOINT"       // http://garage.garage.svc:3900
+	EnvRegion          = "S3_REGION"         // default DefaultRegion
+	EnvBucket          = "S3_BUCKET"         // bucket when the NodeClass names none
+	EnvAccessKey       = "AWS_ACCESS_KEY_ID" // empty: anonymous reads
+	EnvSecretKey       = "AWS_SECRET_ACCESS_KEY"
+	EnvSessionToken    = "AWS_SESSION_TOKEN"
+	EnvPublic          = "S3_PUBLIC"           // true: hand out plain URLs, no presigning
+	EnvPublicURL       = "S3_PUBLIC_URL"       // base of plain URLs; "{bucket}" is replaced
+	EnvPresignEndpoint = "S3_PRESIGN_ENDPOINT" // endpoint the rescue system can reach, if not S3_ENDPOINT
+	EnvURLExpiry       = "IMAGE_URL_EXPIRY"    // Go duration, default DefaultURLExpiry
+	EnvCacheTTL        = "IMAGE_MANIFEST_TTL"  // Go duration, default DefaultCacheTTL
+)
+
+// Defaults.
+const (
+	DefaultRegion = "garage"
+	// DefaultURLExpiry must cover the whole download: a Talos image is a few
+	// hundred MB and em-imager resumes with Range requests on the same URL.
+	DefaultURLExpiry = time.Hour
+	// MaxURLExpiry is SigV4's limit.
+	MaxURLExpiry    = 7 * 24 * time.Hour
+	DefaultCacheTTL = 5 * time.Minute
+)
+
+// Config is the controller-wide S3 access. Credentials stay here: Resolve
+// hands out presigned URLs, never keys.
+type Config struct {
+	Endpoint        string
+	Region          string
+	DefaultBucket   string
+	AccessKeyID     string
+	SecretAccessKey string
+	SessionToken    string
+	// Public: the objects are anonymously readable, hand out plain URLs.
+	Public bool
+	// PublicBaseURL is prefixed to the key for plain URLs ("{bucket}" is
+	// replaced by the bucket, e.g. Garage's web endpoint
+	// https://{bucket}.web.garage.example). Default: <Endpoint>/<bucket>.
+	PublicBaseURL string
+	// PresignEndpoint is the endpoint written into presigned URLs when the
+	// controller reaches S3 at an address the rescue system cannot
+	// (a cluster-internal Service). Default: Endpoint.
+	PresignEndpoint string
+	URLExpiry       time.Duration
+	CacheTTL        time.Duration
+	// HTTPClient fetches https manifest URLs and is used for S3 (nil: default).
+	HTTPClient *http.Client
+	// Now is the clock of the cache (tests); nil = time.Now.
+	Now func() time.Time
+}
+
+// String never shows the secret.
+func (c Config) String() string {
+	return fmt.Sprintf("endpoint=%s region=%s bucket=%s public=%v credentials=%v", c.Endpoint, c.Region, c.DefaultBucket, c.Public, c.AccessKeyID != "")
+}
+
+// ConfigFromEnv reads the Env* variables through getenv (os.Getenv).
+func ConfigFromEnv(getenv func(string) string) (Config, error) {
+	c := Config{
+		Endpoint:        strings.TrimSpace(getenv(EnvEndpoint)),
+		Region:          strings.TrimSpace(getenv(EnvRegion)),
+		DefaultBucket:   strings.TrimSpace(getenv(EnvBucket)),
+		AccessKeyID:     getenv(EnvAccessKey),
+		SecretAccessKey: getenv(EnvSecretKey),
+		SessionToken:    getenv(EnvSessionToken),
+		PublicBaseURL:   strings.TrimSpace(getenv(EnvPublicURL)),
+		PresignEndpoint: strings.TrimSpace(getenv(EnvPresignEndpoint)),
+	}
+	if v := strings.TrimSpace(getenv(EnvPublic)); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return c, fmt.Errorf("%s: %q: want true or false", EnvPublic, v)
+		}
+		c.Public = b
+	}
+	for _, d := range []struct {
+		env string
+		dst *time.Duration
+	}{{EnvURLExpiry, &c.URLExpiry}, {EnvCacheTTL, &c.CacheTTL}} {
+		if v := strings.TrimSpace(getenv(d.env)); v != "" {
+			x, err := time.ParseDuration(v)
+			if err != nil {
+				return c, fmt.Errorf("%s: %q: want a duration such as 1h", d.env, v)
+			}
+			*d.dst = x
+		}
+	}
+	return c, c.withDefaults().validate()
+}
+
+func (c Config) withDefaults() Config {
+	if c.Region == "" {
+		c.Region = DefaultRegion
+	}
+	if c.URLExpiry == 0 {
+		c.URLExpiry = DefaultURLExpiry
+	}
+	if c.CacheTTL == 0 {
+		c.CacheTTL = DefaultCacheTTL
+	}
+	if c.PresignEndpoint == "" {
+		c.PresignEndpoint = c.Endpoint
+	}
+	if c.HTTPClient == nil {
+		c.HTTPClient = http.DefaultClient
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.Endpoint != "" {
+		if _, _, err := parseEndpoint(EnvEndpoint, c.Endpoint); err != nil {
+			return err
+		}
+	}
+	if c.PresignEndpoint != "" {
+		if _, _, err := parseEndpoint(EnvPresignEndpoint, c.PresignEndpoint); err != nil {
+			return err
+		}
+	}
+	if (c.AccessKeyID == "") != (c.SecretAccessKey == "") {
+		return fmt.Errorf("credentials: %s and %s must be set together", EnvAccessKey, EnvSecretKey)
+	}
+	if !c.Public && c.Endpoint != "" && c.AccessKeyID == "" {
+		return fmt.Errorf("credentials: %s is false, so URLs are presigned, which needs %s and %s", EnvPublic, EnvAccessKey, EnvSecretKey)
+	}
+	if c.URLExpiry < time.Second || c.URLExpiry > MaxURLExpiry {
+		return fmt.Errorf("%s: %s: want 1s..%s", EnvURLExpiry, c.URLExpiry, MaxURLExpiry)
+	}
+	if c.CacheTTL < 0 {
+		return fmt.Errorf("%s: %s: want >= 0", EnvCacheTTL, c.CacheTTL)
+	}
+	if c.PublicBaseURL != "" {
+		u, err := url.Parse(strings.ReplaceAll(c.PublicBaseURL, "{bucket}", "b"))
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" {
+			return fmt.Errorf("%s: %q: want an http(s) URL without a query", EnvPublicURL, c.PublicBaseURL)
+		}
+	}
+	return nil
+}
+
+// parseEndpoint turns "http://host:port" into minio-go's host + secure flag.
+func parseEndpoint(name, s string) (host string, secure bool, err error) {
+	if !strings.Contains(s, "://") {
+		s = "https://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", false, fmt.Errorf("%s: not a URL: %v", name, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", false, fmt.Errorf("%s: scheme %q: want http or https", name, u.Scheme)
+	}
+	if u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+		return "", false, fmt.Errorf("%s: %q: want scheme://host[:port] only", name, u.Redacted())
+	}
+	return u.Host, u.Scheme == "https", nil
+}

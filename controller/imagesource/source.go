@@ -1,0 +1,547 @@
+package imagesource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/manifest"
+)
+
+// Settings say which image a NodeClass wants.
+type Settings struct {
+	// Bucket holding the image; "" = Config.DefaultBucket.
+	Bucket string
+	Prefix string
+	// SchematicID and TalosVersion select the directory; with ManifestURL
+	// they are optional and, when set, must match the manifest.
+	SchematicID  string
+	TalosVersion string
+	// Arch defaults to amd64.
+	Arch string
+	// FormatPreference lists formats best first ("zstd"/"zst", "xz");
+	// default DefaultFormatPreference.
+	FormatPreference []string
+	// ManifestURL names the manifest explicitly instead of by layout:
+	// s3://bucket/key (read with the controller's credentials) or an
+	// http(s) URL of a publicly readable manifest, whose images are then
+	// fetched from beside it without presigning.
+	ManifestURL string
+}
+
+// DefaultFormatPreference: zstd decodes several times faster than xz and is
+// usually only slightly larger.
+var DefaultFormatPreference = []string{manifest.FormatZstd, manifest.FormatXZ}
+
+// Image is what em-imager needs to write a node's disk.
+type Image struct {
+	// URL em-imager downloads: a public URL or a presigned GET. It carries a
+	// signature: log Redact(URL) or the Image itself (String redacts).
+	URL            string
+	Expires        time.Time // zero for a public URL
+	Format         string    // xz or zstd (em-imager --format)
+	RawSHA256      string    // em-imager --sha256; drift compares it
+	RawSize        int64
+	CompressedSize int64
+	CompressedSHA  string
+	SchematicID    string
+	TalosVersion   string
+	Arch           string
+	SectorSize     int
+	Bucket         string // "" for an http(s) manifest URL
+	Key            string // object key, or the redacted URL of the file
+	Manifest       *manifest.Manifest
+}
+
+// String redacts the URL, so printing an Image never leaks a signature.
+func (i *Image) String() string {
+	if i == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("%s %s/%s %s raw sha256 %s (%d bytes) from %s", i.Arch, i.SchematicID, i.TalosVersion, i.Format, i.RawSHA256, i.RawSize, Redact(i.URL))
+}
+
+// LogValue makes slog print the redacted form.
+func (i *Image) LogValue() slog.Value {
+	if i == nil {
+		return slog.StringValue("<nil>")
+	}
+	return slog.GroupValue(
+		slog.String("url", Redact(i.URL)),
+		slog.String("format", i.Format),
+		slog.String("rawSHA256", i.RawSHA256),
+		slog.Int64("rawSize", i.RawSize),
+		slog.String("schematicID", i.SchematicID),
+		slog.String("talosVersion", i.TalosVersion),
+	)
+}
+
+// Redact returns u without its query string, fragment and user info, so a
+// presigned URL can be logged: "https://s3.example/b/k?REDACTED".
+func Redact(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		// Do not echo something unparseable that may still hold a secret.
+		if i := strings.IndexAny(u, "?#@"); i >= 0 {
+			return u[:i] + "?REDACTED"
+		}
+		return u
+	}
+	hadQuery := p.RawQuery != "" || p.ForceQuery
+	p.User, p.RawQuery, p.Fragment, p.RawFragment, p.ForceQuery = nil, "", "", "", false
+	if hadQuery {
+		return p.String() + "?REDACTED"
+	}
+	return p.String()
+}
+
+// Source resolves Settings to Images. It is safe for concurrent use.
+type Source struct {
+	cfg     Config
+	client  *minio.Client // reads (nil when no endpoint is configured)
+	presign *minio.Client // signs URLs for the rescue system
+
+	mu    sync.Mutex
+	cache map[string]cached
+}
+
+type cached struct {
+	at    time.Time
+	m     *manifest.Manifest
+	file  manifest.File
+	bkt   string
+	key   string // object key, or file URL for http(s) manifests
+	plain bool   // key is a URL to hand out as is
+}
+
+// New checks cfg and builds the S3 clients. It makes no network call.
+func New(cfg Config) (*Source, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Source{cfg: cfg, cache: map[string]cached{}}
+	if cfg.Endpoint != "" {
+		var err error
+		if s.client, err = newClient(cfg, cfg.Endpoint); err != nil {
+			return nil, err
+		}
+		if s.presign, err = newClient(cfg, cfg.PresignEndpoint); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func newClient(cfg Config, endpoint string) (*minio.Client, error) {
+	host, secure, err := parseEndpoint(EnvEndpoint, endpoint)
+	if err != nil {
+		return nil, err
+	}
+	opts := &minio.Options{
+		Creds:        credentials.NewStaticV4(cfg.AccessKeyID, cfg.SecretAccessKey, cfg.SessionToken),
+		Secure:       secure,
+		Region:       cfg.Region, // known region: presigning needs no network call
+		BucketLookup: minio.BucketLookupPath,
+	}
+	if cfg.HTTPClient != nil && cfg.HTTPClient.Transport != nil {
+		opts.Transport = cfg.HTTPClient.Transport
+	}
+	return minio.New(host, opts)
+}
+
+// Invalidate drops every cached manifest, e.g. after em-imager reported a
+// digest mismatch, so the next Resolve reads the bucket again.
+func (s *Source) Invalidate() {
+	s.mu.Lock()
+	s.cache = map[string]cached{}
+	s.mu.Unlock()
+}
+
+type normalized struct {
+	Settings
+	prefs []string
+	// manifest location
+	bucket, key string // s3
+	httpURL     *url.URL
+}
+
+func (s *Source) normalize(in Settings) (*normalized, error) {
+	n := &normalized{Settings: in}
+	bad := func(format string, args ...any) error {
+		return &Error{Reason: ReasonInvalidSettings, Err: fmt.Errorf(format, args...)}
+	}
+	if n.Arch == "" {
+		n.Arch = "amd64"
+	}
+	if err := manifest.ValidateArch(n.Arch); err != nil {
+		return nil, bad("%v", err)
+	}
+	prefs := in.FormatPreference
+	if len(prefs) == 0 {
+		prefs = DefaultFormatPreference
+	}
+	for _, p := range prefs {
+		f, err := manifest.NormalizeFormat(p)
+		if err != nil {
+			return nil, bad("formatPreference: %v", err)
+		}
+		if !contains(n.prefs, f) {
+			n.prefs = append(n.prefs, f)
+		}
+	}
+	if n.SchematicID != "" {
+		if err := manifest.ValidateSchematicID(n.SchematicID); err != nil {
+			return nil, bad("%v", err)
+		}
+	}
+	if n.TalosVersion != "" {
+		if err := manifest.ValidateTalosVersion(n.TalosVersion); err != nil {
+			return nil, bad("%v", err)
+		}
+	}
+	if n.ManifestURL != "" {
+		u, err := url.Parse(n.ManifestURL)
+		if err != nil {
+			return nil, bad("manifestURL: %q is not a URL", Redact(n.ManifestURL))
+		}
+		switch u.Scheme {
+		case "s3":
+			n.bucket, n.key = u.Host, strings.TrimPrefix(u.Path, "/")
+			if n.bucket == "" || n.key == "" || strings.HasSuffix(n.key, "/") {
+				return nil, bad("manifestURL: %q: want s3://bucket/path/manifest.json", n.ManifestURL)
+			}
+			if s.client == nil {
+				return nil, bad("manifestURL: %s needs the controller's S3 endpoint (%s)", n.ManifestURL, EnvEndpoint)
+			}
+		case "http", "https":
+			if u.Host == "" {
+				return nil, bad("manifestURL: %q has no host", Redact(n.ManifestURL))
+			}
+			n.httpURL = u
+		default:
+			return nil, bad("manifestURL: scheme %q: want s3, http or https", u.Scheme)
+		}
+		return n, nil
+	}
+	if n.SchematicID == "" || n.TalosVersion == "" {
+		return nil, bad("schematicID and talosVersion are required unless manifestURL is set")
+	}
+	n.bucket = n.Bucket
+	if n.bucket == "" {
+		n.bucket = s.cfg.DefaultBucket
+	}
+	if n.bucket == "" {
+		return nil, bad("bucket: not set in the NodeClass and %s is empty", EnvBucket)
+	}
+	if s.client == nil {
+		return nil, bad("bucket %q: the controller has no S3 endpoint (%s)", n.bucket, EnvEndpoint)
+	}
+	l := manifest.Layout{Prefix: n.Prefix, SchematicID: n.SchematicID, TalosVersion: n.TalosVersion, Arch: n.Arch}
+	if err := l.Validate(); err != nil {
+		return nil, bad("%v", err)
+	}
+	n.key = l.ManifestKey()
+	return n, nil
+}
+
+func (n *normalized) cacheKey() string {
+	return strings.Join([]string{n.bucket, n.key, Redact(n.ManifestURL), n.SchematicID, n.TalosVersion, n.Arch, strings.Join(n.prefs, ",")}, "\x00")
+}
+
+// Resolve reads (or reuses, within the cache TTL) the manifest the settings
+// name, checks it and the chosen object, and returns a fresh URL for it.
+func (s *Source) Resolve(ctx context.Context, in Settings) (*Image, error) {
+	n, err := s.normalize(in)
+	if err != nil {
+		return nil, err
+	}
+	ck := n.cacheKey()
+	now := s.cfg.Now()
+	s.mu.Lock()
+	c, ok := s.cache[ck]
+	s.mu.Unlock()
+	if !ok || now.Sub(c.at) >= s.cfg.CacheTTL {
+		c, err = s.load(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		c.at = now
+		s.mu.Lock()
+		s.cache[ck] = c
+		s.mu.Unlock()
+	}
+	return s.image(ctx, c)
+}
+
+func (s *Source) load(ctx context.Context, n *normalized) (cached, error) {
+	var (
+		data  []byte
+		err   error
+		where string
+	)
+	if n.httpURL != nil {
+		where = Redact(n.httpURL.String())
+		data, err = s.httpGet(ctx, n.httpURL)
+	} else {
+		where = n.bucket + "/" + n.key
+		data, err = s.s3Get(ctx, n.bucket, n.key)
+	}
+	if err != nil {
+		return cached{}, withKey(err, where)
+	}
+	m, err := manifest.Parse(data)
+	if err != nil {
+		return cached{}, &Error{Reason: ReasonManifestInvalid, Key: where, Err: err}
+	}
+	if m.Arch != n.Arch {
+		return cached{}, &Error{Reason: ReasonWrongArchitecture, Key: where, Err: fmt.Errorf("manifest is for %s, the NodeClass wants %s", m.Arch, n.Arch)}
+	}
+	if n.SchematicID != "" && m.SchematicID != n.SchematicID {
+		return cached{}, &Error{Reason: ReasonManifestInvalid, Key: where, Err: fmt.Errorf("manifest is for schematic %s, the NodeClass wants %s", m.SchematicID, n.SchematicID)}
+	}
+	if n.TalosVersion != "" && m.TalosVersion != n.TalosVersion {
+		return cached{}, &Error{Reason: ReasonManifestInvalid, Key: where, Err: fmt.Errorf("manifest is for Talos %s, the NodeClass wants %s", m.TalosVersion, n.TalosVersion)}
+	}
+	var file manifest.File
+	found := false
+	for _, f := range n.prefs {
+		if file, found = m.File(f); found {
+			break
+		}
+	}
+	if !found {
+		var have []string
+		for _, f := range m.Files {
+			have = append(have, f.Format)
+		}
+		return cached{}, &Error{Reason: ReasonFormatUnavailable, Key: where, Err: fmt.Errorf("manifest lists %s, the NodeClass accepts %s", strings.Join(have, ", "), strings.Join(n.prefs, ", "))}
+	}
+
+	c := cached{m: m, file: file}
+	if n.httpURL != nil {
+		fu := *n.httpURL
+		fu.Path = path.Join(path.Dir(fu.Path), file.Name)
+		fu.RawPath, fu.RawQuery, fu.Fragment = "", "", ""
+		c.key, c.plain = fu.String(), true
+		if err := s.httpCheck(ctx, fu.String(), file); err != nil {
+			return cached{}, err
+		}
+		return c, nil
+	}
+	c.bkt, c.key = n.bucket, manifest.FileKey(n.key, file.Name)
+	if err := s.s3Check(ctx, c.bkt, c.key, file); err != nil {
+		return cached{}, err
+	}
+	return c, nil
+}
+
+// image builds the Image with a URL valid from now.
+func (s *Source) image(ctx context.Context, c cached) (*Image, error) {
+	img := &Image{
+		Format:         c.file.Format,
+		RawSHA256:      c.m.Raw.SHA256,
+		RawSize:        c.m.Raw.Size,
+		CompressedSize: c.file.Size,
+		CompressedSHA:  c.file.SHA256,
+		SchematicID:    c.m.SchematicID,
+		TalosVersion:   c.m.TalosVersion,
+		Arch:           c.m.Arch,
+		SectorSize:     c.m.SectorSize,
+		Bucket:         c.bkt,
+		Key:            c.key,
+		Manifest:       c.m,
+	}
+	switch {
+	case c.plain:
+		img.URL = c.key
+		img.Key = Redact(c.key)
+	case s.cfg.Public:
+		img.URL = s.publicURL(c.bkt, c.key)
+	default:
+		u, err := s.presign.PresignedGetObject(ctx, c.bkt, c.key, s.cfg.URLExpiry, nil)
+		if err != nil {
+			return nil, &Error{Reason: ReasonUnreachable, Key: c.bkt + "/" + c.key, Err: fmt.Errorf("presigning: %v", err)}
+		}
+		img.URL = u.String()
+		img.Expires = time.Now().Add(s.cfg.URLExpiry)
+	}
+	return img, nil
+}
+
+func (s *Source) publicURL(bucket, key string) string {
+	base := s.cfg.PublicBaseURL
+	if base == "" {
+		host, secure, _ := parseEndpoint(EnvEndpoint, s.cfg.PresignEndpoint)
+		scheme := "http"
+		if secure {
+			scheme = "https"
+		}
+		base = scheme + "://" + host + "/" + url.PathEscape(bucket)
+	} else {
+		base = strings.ReplaceAll(base, "{bucket}", bucket)
+	}
+	segs := strings.Split(key, "/")
+	for i := range segs {
+		segs[i] = url.PathEscape(segs[i])
+	}
+	return strings.TrimRight(base, "/") + "/" + strings.Join(segs, "/")
+}
+
+func (s *Source) s3Get(ctx context.Context, bucket, key string) ([]byte, error) {
+	obj, err := s.client.GetObject(ctx, bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		return nil, classifyS3(err, ReasonManifestMissing)
+	}
+	defer obj.Close()
+	data, err := io.ReadAll(io.LimitReader(obj, manifest.MaxSize+1))
+	if err != nil {
+		return nil, classifyS3(err, ReasonManifestMissing)
+	}
+	return data, nil
+}
+
+func (s *Source) s3Check(ctx context.Context, bucket, key string, f manifest.File) error {
+	st, err := s.client.StatObject(ctx, bucket, key, minio.StatObjectOptions{})
+	if err != nil {
+		return withKey(classifyS3(err, ReasonObjectMissing), bucket+"/"+key)
+	}
+	return checkObject(bucket+"/"+key, f, st.Size, metaSHA256(st.UserMetadata))
+}
+
+// checkObject compares what the store says about an object with the
+// manifest: a different size or sha256 metadata means the object was
+// replaced after the manifest was written (or the manifest is stale).
+func checkObject(where string, f manifest.File, size int64, sha string) error {
+	if size != f.Size {
+		return &Error{Reason: ReasonDigestMismatch, Key: where, Err: fmt.Errorf("object is %d bytes, the manifest says %d", size, f.Size)}
+	}
+	if sha != "" && !strings.EqualFold(sha, f.SHA256) {
+		return &Error{Reason: ReasonDigestMismatch, Key: where, Err: fmt.Errorf("object's sha256 metadata is %s, the manifest says %s", sha, f.SHA256)}
+	}
+	return nil
+}
+
+func (s *Source) httpGet(ctx context.Context, u *url.URL) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, &Error{Reason: ReasonInvalidSettings, Err: fmt.Errorf("manifestURL: %v", err)}
+	}
+	resp, err := s.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return nil, &Error{Reason: ReasonUnreachable, Err: unwrapURLError(err)}
+	}
+	defer resp.Body.Close()
+	if err := httpStatus(resp, ReasonManifestMissing); err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, manifest.MaxSize+1))
+	if err != nil {
+		return nil, &Error{Reason: ReasonUnreachable, Err: unwrapURLError(err)}
+	}
+	return data, nil
+}
+
+func (s *Source) httpCheck(ctx context.Context, fileURL string, f manifest.File) error {
+	where := Redact(fileURL)
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, fileURL, nil)
+	if err != nil {
+		return &Error{Reason: ReasonInvalidSettings, Key: where, Err: err}
+	}
+	resp, err := s.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return &Error{Reason: ReasonUnreachable, Key: where, Err: unwrapURLError(err)}
+	}
+	resp.Body.Close()
+	if err := httpStatus(resp, ReasonObjectMissing); err != nil {
+		return withKey(err, where)
+	}
+	return checkObject(where, f, resp.ContentLength, resp.Header.Get("X-Amz-Meta-"+manifest.MetaSHA256))
+}
+
+func httpStatus(resp *http.Response, missing Reason) error {
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return nil
+	case resp.StatusCode == http.StatusNotFound:
+		return &Error{Reason: missing, Err: fmt.Errorf("HTTP %s", resp.Status)}
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		return &Error{Reason: ReasonAccessDenied, Err: fmt.Errorf("HTTP %s", resp.Status)}
+	}
+	return &Error{Reason: ReasonUnreachable, Err: fmt.Errorf("HTTP %s", resp.Status)}
+}
+
+// classifyS3 maps a minio-go error; missing is the reason for NoSuchKey.
+func classifyS3(err error, missing Reason) error {
+	resp := minio.ToErrorResponse(err)
+	switch resp.Code {
+	case "NoSuchKey":
+		return &Error{Reason: missing, Err: errors.New("no such object")}
+	case "NoSuchBucket":
+		return &Error{Reason: ReasonBucketMissing, Err: errors.New("no such bucket")}
+	case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken", "AuthorizationHeaderMalformed":
+		return &Error{Reason: ReasonAccessDenied, Err: fmt.Errorf("the S3 server refused the controller's credentials (%s)", resp.Code)}
+	}
+	switch resp.StatusCode {
+	case http.StatusNotFound:
+		return &Error{Reason: missing, Err: fmt.Errorf("not found (%s)", resp.Code)}
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return &Error{Reason: ReasonAccessDenied, Err: fmt.Errorf("access denied (HTTP %d %s)", resp.StatusCode, resp.Code)}
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return &Error{Reason: ReasonUnreachable, Err: fmt.Errorf("S3 endpoint unreachable: %v", unwrapURLError(err))}
+	}
+	return &Error{Reason: ReasonUnreachable, Err: fmt.Errorf("S3: %v", unwrapURLError(err))}
+}
+
+// withKey fills in the object an *Error is about.
+func withKey(err error, key string) error {
+	var e *Error
+	if errors.As(err, &e) && e.Key == "" {
+		c := *e
+		c.Key = key
+		return &c
+	}
+	return err
+}
+
+// unwrapURLError drops the URL (which may carry a signature) from an
+// *url.Error, keeping the cause.
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("%s %s: %w", ue.Op, Redact(ue.URL), ue.Err)
+	}
+	return err
+}
+
+func metaSHA256(meta map[string]string) string {
+	for k, v := range meta {
+		if strings.EqualFold(k, manifest.MetaSHA256) {
+			return v
+		}
+	}
+	return ""
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,430 @@
+package publish
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/manifest"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/version"
+)
+
+// ToolName is recorded in every manifest publish writes.
+const ToolName = "em-imager publish"
+
+// DefaultBlockSize is the raw bytes per independent xz block / zstd frame:
+// small enough that a 2-core rescue system keeps both cores decoding, large
+// enough that the compression ratio stays within a few percent of one block.
+const DefaultBlockSize = 4 << 20
+
+// Options is a publish run. Main fills it from flags and the environment.
+type Options struct {
+	Input        string   // local path or http(s) URL of a raw, .raw.xz or .raw.zst image
+	SchematicID  string   // Image Factory schematic ID
+	TalosVersion string   // v1.12.0
+	Arch         string   // amd64 (default) or arm64
+	Prefix       string   // key prefix in the bucket
+	Formats      []string // canonical: xz, zstd
+	Reencode     bool     // re-encode even an input already in a wanted format
+	BlockSize    int      // raw bytes per independent block/frame
+	SectorSize   int      // 512 or 4096
+	Public       bool     // recorded in the manifest
+	Force        bool     // overwrite a manifest describing another raw image
+	VerifyOutput bool     // decode every file publish wrote before uploading
+	XZEncoder    string   // auto | external | go
+	Concurrency  int      // 0: GOMAXPROCS
+	WorkDir      string   // where compressed files are staged ("" = os.TempDir)
+	S3           S3Config
+	HTTPClient   *http.Client
+	// Now stamps the manifest (tests); nil = time.Now.
+	Now func() time.Time
+
+	xzBin string
+}
+
+// Object is one uploaded (or already present) image file.
+type Object struct {
+	Key    string `json:"key"`
+	Format string `json:"format"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	Action string `json:"action"` // uploaded | skipped (already there with the same size and sha256)
+}
+
+// Summary is the JSON object publish prints on stdout.
+type Summary struct {
+	OK             bool               `json:"ok"`
+	Error          *SummaryError      `json:"error,omitempty"`
+	Endpoint       string             `json:"endpoint,omitempty"`
+	Bucket         string             `json:"bucket,omitempty"`
+	InputFormat    string             `json:"inputFormat,omitempty"`
+	InputSize      int64              `json:"inputSize,omitempty"`
+	InputSHA256    string             `json:"inputSHA256,omitempty"`
+	Objects        []Object           `json:"objects,omitempty"`
+	ManifestKey    string             `json:"manifestKey,omitempty"`
+	ManifestAction string             `json:"manifestAction,omitempty"` // uploaded | skipped
+	Manifest       *manifest.Manifest `json:"manifest,omitempty"`
+	DurationMS     int64              `json:"durationMs"`
+}
+
+// SummaryError is the failure in a Summary.
+type SummaryError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Main runs `em-imager publish args...` and returns the exit status.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	start := time.Now()
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	sum := &Summary{}
+	o, err := parseFlags(args, stderr, os.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err == nil {
+		sum.Endpoint, sum.Bucket = o.S3.Endpoint, o.S3.Bucket
+		var s *Summary
+		s, err = Run(ctx, o, log)
+		if s != nil {
+			sum = s
+		}
+	}
+	sum.DurationMS = time.Since(start).Milliseconds()
+	if err != nil {
+		sum.OK = false
+		sum.Error = &SummaryError{Code: CodeOf(err), Message: err.Error()}
+		log.Error("publish failed", "code", sum.Error.Code, "error", err)
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if werr := enc.Encode(sum); werr != nil && err == nil {
+		return 1
+	}
+	if err != nil {
+		return ExitCode(CodeOf(err))
+	}
+	return 0
+}
+
+func parseFlags(args []string, stderr io.Writer, getenv func(string) string) (*Options, error) {
+	fs := flag.NewFlagSet("em-imager publish", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, `Usage: em-imager publish --input FILE|URL --schematic ID --talos-version vX.Y.Z [flags]
+
+Verifies a Talos metal image (raw, .raw.xz or .raw.zst), computes its digests,
+uploads the compressed files and then manifest.json to
+  <prefix>/<schematic>/<talos-version>/metal-<arch>.raw.{zst,xz}
+Publishing the same image again uploads nothing.
+
+Environment: %s (http://host:port), %s, %s (default %s),
+             %s, %s, %s (optional)
+
+Flags:
+`, EnvEndpoint, EnvBucket, EnvRegion, DefaultRegion, EnvAccessKey, EnvSecretKey, EnvSessionToken)
+		fs.PrintDefaults()
+	}
+	o := &Options{HTTPClient: http.DefaultClient}
+	var formats, bucket, endpoint string
+	var blockSize string
+	fs.StringVar(&o.Input, "input", "", "image to publish: local path or http(s) URL (raw, .raw.xz or .raw.zst; format from magic bytes)")
+	fs.StringVar(&o.SchematicID, "schematic", "", "Image Factory schematic ID (64 hex digits)")
+	fs.StringVar(&o.TalosVersion, "talos-version", "", "Talos version, e.g. v1.12.0")
+	fs.StringVar(&o.Arch, "arch", "amd64", "architecture: amd64 or arm64")
+	fs.StringVar(&o.Prefix, "prefix", "", "key prefix in the bucket")
+	fs.StringVar(&formats, "formats", "zst,xz", "compressed formats to publish, comma separated: zst, xz")
+	fs.BoolVar(&o.Reencode, "reencode", false, "re-encode an input already in a wanted format (independent blocks for parallel decode)")
+	fs.StringVar(&blockSize, "block-size", "4MiB", "raw bytes per independently decodable xz block / zstd frame (KiB/MiB suffix)")
+	fs.IntVar(&o.SectorSize, "sector-size", 512, "logical sector size the image is built for: 512 or 4096")
+	fs.BoolVar(&o.Public, "public", false, "record in the manifest that the objects are anonymously readable (publish sets no bucket policy)")
+	fs.BoolVar(&o.Force, "force", false, "replace a manifest that describes a different raw image at the same keys")
+	fs.BoolVar(&o.VerifyOutput, "verify-output", true, "decode every file publish encoded and compare with the raw digest before uploading")
+	fs.StringVar(&o.XZEncoder, "xz-encoder", "auto", "xz encoder: auto (xz binary if on PATH, else go), external, go")
+	fs.IntVar(&o.Concurrency, "concurrency", 0, "encoder/decoder threads (0: all cores)")
+	fs.StringVar(&o.WorkDir, "workdir", "", "directory for staged files (default: system temp dir)")
+	fs.StringVar(&bucket, "bucket", "", "bucket (default $"+EnvBucket+")")
+	fs.StringVar(&endpoint, "endpoint", "", "S3 endpoint URL (default $"+EnvEndpoint+")")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, &Error{Code: CodeInvalidArgument, Err: err}
+	}
+	if fs.NArg() > 0 {
+		return nil, &Error{Code: CodeInvalidArgument, Err: fmt.Errorf("unexpected arguments %q", fs.Args())}
+	}
+	o.S3 = S3ConfigFromEnv(getenv)
+	if bucket != "" {
+		o.S3.Bucket = bucket
+	}
+	if endpoint != "" {
+		o.S3.Endpoint = endpoint
+	}
+	for _, f := range strings.Split(formats, ",") {
+		if strings.TrimSpace(f) == "" {
+			continue
+		}
+		c, err := manifest.NormalizeFormat(f)
+		if err != nil {
+			return nil, &Error{Code: CodeInvalidArgument, Err: fmt.Errorf("--formats: %v", err)}
+		}
+		if !contains(o.Formats, c) {
+			o.Formats = append(o.Formats, c)
+		}
+	}
+	bs, err := parseSize(blockSize)
+	if err != nil {
+		return nil, &Error{Code: CodeInvalidArgument, Err: fmt.Errorf("--block-size: %v", err)}
+	}
+	o.BlockSize = bs
+	return o, nil
+}
+
+func parseSize(s string) (int, error) {
+	mult := 1
+	t := strings.TrimSpace(s)
+	switch {
+	case strings.HasSuffix(t, "MiB"):
+		mult, t = 1<<20, strings.TrimSuffix(t, "MiB")
+	case strings.HasSuffix(t, "KiB"):
+		mult, t = 1<<10, strings.TrimSuffix(t, "KiB")
+	}
+	var n int
+	if _, err := fmt.Sscanf(t, "%d", &n); err != nil || fmt.Sprint(n) != t {
+		return 0, fmt.Errorf("%q: want a number of bytes, optionally with KiB or MiB", s)
+	}
+	return n * mult, nil
+}
+
+func (o *Options) validate() error {
+	var errs []error
+	if o.Input == "" {
+		errs = append(errs, errors.New("--input: required"))
+	}
+	l := o.layout()
+	if err := l.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("--%s", flagFor(err.Error())))
+	}
+	if len(o.Formats) == 0 {
+		errs = append(errs, errors.New("--formats: empty: want zst, xz or both"))
+	}
+	if o.BlockSize < 64<<10 || o.BlockSize > 256<<20 {
+		errs = append(errs, fmt.Errorf("--block-size: %d: want 64KiB..256MiB", o.BlockSize))
+	}
+	if o.SectorSize != 512 && o.SectorSize != 4096 {
+		errs = append(errs, fmt.Errorf("--sector-size: %d: want 512 or 4096", o.SectorSize))
+	}
+	if o.Concurrency < 0 {
+		errs = append(errs, fmt.Errorf("--concurrency: %d: want >= 0", o.Concurrency))
+	}
+	bin, err := findXZ(o.XZEncoder)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	o.xzBin = bin
+	if err := o.S3.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return &Error{Code: CodeInvalidArgument, Err: errors.Join(errs...)}
+	}
+	return nil
+}
+
+// flagFor turns a manifest validation message ("schematicID: ...") into the
+// flag's spelling ("schematic: ...").
+func flagFor(msg string) string {
+	for field, fl := range map[string]string{"schematicID:": "schematic:", "talosVersion:": "talos-version:", "arch:": "arch:", "prefix:": "prefix:"} {
+		if strings.HasPrefix(msg, field) {
+			return fl + strings.TrimPrefix(msg, field)
+		}
+	}
+	return msg
+}
+
+func (o *Options) layout() manifest.Layout {
+	return manifest.Layout{Prefix: o.Prefix, SchematicID: o.SchematicID, TalosVersion: o.TalosVersion, Arch: o.Arch}
+}
+
+// Run verifies and encodes the input, uploads what is missing and then the
+// manifest. The Summary is non-nil whenever something was learned.
+func Run(ctx context.Context, o *Options, log *slog.Logger) (*Summary, error) {
+	if o.HTTPClient == nil {
+		o.HTTPClient = http.DefaultClient
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	sum := &Summary{Endpoint: o.S3.Endpoint, Bucket: o.S3.Bucket}
+	layout := o.layout()
+	sum.ManifestKey = layout.ManifestKey()
+
+	client, err := o.S3.newClient()
+	if err != nil {
+		return sum, &Error{Code: CodeInvalidArgument, Err: err}
+	}
+	// Check the bucket and the credentials before spending minutes encoding.
+	existing, err := readManifest(ctx, client, o.S3.Bucket, sum.ManifestKey)
+	if err != nil {
+		return sum, err
+	}
+
+	workdir, err := os.MkdirTemp(o.WorkDir, "em-imager-publish-")
+	if err != nil {
+		return sum, &Error{Code: CodeInternal, Err: fmt.Errorf("work dir: %v", err)}
+	}
+	defer os.RemoveAll(workdir)
+
+	p, err := prepare(ctx, o, log, workdir)
+	if err != nil {
+		return sum, err
+	}
+	sum.InputFormat, sum.InputSize, sum.InputSHA256 = p.inputFormat, p.inputSize, p.inputSHA256
+
+	m := &manifest.Manifest{
+		SchemaVersion: manifest.SchemaVersion,
+		SchematicID:   o.SchematicID,
+		TalosVersion:  o.TalosVersion,
+		Arch:          o.Arch,
+		SectorSize:    o.SectorSize,
+		Raw:           p.raw,
+		Public:        o.Public,
+		Tool:          manifest.Tool{Name: ToolName, Version: version.Version},
+		Created:       o.Now().UTC().Truncate(time.Second),
+	}
+	if existing != nil && existing.Raw != p.raw && !o.Force {
+		return sum, &Error{Code: CodeConflict, Err: fmt.Errorf("%s already describes a different raw image (sha256 %s, %d bytes; this input is %s, %d bytes): refusing to replace it without --force",
+			sum.ManifestKey, existing.Raw.SHA256, existing.Raw.Size, p.raw.SHA256, p.raw.Size)}
+	}
+	// Re-publishing an identical image must change nothing: when the staged
+	// files match the files the existing manifest lists, keep its entries
+	// (encoder names, block sizes) and its creation time.
+	for _, s := range p.files {
+		f := manifest.File{Format: s.format, Size: s.size, SHA256: s.sha256, BlockSize: s.blockSize, Encoder: s.encoder}
+		f.Name, _ = manifest.ImageName(o.Arch, s.format)
+		if existing != nil {
+			if old, ok := existing.File(s.format); ok && old.SHA256 == f.SHA256 && old.Size == f.Size {
+				f = old
+			}
+		}
+		m.Files = append(m.Files, f)
+	}
+	if existing != nil && manifest.SameImage(existing, m) {
+		m.Created, m.Tool = existing.Created, existing.Tool
+	}
+	body, err := m.Marshal()
+	if err != nil {
+		return sum, &Error{Code: CodeInternal, Err: err}
+	}
+
+	for _, s := range p.files {
+		key, _ := layout.ImageKey(s.format)
+		action, err := putFile(ctx, client, o.S3.Bucket, key, s, log)
+		if err != nil {
+			return sum, err
+		}
+		sum.Objects = append(sum.Objects, Object{Key: key, Format: s.format, Size: s.size, SHA256: s.sha256, Action: action})
+	}
+
+	sum.Manifest = m
+	if existing != nil && manifest.SameImage(existing, m) {
+		sum.ManifestAction = "skipped"
+		log.Info("manifest unchanged", "key", sum.ManifestKey)
+	} else {
+		// Last, so a reader never sees a manifest whose files are incomplete.
+		_, err := client.PutObject(ctx, o.S3.Bucket, sum.ManifestKey, bytes.NewReader(body), int64(len(body)), minio.PutObjectOptions{
+			ContentType:  "application/json",
+			CacheControl: "no-cache",
+		})
+		if err != nil {
+			return sum, s3Error("uploading "+sum.ManifestKey, err)
+		}
+		sum.ManifestAction = "uploaded"
+		log.Info("manifest uploaded", "key", sum.ManifestKey)
+	}
+	sum.OK = true
+	return sum, nil
+}
+
+// readManifest returns the manifest at key, nil when there is none (or it is
+// unreadable, which publish then replaces).
+func readManifest(ctx context.Context, c *minio.Client, bucket, key string) (*manifest.Manifest, error) {
+	obj, err := c.GetObject(ctx, bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		return nil, s3Error("reading "+key, err)
+	}
+	defer obj.Close()
+	data, err := io.ReadAll(io.LimitReader(obj, manifest.MaxSize+1))
+	if err != nil {
+		if minio.ToErrorResponse(err).Code == "NoSuchKey" {
+			return nil, nil
+		}
+		return nil, s3Error("reading "+key, err)
+	}
+	m, err := manifest.Parse(data)
+	if err != nil {
+		return nil, nil
+	}
+	return m, nil
+}
+
+// putFile uploads a staged file unless the object already has the same size
+// and sha256 metadata. Large files go up in parallel multipart uploads.
+func putFile(ctx context.Context, c *minio.Client, bucket, key string, s staged, log *slog.Logger) (string, error) {
+	st, err := c.StatObject(ctx, bucket, key, minio.StatObjectOptions{})
+	switch {
+	case err == nil:
+		if st.Size == s.size && metaSHA256(st.UserMetadata) == s.sha256 {
+			log.Info("already uploaded", "key", key, "size", s.size)
+			return "skipped", nil
+		}
+	case minio.ToErrorResponse(err).Code == "NoSuchKey":
+	default:
+		return "", s3Error("checking "+key, err)
+	}
+	f, err := os.Open(s.path)
+	if err != nil {
+		return "", &Error{Code: CodeInternal, Err: err}
+	}
+	defer f.Close()
+	contentType := "application/zstd"
+	if s.format == manifest.FormatXZ {
+		contentType = "application/x-xz"
+	}
+	start := time.Now()
+	_, err = c.PutObject(ctx, bucket, key, f, s.size, minio.PutObjectOptions{
+		ContentType:  contentType,
+		UserMetadata: map[string]string{manifest.MetaSHA256: s.sha256},
+		PartSize:     16 << 20,
+	})
+	if err != nil {
+		return "", s3Error("uploading "+key, err)
+	}
+	log.Info("uploaded", "key", key, "size", s.size, "took", time.Since(start).Round(time.Millisecond))
+	return "uploaded", nil
+}
+
+// metaSHA256 finds the sha256 user metadata whatever case the server used.
+func metaSHA256(meta map[string]string) string {
+	for k, v := range meta {
+		if strings.EqualFold(k, manifest.MetaSHA256) {
+			return v
+		}
+	}
+	return ""
+}
