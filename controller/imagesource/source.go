@@ -491,7 +491,9 @@ func classifyS3(err error, missing Reason) error {
 		return &Error{Reason: missing, Err: errors.New("no such object")}
 	case "NoSuchBucket":
 		return &Error{Reason: ReasonBucketMissing, Err: errors.New("no such bucket")}
-	case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken", "AuthorizationHeaderMalformed":
+	case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken", "AuthorizationHeaderMalformed",
+		// versitygw answers an unknown access key with 404 XAdminUserNotFound.
+		"XAdminUserNotFound":
 		return &Error{Reason: ReasonAccessDenied, Err: fmt.Errorf("the S3 server refused the controller's credentials (%s)", resp.Code)}
 	}
 	switch resp.StatusCode {

@@ -79,7 +79,9 @@ func CodeOf(err error) string {
 func s3Error(what string, err error) error {
 	resp := minio.ToErrorResponse(err)
 	switch resp.Code {
-	case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken", "AuthorizationHeaderMalformed":
+	case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken", "AuthorizationHeaderMalformed",
+		// versitygw answers an unknown access key with 404 XAdminUserNotFound.
+		"XAdminUserNotFound":
 		return &Error{Code: CodeS3AccessDenied, Err: fmt.Errorf("%s: access denied by the S3 server (%s): check %s/%s and the key's permissions on the bucket", what, resp.Code, EnvAccessKey, EnvSecretKey)}
 	case "NoSuchBucket":
 		return &Error{Code: CodeS3NoSuchBucket, Err: fmt.Errorf("%s: bucket %q does not exist", what, resp.BucketName)}

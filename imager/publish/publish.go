@@ -86,10 +86,14 @@ type SummaryError struct {
 
 // Main runs `em-imager publish args...` and returns the exit status.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return mainEnv(ctx, args, stdout, stderr, os.Getenv)
+}
+
+func mainEnv(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	start := time.Now()
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	sum := &Summary{}
-	o, err := parseFlags(args, stderr, os.Getenv)
+	o, err := parseFlags(args, stderr, getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
