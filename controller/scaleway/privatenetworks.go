@@ -93,4 +93,3 @@ func VLANs(list []*baremetalv3.ServerPrivateNetwork) map[string]uint32 {
 	}
 	return out
 }
-
