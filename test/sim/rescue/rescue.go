@@ -1,0 +1,435 @@
+// Package rescue plays Scaleway's rescue system for one simulated server: a
+// real SSH server (golang.org/x/crypto/ssh) that lets in only user "rescue"
+// with the public keys given at reboot, serves SFTP (github.com/pkg/sftp)
+// confined to the machine's home directory, and runs exec requests for real
+// with /bin/sh.
+//
+// Exec requests run `/bin/sh -c <command>` with:
+//
+//	cwd   = Options.Home
+//	PATH  = Options.BinDir:/usr/bin:/bin (BinDir holds a `sudo` that drops its
+//	        options and runs the rest: the rescue user is root already)
+//	HOME  = Options.Home, plus Options.Env (EM_IMAGER_SYSROOT=...)
+//
+// stdout and stderr stream back on the channel, the exit status is sent as
+// "exit-status" (or "exit-signal" when the process was killed), and the whole
+// process group is killed when the channel or connection closes, or when the
+// server is closed (the machine powers off).
+//
+// SFTP sees the real paths of the machine's filesystem, but only Home and
+// below: relative paths resolve against Home, anything outside it (including
+// through symlinks) is refused with "permission denied". Upload the helper
+// with a relative path (e.g. "em-imager") and run it as "./em-imager".
+//
+//	srv, err := rescue.Start(rescue.Options{Addr: "127.0.0.7:2222", AuthorizedKeys: keys, Home: home, BinDir: bin})
+//	defer srv.Close()
+package rescue
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/pkg/sftp"
+	"golang.org/x/crypto/ssh"
+)
+
+// User is the only login the rescue system accepts.
+const User = "rescue"
+
+// Options configure one rescue SSH server.
+type Options struct {
+	// Addr to listen on, host:port (the machine's IPv4 and the SSH port).
+	Addr string
+	// AuthorizedKeys are authorized_keys lines; only these keys may log in.
+	AuthorizedKeys []string
+	// Home is the rescue user's home: cwd of commands and SFTP's root.
+	Home string
+	// BinDir is put first on PATH; Start writes the sudo shim there.
+	BinDir string
+	// Env is added to the environment of commands (KEY=VALUE).
+	Env []string
+	// HostKey signs the server's host key; nil generates an ed25519 key.
+	HostKey ssh.Signer
+	// Logger receives connection and command logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Server is a running rescue SSH server.
+type Server struct {
+	opts    Options
+	ln      net.Listener
+	config  *ssh.ServerConfig
+	hostKey ssh.Signer
+	log     *slog.Logger
+	home    string // Home with symlinks resolved
+
+	mu     sync.Mutex
+	closed bool
+	conns  map[*ssh.ServerConn]struct{}
+	procs  map[*os.Process]struct{}
+	wg     sync.WaitGroup
+}
+
+const sudoShim = `#!/bin/sh
+# sudo of the simulated rescue system: the rescue user is root already, so
+# drop sudo's options and run the command with the same environment.
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -u|-g|-C|-D|-h|-p|-r|-t|-U) shift 2 ;;
+    --) shift; break ;;
+    -*) shift ;;
+    *) break ;;
+  esac
+done
+exec "$@"
+`
+
+// Start listens on opts.Addr and serves in the background.
+func Start(opts Options) (*Server, error) {
+	if opts.Addr == "" {
+		return nil, errors.New("rescue: Addr is empty")
+	}
+	if opts.Home == "" {
+		return nil, errors.New("rescue: Home is empty")
+	}
+	var keys [][]byte
+	for i, line := range opts.AuthorizedKeys {
+		pk, _, _, _, err := ssh.ParseAuthorizedKey([]byte(line))
+		if err != nil {
+			return nil, fmt.Errorf("rescue: authorized key %d: %w", i, err)
+		}
+		keys = append(keys, pk.Marshal())
+	}
+	if err := os.MkdirAll(opts.Home, 0o700); err != nil {
+		return nil, err
+	}
+	home, err := filepath.EvalSymlinks(opts.Home)
+	if err != nil {
+		return nil, err
+	}
+	if opts.BinDir != "" {
+		if err := os.MkdirAll(opts.BinDir, 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(opts.BinDir, "sudo"), []byte(sudoShim), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	hostKey := opts.HostKey
+	if hostKey == nil {
+		if hostKey, err = NewHostKey(); err != nil {
+			return nil, err
+		}
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{
+		opts: opts, hostKey: hostKey, log: log.With("addr", opts.Addr), home: home,
+		conns: map[*ssh.ServerConn]struct{}{}, procs: map[*os.Process]struct{}{},
+	}
+	s.config = &ssh.ServerConfig{
+		PublicKeyCallback: func(c ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
+			if c.User() != User {
+				return nil, fmt.Errorf("user %q not allowed", c.User())
+			}
+			m := key.Marshal()
+			for _, k := range keys {
+				if string(k) == string(m) {
+					return &ssh.Permissions{}, nil
+				}
+			}
+			return nil, errors.New("public key not authorized")
+		},
+		ServerVersion: "SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13",
+	}
+	s.config.AddHostKey(hostKey)
+	s.ln, err = net.Listen("tcp", opts.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("rescue: listen %s: %w", opts.Addr, err)
+	}
+	s.wg.Add(1)
+	go s.accept()
+	return s, nil
+}
+
+// NewHostKey generates an ed25519 host key.
+func NewHostKey() (ssh.Signer, error) {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	return ssh.NewSignerFromKey(priv)
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// HostKey is the server's public host key.
+func (s *Server) HostKey() ssh.PublicKey { return s.hostKey.PublicKey() }
+
+// Close stops listening, drops every connection and kills every command, as
+// a power-off does. It waits until all of it is gone.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	err := s.ln.Close()
+	for p := range s.procs {
+		_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
+	}
+	for c := range s.conns {
+		_ = c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return err
+}
+
+func (s *Server) accept() {
+	defer s.wg.Done()
+	for {
+		nc, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		s.wg.Add(1)
+		go s.serveConn(nc)
+	}
+}
+
+func (s *Server) serveConn(nc net.Conn) {
+	defer s.wg.Done()
+	_ = nc.SetDeadline(time.Now().Add(30 * time.Second)) // handshake only
+	conn, chans, reqs, err := ssh.NewServerConn(nc, s.config)
+	if err != nil {
+		s.log.Debug("ssh handshake failed", "remote", nc.RemoteAddr(), "err", err)
+		_ = nc.Close()
+		return
+	}
+	_ = nc.SetDeadline(time.Time{})
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		_ = conn.Close()
+		return
+	}
+	s.conns[conn] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, conn)
+		s.mu.Unlock()
+		_ = conn.Close()
+	}()
+	s.log.Debug("ssh login", "user", conn.User(), "remote", conn.RemoteAddr())
+	go ssh.DiscardRequests(reqs)
+	var cw sync.WaitGroup
+	for nch := range chans {
+		if nch.ChannelType() != "session" {
+			_ = nch.Reject(ssh.UnknownChannelType, "only session channels are supported")
+			continue
+		}
+		ch, creqs, err := nch.Accept()
+		if err != nil {
+			continue
+		}
+		cw.Add(1)
+		go func() {
+			defer cw.Done()
+			s.session(ch, creqs)
+		}()
+	}
+	cw.Wait()
+}
+
+// session serves one session channel: env, exec, shell or the sftp subsystem.
+func (s *Server) session(ch ssh.Channel, reqs <-chan *ssh.Request) {
+	defer ch.Close()
+	var env []string
+	for req := range reqs {
+		switch req.Type {
+		case "env":
+			var kv struct{ Name, Value string }
+			if err := ssh.Unmarshal(req.Payload, &kv); err != nil {
+				_ = req.Reply(false, nil)
+				continue
+			}
+			// Like OpenSSH's default AcceptEnv: locale only.
+			ok := kv.Name == "LANG" || strings.HasPrefix(kv.Name, "LC_")
+			if ok {
+				env = append(env, kv.Name+"="+kv.Value)
+			}
+			_ = req.Reply(ok, nil)
+		case "exec", "shell":
+			var command string
+			if req.Type == "exec" {
+				var p struct{ Command string }
+				if err := ssh.Unmarshal(req.Payload, &p); err != nil {
+					_ = req.Reply(false, nil)
+					continue
+				}
+				command = p.Command
+			}
+			_ = req.Reply(true, nil)
+			s.run(ch, reqs, req.Type == "shell", command, env)
+			return
+		case "subsystem":
+			var p struct{ Name string }
+			if err := ssh.Unmarshal(req.Payload, &p); err != nil || p.Name != "sftp" {
+				_ = req.Reply(false, nil)
+				continue
+			}
+			_ = req.Reply(true, nil)
+			go ssh.DiscardRequests(reqs)
+			srv := sftp.NewRequestServer(ch, s.sftpHandlers(), sftp.WithStartDirectory(s.home))
+			if err := srv.Serve(); err != nil && !errors.Is(err, io.EOF) {
+				s.log.Debug("sftp session ended", "err", err)
+			}
+			_ = srv.Close()
+			return
+		default: // pty-req, x11-req, auth-agent-req...: not offered
+			if req.WantReply {
+				_ = req.Reply(false, nil)
+			}
+		}
+	}
+}
+
+// run executes the command and reports its exit status on the channel.
+func (s *Server) run(ch ssh.Channel, reqs <-chan *ssh.Request, shell bool, command string, env []string) {
+	args := []string{"-c", command}
+	if shell {
+		args = nil
+	}
+	cmd := exec.Command("/bin/sh", args...)
+	cmd.Dir = s.opts.Home
+	path := "/usr/bin:/bin"
+	if s.opts.BinDir != "" {
+		path = s.opts.BinDir + ":" + path
+	}
+	cmd.Env = append([]string{"PATH=" + path, "HOME=" + s.opts.Home, "USER=" + User, "LOGNAME=" + User, "SHELL=/bin/sh"}, env...)
+	cmd.Env = append(cmd.Env, s.opts.Env...)
+	cmd.Stdout = ch
+	cmd.Stderr = ch.Stderr()
+	// Children that keep the pipes open must not hold the session forever.
+	cmd.WaitDelay = 2 * time.Second
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		sendExit(ch, 127)
+		return
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	if err := cmd.Start(); err != nil {
+		s.mu.Unlock()
+		fmt.Fprintf(ch.Stderr(), "sh: %v\n", err)
+		sendExit(ch, 127)
+		return
+	}
+	s.procs[cmd.Process] = struct{}{}
+	s.mu.Unlock()
+	s.log.Debug("exec", "command", command, "pid", cmd.Process.Pid)
+
+	go func() {
+		_, _ = io.Copy(stdin, ch)
+		_ = stdin.Close()
+	}()
+	// The request channel closes when the client closes the channel or the
+	// connection drops: the command dies with it, as with sshd.
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case req, ok := <-reqs:
+				if !ok {
+					_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+					return
+				}
+				if req.Type == "signal" {
+					var p struct{ Signal string }
+					if ssh.Unmarshal(req.Payload, &p) == nil {
+						if sig, ok := signals[ssh.Signal(p.Signal)]; ok {
+							_ = syscall.Kill(-cmd.Process.Pid, sig)
+						}
+					}
+				}
+				if req.WantReply {
+					_ = req.Reply(false, nil)
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	err = cmd.Wait()
+	close(done)
+	s.mu.Lock()
+	delete(s.procs, cmd.Process)
+	s.mu.Unlock()
+
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		sendExit(ch, 0)
+	case errors.As(err, &ee):
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			sendSignal(ch, ws.Signal())
+		} else {
+			sendExit(ch, ee.ExitCode())
+		}
+	default:
+		sendExit(ch, 255)
+	}
+	_ = ch.CloseWrite()
+}
+
+var signals = map[ssh.Signal]syscall.Signal{
+	ssh.SIGABRT: syscall.SIGABRT, ssh.SIGALRM: syscall.SIGALRM, ssh.SIGFPE: syscall.SIGFPE,
+	ssh.SIGHUP: syscall.SIGHUP, ssh.SIGILL: syscall.SIGILL, ssh.SIGINT: syscall.SIGINT,
+	ssh.SIGKILL: syscall.SIGKILL, ssh.SIGPIPE: syscall.SIGPIPE, ssh.SIGQUIT: syscall.SIGQUIT,
+	ssh.SIGSEGV: syscall.SIGSEGV, ssh.SIGTERM: syscall.SIGTERM, ssh.SIGUSR1: syscall.SIGUSR1,
+	ssh.SIGUSR2: syscall.SIGUSR2,
+}
+
+func sendExit(ch ssh.Channel, code int) {
+	b := make([]byte, 4)
+	binary.BigEndian.PutUint32(b, uint32(code))
+	_, _ = ch.SendRequest("exit-status", false, b)
+}
+
+func sendSignal(ch ssh.Channel, sig syscall.Signal) {
+	name := "KILL"
+	for k, v := range signals {
+		if v == sig {
+			name = string(k)
+		}
+	}
+	_, _ = ch.SendRequest("exit-signal", false, ssh.Marshal(struct {
+		Signal     string
+		CoreDumped bool
+		Message    string
+		Lang       string
+	}{Signal: name}))
+}
