@@ -269,7 +269,8 @@ func (s *Sim) applyRequestFault(w http.ResponseWriter, r *http.Request, f *Fault
 		case <-r.Context().Done():
 		case <-s.ctx.Done():
 		}
-		return true
+		// Drop the connection: returning would send an empty 200.
+		panic(http.ErrAbortHandler)
 	case FaultDelay:
 		t := time.NewTimer(f.Delay)
 		defer t.Stop()
@@ -277,9 +278,9 @@ func (s *Sim) applyRequestFault(w http.ResponseWriter, r *http.Request, f *Fault
 		case <-t.C:
 			return false
 		case <-r.Context().Done():
-			return true
+			panic(http.ErrAbortHandler)
 		case <-s.ctx.Done():
-			return true
+			panic(http.ErrAbortHandler)
 		}
 	}
 	return false

@@ -471,10 +471,10 @@ func (s *Sim) createServer(rec *statusRecorder, r *http.Request) (any, *apiError
 	s.servers[id] = sv
 	switch {
 	case s.stock[stockKey] <= 0: // StockoutServer
-		sv.status = stOutOfStock
+		s.setStatus(sv, stOutOfStock)
 	case install != nil || s.opts.Delays.Order > 0:
 		s.takeStock(sv)
-		sv.status = stOrdered
+		s.setStatus(sv, stOrdered)
 		s.schedule(sv, s.opts.Delays.Order, func() { s.startDelivery(sv) })
 	default:
 		s.takeStock(sv)
@@ -568,9 +568,18 @@ func (s *Sim) resumeStuck() {
 }
 
 func (s *Sim) setStatus(sv *server, status string) {
-	s.logf("server %s: %s -> %s", sv.id, sv.status, status)
+	s.logf("server %s: %q -> %s", sv.id, sv.status, status)
 	sv.status = status
 	sv.updatedAt = s.now()
+	s.history[sv.id] = append(s.history[sv.id], status)
+}
+
+// History returns every status a server went through, in order, also after
+// it is gone ("gone" is appended then).
+func (s *Sim) History(id string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.history[id]...)
 }
 
 // act marks a user action: pending transitions of the server are dropped.
@@ -921,6 +930,7 @@ func (s *Sim) deleteServer(rec *statusRecorder, r *http.Request) (any, *apiError
 func (s *Sim) remove(sv *server) {
 	delete(s.servers, sv.id)
 	s.gone[sv.id] = true
+	s.history[sv.id] = append(s.history[sv.id], "gone")
 	if sv.holdsStock {
 		s.stock[sv.zone+"/"+sv.offer.Name]++
 		s.releaseStockout(sv.zone, sv.offer.Name)
