@@ -11,14 +11,13 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/decompress"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/manifest"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/source"
 )
 
 // staged is one compressed file ready for upload.
@@ -56,57 +55,24 @@ func (c *counter) Write(p []byte) (int, error) {
 
 func (c *counter) sum() string { return hex.EncodeToString(c.h.Sum(nil)) }
 
-// openInput opens a local path or an http(s) URL.
-func openInput(ctx context.Context, in string, client *http.Client) (io.ReadCloser, error) {
-	if strings.HasPrefix(in, "http://") || strings.HasPrefix(in, "https://") {
-		u, err := url.Parse(in)
-		if err != nil {
-			return nil, &Error{Code: CodeInvalidArgument, Err: fmt.Errorf("--input: not a URL: %v", err)}
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-		if err != nil {
-			return nil, &Error{Code: CodeInvalidArgument, Err: fmt.Errorf("--input: %v", err)}
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return nil, &Error{Code: CodeInputUnreachable, Err: fmt.Errorf("input %s: %v", redactURL(u), unwrapURLError(err))}
-		}
-		if resp.StatusCode != http.StatusOK {
-			resp.Body.Close()
-			return nil, &Error{Code: CodeInputUnreachable, Err: fmt.Errorf("input %s: HTTP %s", redactURL(u), resp.Status)}
-		}
-		return resp.Body, nil
+// openInput opens a local path or an http(s) URL through imager/source,
+// which retries and resumes a broken download with Range requests.
+func openInput(ctx context.Context, in string, client *http.Client, log *slog.Logger) (io.ReadCloser, error) {
+	if st, err := os.Stat(in); err == nil && st.IsDir() {
+		return nil, &Error{Code: CodeInvalidArgument, Err: fmt.Errorf("--input %s: is a directory", in)}
 	}
-	f, err := os.Open(in)
+	r, err := source.Open(ctx, in, source.Options{
+		Client: client,
+		Log:    func(format string, args ...any) { log.Warn(fmt.Sprintf(format, args...)) },
+	})
 	if err != nil {
-		return nil, &Error{Code: CodeInputUnreachable, Err: fmt.Errorf("input: %v", err)}
+		if ctx.Err() != nil {
+			return nil, &Error{Code: CodeInterrupted, Err: ctx.Err()}
+		}
+		// source's errors never carry a URL query.
+		return nil, &Error{Code: CodeInputUnreachable, Err: fmt.Errorf("input %s: %v", source.RedactURL(in), err)}
 	}
-	if st, err := f.Stat(); err == nil && st.IsDir() {
-		f.Close()
-		return nil, &Error{Code: CodeInvalidArgument, Err: fmt.Errorf("input %s: is a directory", in)}
-	}
-	return f, nil
-}
-
-func unwrapURLError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
-}
-
-// redactURL drops credentials and the query (which may be a presigned
-// signature) from a URL before it goes into a log or an error.
-func redactURL(u *url.URL) string {
-	c := *u
-	c.User = nil
-	q := c.RawQuery != ""
-	c.RawQuery, c.Fragment = "", ""
-	if q {
-		return c.String() + "?REDACTED"
-	}
-	return c.String()
+	return r, nil
 }
 
 // prepare reads the input once: it detects the format from the magic bytes,
@@ -114,7 +80,7 @@ func redactURL(u *url.URL) string {
 // encoders the formats need, and then checks every new file by decoding it
 // again. Nothing is uploaded until it returns without error.
 func prepare(ctx context.Context, o *Options, log *slog.Logger, workdir string) (*prepared, error) {
-	in, err := openInput(ctx, o.Input, o.HTTPClient)
+	in, err := openInput(ctx, o.Input, o.HTTPClient, log)
 	if err != nil {
 		return nil, err
 	}

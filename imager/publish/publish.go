@@ -46,7 +46,7 @@ type Options struct {
 	Concurrency  int      // 0: GOMAXPROCS
 	WorkDir      string   // where compressed files are staged ("" = os.TempDir)
 	S3           S3Config
-	HTTPClient   *http.Client
+	HTTPClient   *http.Client // input downloads (nil: imager/source's client with timeouts)
 	// Now stamps the manifest (tests); nil = time.Now.
 	Now func() time.Time
 
@@ -140,7 +140,7 @@ Flags:
 `, EnvEndpoint, EnvBucket, EnvRegion, DefaultRegion, EnvAccessKey, EnvSecretKey, EnvSessionToken)
 		fs.PrintDefaults()
 	}
-	o := &Options{HTTPClient: http.DefaultClient}
+	o := &Options{}
 	var formats, bucket, endpoint string
 	var blockSize string
 	fs.StringVar(&o.Input, "input", "", "image to publish: local path or http(s) URL (raw, .raw.xz or .raw.zst; format from magic bytes)")
@@ -265,9 +265,6 @@ func (o *Options) layout() manifest.Layout {
 // Run verifies and encodes the input, uploads what is missing and then the
 // manifest. The Summary is non-nil whenever something was learned.
 func Run(ctx context.Context, o *Options, log *slog.Logger) (*Summary, error) {
-	if o.HTTPClient == nil {
-		o.HTTPClient = http.DefaultClient
-	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
