@@ -1,0 +1,292 @@
+// Package faketree builds a fake host tree (sys/, dev/, proc/) shaped like
+// the files em-imager reads, for tests and for simulated rescue hosts: point
+// em-imager at it with --sysroot DIR or EM_IMAGER_SYSROOT=DIR. Disks become
+// sparse regular files at DIR/dev/NAME. imager/README.md lists every file.
+package faketree
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"unsafe"
+)
+
+// Disk is one entry of /sys/block.
+type Disk struct {
+	Name       string // nvme0n1, sda, loop0...
+	Size       int64  // bytes; the dev node is a sparse file of this size
+	SectorSize int    // logical sector size, default 512
+	Rotational bool
+	Removable  bool
+	ReadOnly   bool
+	USB        bool // placed under a /usb path in sysfs
+	Model      string
+	Serial     string
+	WWID       string
+	Partitions []string // partition names (sda1, nvme0n1p1): sys entries and dev nodes
+	Holders    []string // devices holding the disk (md127, dm-0)
+	NoDevNode  bool     // leave DIR/dev/NAME out (a disk sysfs knows but udev did not create)
+}
+
+// NIC is one entry of /sys/class/net.
+type NIC struct {
+	Name    string
+	MAC     string // current address
+	PermMAC string // permanent address (written as bonding_slave/perm_hwaddr when Master is set, else permaddr)
+	Driver  string
+	PCI     string // PCI function, e.g. 0000:01:00.0
+	Up      bool
+	Speed   int    // Mbit/s
+	Virtual bool   // under /devices/virtual, no device link (lo, bond0, br0)
+	Master  string // bond the interface belongs to
+}
+
+// Host is the whole fake machine.
+type Host struct {
+	Disks  []Disk
+	NICs   []NIC
+	Mounts []string // /proc/self/mounts lines: "SOURCE TARGET FSTYPE"
+	Swaps  []string // swap devices (/dev/sdb2)
+	// DefaultRoute names the interface of the IPv4 default route (and IPv6 when DefaultRoute6 is set).
+	DefaultRoute  string
+	DefaultRoute6 string
+}
+
+func write(path, content string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(content+"\n"), 0o644)
+}
+
+func link(target, path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	rel, err := filepath.Rel(filepath.Dir(path), target)
+	if err != nil {
+		return err
+	}
+	return os.Symlink(rel, path)
+}
+
+// Build writes h under dir (which may already hold other files).
+func Build(dir string, h Host) error {
+	sys := filepath.Join(dir, "sys")
+	for _, p := range []string{filepath.Join(sys, "block"), filepath.Join(sys, "class", "net"), filepath.Join(dir, "dev"), filepath.Join(dir, "proc", "self"), filepath.Join(dir, "proc", "net")} {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return err
+		}
+	}
+	for i, d := range h.Disks {
+		if err := buildDisk(dir, sys, i, d); err != nil {
+			return fmt.Errorf("disk %s: %w", d.Name, err)
+		}
+	}
+	for _, n := range h.NICs {
+		if err := buildNIC(sys, n); err != nil {
+			return fmt.Errorf("nic %s: %w", n.Name, err)
+		}
+	}
+	var mounts strings.Builder
+	for _, m := range h.Mounts {
+		mounts.WriteString(m + " rw 0 0\n")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "proc", "self", "mounts"), []byte(mounts.String()), 0o644); err != nil {
+		return err
+	}
+	swaps := "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n"
+	for _, s := range h.Swaps {
+		swaps += s + "\tpartition\t1048572\t\t0\t\t-2\n"
+	}
+	if err := os.WriteFile(filepath.Join(dir, "proc", "swaps"), []byte(swaps), 0o644); err != nil {
+		return err
+	}
+	route := "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"
+	if h.DefaultRoute != "" {
+		route += h.DefaultRoute + "\t00000000\t0101A8C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n"
+	}
+	if err := os.WriteFile(filepath.Join(dir, "proc", "net", "route"), []byte(route), 0o644); err != nil {
+		return err
+	}
+	v6 := ""
+	if h.DefaultRoute6 != "" {
+		v6 = strings.Repeat("0", 32) + " 00 " + strings.Repeat("0", 32) + " 00 fe800000000000000000000000000001 00000400 00000001 00000000 00000003 " + h.DefaultRoute6 + "\n"
+	}
+	return os.WriteFile(filepath.Join(dir, "proc", "net", "ipv6_route"), []byte(v6), 0o644)
+}
+
+func buildDisk(dir, sys string, i int, d Disk) error {
+	if d.SectorSize == 0 {
+		d.SectorSize = 512
+	}
+	parent := filepath.Join(sys, "devices", "pci0000:00", fmt.Sprintf("0000:00:%02x.0", 0x10+i))
+	switch {
+	case d.USB:
+		parent = filepath.Join(parent, "usb1", "1-1", "1-1:1.0", "host6", "target6:0:0", "6:0:0:0")
+	case strings.HasPrefix(d.Name, "nvme"):
+		parent = filepath.Join(parent, "nvme", strings.TrimSuffix(d.Name, "n1"))
+	case strings.HasPrefix(d.Name, "sd"):
+		parent = filepath.Join(parent, "ata1", "host0", "target0:0:0", "0:0:0:0")
+	case strings.HasPrefix(d.Name, "loop"), strings.HasPrefix(d.Name, "ram"), strings.HasPrefix(d.Name, "zram"):
+		parent = filepath.Join(sys, "devices", "virtual")
+	}
+	bdir := filepath.Join(parent, "block", d.Name)
+	files := map[string]string{
+		"size":                     fmt.Sprint(d.Size / 512),
+		"queue/logical_block_size": fmt.Sprint(d.SectorSize),
+		"queue/rotational":         b01(d.Rotational),
+		"removable":                b01(d.Removable),
+		"ro":                       b01(d.ReadOnly),
+	}
+	if d.WWID != "" {
+		files["wwid"] = d.WWID
+	}
+	for f, c := range files {
+		if err := write(filepath.Join(bdir, f), c); err != nil {
+			return err
+		}
+	}
+	if !strings.HasPrefix(parent, filepath.Join(sys, "devices", "virtual")) {
+		if d.Model != "" {
+			write(filepath.Join(parent, "model"), d.Model)
+		}
+		if d.Serial != "" {
+			write(filepath.Join(parent, "serial"), d.Serial)
+		}
+		if err := link(parent, filepath.Join(bdir, "device")); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(bdir, "holders"), 0o755); err != nil {
+		return err
+	}
+	for _, hd := range d.Holders {
+		if err := write(filepath.Join(bdir, "holders", hd), ""); err != nil {
+			return err
+		}
+	}
+	for n, p := range d.Partitions {
+		if err := write(filepath.Join(bdir, p, "partition"), fmt.Sprint(n+1)); err != nil {
+			return err
+		}
+		os.MkdirAll(filepath.Join(bdir, p, "holders"), 0o755)
+		if err := write(filepath.Join(dir, "dev", p), ""); err != nil {
+			return err
+		}
+	}
+	if err := link(bdir, filepath.Join(sys, "block", d.Name)); err != nil {
+		return err
+	}
+	if d.NoDevNode {
+		return nil
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "dev", d.Name), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Truncate(d.Size)
+}
+
+func buildNIC(sys string, n NIC) error {
+	var ndir string
+	if n.Virtual {
+		ndir = filepath.Join(sys, "devices", "virtual", "net", n.Name)
+	} else {
+		if n.PCI == "" {
+			n.PCI = "0000:01:00.0"
+		}
+		pci := filepath.Join(sys, "devices", "pci0000:00", n.PCI)
+		ndir = filepath.Join(pci, "net", n.Name)
+		if err := os.MkdirAll(ndir, 0o755); err != nil {
+			return err
+		}
+		if err := link(pci, filepath.Join(ndir, "device")); err != nil {
+			return err
+		}
+		if n.Driver != "" {
+			drv := filepath.Join(sys, "bus", "pci", "drivers", n.Driver)
+			os.MkdirAll(drv, 0o755)
+			if _, err := os.Lstat(filepath.Join(pci, "driver")); err != nil {
+				if err := link(drv, filepath.Join(pci, "driver")); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	oper, carrier, speed := "down", "0", "-1"
+	if n.Up {
+		oper, carrier, speed = "up", "1", fmt.Sprint(n.Speed)
+	}
+	for f, c := range map[string]string{"address": n.MAC, "operstate": oper, "carrier": carrier, "speed": speed} {
+		if err := write(filepath.Join(ndir, f), c); err != nil {
+			return err
+		}
+	}
+	if n.PermMAC != "" {
+		f := filepath.Join(ndir, "permaddr")
+		if n.Master != "" {
+			f = filepath.Join(ndir, "bonding_slave", "perm_hwaddr")
+		}
+		if err := write(f, n.PermMAC); err != nil {
+			return err
+		}
+	}
+	if n.Master != "" {
+		if err := link(filepath.Join(sys, "class", "net", n.Master), filepath.Join(ndir, "master")); err != nil {
+			return err
+		}
+	}
+	return link(ndir, filepath.Join(sys, "class", "net", n.Name))
+}
+
+func b01(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// DirectIODir returns a directory for disk files that accepts O_DIRECT: the
+// test's temporary directory, unless that is tmpfs (no O_DIRECT), in which
+// case a directory under the module's .cache/ (removed after the test).
+func DirectIODir(tb testing.TB) string {
+	tb.Helper()
+	d := tb.TempDir()
+	if supportsDirect(d) {
+		return d
+	}
+	wd, _ := os.Getwd()
+	for dir := wd; dir != "/"; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			base := filepath.Join(dir, ".cache", "imager-test")
+			os.MkdirAll(base, 0o755)
+			d, err := os.MkdirTemp(base, "t")
+			if err == nil && supportsDirect(d) {
+				tb.Cleanup(func() { os.RemoveAll(d) })
+				return d
+			}
+			break
+		}
+	}
+	tb.Fatalf("no directory supporting O_DIRECT: %s is tmpfs-like and the module's .cache/ is too; set TMPDIR to a directory on a disk filesystem", d)
+	return ""
+}
+
+func supportsDirect(dir string) bool {
+	p := filepath.Join(dir, ".odirect-probe")
+	defer os.Remove(p)
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_RDWR|syscall.O_DIRECT, 0o600)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	buf := make([]byte, 8192)
+	off := 4096 - int(uintptr(unsafe.Pointer(&buf[0]))%4096)
+	_, err = f.WriteAt(buf[off%4096:off%4096+4096], 0)
+	return err == nil
+}
