@@ -61,9 +61,10 @@ func (c *Client) listServers(ctx context.Context, op string, zone scw.Zone, tags
 	err := c.call(ctx, callSpec{op: op, zone: zone, idempotent: true}, func(ctx context.Context) error {
 		pageSize := c.pageSize()
 		resp, err := c.bm.ListServers(&baremetal.ListServersRequest{
-			Zone:     zone,
-			Tags:     tags,
-			PageSize: &pageSize,
+			Zone:      zone,
+			Tags:      tags,
+			ProjectID: scw.StringPtr(c.cfg.ProjectID),
+			PageSize:  &pageSize,
 			OrderBy:  baremetal.ListServersRequestOrderByCreatedAtAsc,
 		}, scw.WithContext(ctx), scw.WithAllPages())
 		if err != nil {

@@ -1,0 +1,529 @@
+package scaleway
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
+	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+	baremetalv3 "github.com/scaleway/scaleway-sdk-go/api/baremetal/v3"
+	"github.com/scaleway/scaleway-sdk-go/scw"
+	"golang.org/x/crypto/ssh"
+)
+
+const (
+	zone      = scw.Zone("fr-par-2")
+	cluster   = "c1"
+	serversRE = `^/baremetal/v1/zones/fr-par-2/servers$`
+	serverRE  = `^/baremetal/v1/zones/fr-par-2/servers/[^/]+$`
+)
+
+type simEnv struct {
+	*testEnv
+	sim   *scwsim.Sim
+	offer *baremetal.Offer
+}
+
+// startSim runs the EM API simulator with the fast "test" delays scaled by
+// scale, and a client against it.
+func startSim(t *testing.T, scale float64, mutate func(*scwsim.Options), cfgMutate func(*Config), opts ...Option) *simEnv {
+	t.Helper()
+	o, err := scwsim.Profile(scwsim.ProfileTest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Scale = scale
+	o.SecretKey = testSecretKey
+	o.ProjectID = testProject
+	if mutate != nil {
+		mutate(&o)
+	}
+	sim := scwsim.New(o)
+	url, err := sim.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sim.Close)
+	cfg := testConfig(url)
+	if cfgMutate != nil {
+		cfgMutate(&cfg)
+	}
+	env := &simEnv{testEnv: newTestClient(t, cfg, opts...), sim: sim}
+	env.offer = pickOffer(t, env.client)
+	sim.ResetCalls()
+	return env
+}
+
+var (
+	offerMu     sync.Mutex
+	cachedOffer *baremetal.Offer
+)
+
+// pickOffer returns an enabled, in-stock hourly offer of the zone that has
+// the Private Network option (fr-par-2 keeps the recorded offer IDs, so one
+// pick serves every simulator of the test binary).
+func pickOffer(t *testing.T, c *Client) *baremetal.Offer {
+	t.Helper()
+	offerMu.Lock()
+	defer offerMu.Unlock()
+	if cachedOffer != nil {
+		return cachedOffer
+	}
+	offers, err := c.ListOffers(context.Background(), zone, baremetal.OfferSubscriptionPeriodHourly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range offers {
+		if !o.Enable || o.Stock != baremetal.OfferStockAvailable {
+			continue
+		}
+		for _, opt := range o.Options {
+			if opt.PrivateNetwork != nil {
+				cachedOffer = o
+				return o
+			}
+		}
+	}
+	t.Fatalf("no available offer with a private network option among %d", len(offers))
+	return nil
+}
+
+func (e *simEnv) count(t *testing.T, method, re string) int {
+	t.Helper()
+	n, err := e.sim.CountCalls(method, re)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (e *simEnv) createReq(nodeclaim string) CreateServerRequest {
+	claim := Tag(TagNodeClaim, nodeclaim)
+	return CreateServerRequest{Zone: zone, OfferID: e.offer.ID, Name: nodeclaim, Description: "test",
+		Tags: []string{Tag(TagManagedBy, cluster), claim, Tag(TagPhase, "ordered")}, IdempotencyTag: claim}
+}
+
+func TestSimCreateGetListDelete(t *testing.T) {
+	env := startSim(t, 1, nil, nil)
+	ctx := context.Background()
+	srv, created, err := env.client.CreateServer(ctx, env.createReq("nc-1"))
+	if err != nil || !created {
+		t.Fatalf("CreateServer: %v created=%v", err, created)
+	}
+	if srv.Install != nil {
+		t.Fatalf("ordered with an install: %+v", srv.Install)
+	}
+	// A second call for the same NodeClaim adopts the server, no new order.
+	again, created, err := env.client.CreateServer(ctx, env.createReq("nc-1"))
+	if err != nil || created || again.ID != srv.ID {
+		t.Fatalf("second CreateServer: %v created=%v id=%s want %s", err, created, again.ID, srv.ID)
+	}
+	if n := env.sim.CreatesByTag(TagNodeClaim)["nc-1"]; n != 1 {
+		t.Fatalf("%d orders for nc-1", n)
+	}
+	list, err := env.client.ListServers(ctx, zone, []string{Tag(TagManagedBy, cluster)})
+	if err != nil || len(list) != 1 || list[0].ID != srv.ID {
+		t.Fatalf("ListServers: %v %d", err, len(list))
+	}
+	if list, err := env.client.ListServers(ctx, zone, []string{Tag(TagManagedBy, "other")}); err != nil || len(list) != 0 {
+		t.Fatalf("foreign tag matched: %v %d", err, len(list))
+	}
+	if _, err := env.client.DeleteServer(ctx, zone, srv.ID); err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the deletion to complete: the API then answers the untyped 404.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err = env.client.GetServer(ctx, zone, srv.ID)
+		if err != nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !IsNotFound(err) {
+		t.Fatalf("after delete: class %s: %v", Classify(err), err)
+	}
+	var re *scw.ResponseError
+	if !errors.As(err, &re) || re.StatusCode != 404 {
+		t.Fatalf("want an untyped 404 ResponseError, got %T", errors.Unwrap(err))
+	}
+	if _, err := env.client.DeleteServer(ctx, zone, srv.ID); !IsNotFound(err) {
+		t.Fatalf("second delete: %v", err)
+	}
+}
+
+func TestSimCreateValidation(t *testing.T) {
+	env := startSim(t, 1, nil, nil)
+	req := env.createReq("nc-v")
+	req.IdempotencyTag = ""
+	if _, _, err := env.client.CreateServer(context.Background(), req); err == nil || !strings.Contains(err.Error(), "IdempotencyTag") {
+		t.Fatalf("missing tag: %v", err)
+	}
+	req.IdempotencyTag = Tag(TagNodeClaim, "elsewhere")
+	if _, _, err := env.client.CreateServer(context.Background(), req); err == nil || !strings.Contains(err.Error(), "one of Tags") {
+		t.Fatalf("tag not in Tags: %v", err)
+	}
+	if n := env.count(t, "", ""); n != 0 {
+		t.Fatalf("invalid requests reached the API: %d", n)
+	}
+}
+
+func TestSimOutOfStockAndQuota(t *testing.T) {
+	t.Run("out of stock", func(t *testing.T) {
+		var name string
+		env := startSim(t, 1, nil, nil)
+		name = env.offer.Name
+		env = startSim(t, 1, func(o *scwsim.Options) { o.Stock = map[string]int{name: 0} }, nil)
+		_, _, err := env.client.CreateServer(context.Background(), env.createReq("nc-oos"))
+		if !IsOutOfStock(err) || IsRetryable(err) {
+			t.Fatalf("class %s: %v", Classify(err), err)
+		}
+		if n := env.count(t, "POST", serversRE); n != 1 {
+			t.Fatalf("out of stock retried: %d orders", n)
+		}
+	})
+	t.Run("quota", func(t *testing.T) {
+		env := startSim(t, 1, nil, nil)
+		name := env.offer.Name
+		env = startSim(t, 1, func(o *scwsim.Options) { o.Quotas = map[string]int{name: 1} }, nil)
+		ctx := context.Background()
+		if _, _, err := env.client.CreateServer(ctx, env.createReq("nc-q1")); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := env.client.CreateServer(ctx, env.createReq("nc-q2"))
+		if !IsQuotaExceeded(err) {
+			t.Fatalf("class %s: %v", Classify(err), err)
+		}
+		if n := env.count(t, "POST", serversRE); n != 2 {
+			t.Fatalf("%d orders", n)
+		}
+	})
+	t.Run("permission", func(t *testing.T) {
+		env := startSim(t, 1, func(o *scwsim.Options) { o.AllowedProjects = []string{"22222222-2222-4222-8222-222222222222"} }, nil)
+		_, _, err := env.client.CreateServer(context.Background(), env.createReq("nc-p"))
+		if !IsPermissionDenied(err) {
+			t.Fatalf("class %s: %v", Classify(err), err)
+		}
+	})
+	t.Run("wrong secret", func(t *testing.T) {
+		env := startSim(t, 1, nil, nil)
+		cfg := env.client.Config()
+		cfg.SecretKey = "33333333-3333-4333-8333-333333333333"
+		other := newTestClient(t, cfg)
+		_, err := other.client.ListServers(context.Background(), zone, nil)
+		if !IsUnauthorized(err) || strings.Contains(err.Error(), cfg.SecretKey) {
+			t.Fatalf("class %s: %v", Classify(err), err)
+		}
+	})
+}
+
+func TestSimRetries(t *testing.T) {
+	t.Run("5xx", func(t *testing.T) {
+		env := startSim(t, 1, nil, nil)
+		srv, _, err := env.client.CreateServer(context.Background(), env.createReq("nc-r"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.sim.ResetCalls()
+		id := env.sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStatus, Method: "GET", Path: `/servers/[^/]+$`, Status: 503, Times: 2})
+		got, err := env.client.GetServer(context.Background(), zone, srv.ID)
+		if err != nil || got.ID != srv.ID {
+			t.Fatalf("GetServer: %v", err)
+		}
+		if env.sim.FaultHits(id) != 2 || env.count(t, "GET", serverRE) != 3 {
+			t.Fatalf("hits %d, calls %d", env.sim.FaultHits(id), env.count(t, "GET", serverRE))
+		}
+	})
+	t.Run("429 with Retry-After", func(t *testing.T) {
+		env := startSim(t, 1, nil, nil)
+		env.sim.MustInject(scwsim.Fault{Kind: scwsim.FaultRateLimit, Method: "GET", Path: `/servers$`, RetryAfter: 2 * time.Second, Times: 2})
+		if _, err := env.client.ListServers(context.Background(), zone, nil); err != nil {
+			t.Fatal(err)
+		}
+		if n := env.count(t, "GET", serversRE); n != 3 {
+			t.Fatalf("%d list calls, want 3", n)
+		}
+		waits := env.clock.Waits()
+		if len(waits) != 2 || waits[0] < 2*time.Second || waits[1] < 2*time.Second {
+			t.Fatalf("Retry-After not honoured: %v", waits)
+		}
+	})
+	t.Run("4xx business error not retried", func(t *testing.T) {
+		env := startSim(t, 1, nil, nil)
+		srv, _, err := env.client.CreateServer(context.Background(), env.createReq("nc-b"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.sim.ResetCalls()
+		// Still delivering: the API refuses a reboot ("Server is not delivered").
+		_, err = env.client.RebootServer(context.Background(), zone, srv.ID, baremetal.ServerBootTypeRescue, nil)
+		if err == nil || IsRetryable(err) {
+			t.Fatalf("reboot while delivering: %v", err)
+		}
+		if !IsTransientState(err) {
+			t.Fatalf("class %s: %v", Classify(err), err)
+		}
+		if n := env.count(t, "POST", `/reboot$`); n != 1 {
+			t.Fatalf("%d reboots", n)
+		}
+	})
+	t.Run("timeout", func(t *testing.T) {
+		env := startSim(t, 1, nil, func(c *Config) { c.RequestTimeout = time.Second; c.Retry.MaxAttempts = 3 })
+		env.sim.MustInject(scwsim.Fault{Kind: scwsim.FaultTimeout, Method: "GET", Path: `/servers$`, Times: 2})
+		if _, err := env.client.ListServers(context.Background(), zone, nil); err != nil {
+			t.Fatal(err)
+		}
+		if n := env.count(t, "GET", serversRE); n != 3 {
+			t.Fatalf("%d list calls", n)
+		}
+		if got := env.counter(t, MetricAPICalls, map[string]string{"op": OpListServers, "result": "timeout"}); got != 2 {
+			t.Fatalf("timeouts counted %v", got)
+		}
+	})
+}
+
+// dropOnce forwards the first matching request to the simulator, lets it
+// act, then loses the answer: a 502 from a gateway, or a hang until the
+// attempt times out. That is the ambiguous failure of a real network.
+type dropOnce struct {
+	base    http.RoundTripper
+	method  string
+	path    string
+	hang    bool
+	dropped atomic.Int32
+}
+
+func (d *dropOnce) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := d.base.RoundTrip(r)
+	if err != nil || r.Method != d.method || r.URL.Path != d.path || !d.dropped.CompareAndSwap(0, 1) {
+		return resp, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if d.hang {
+		<-r.Context().Done()
+		return nil, r.Context().Err()
+	}
+	return &http.Response{StatusCode: 502, Status: "502 Bad Gateway", Header: http.Header{"Content-Type": {"text/html"}},
+		Body: io.NopCloser(strings.NewReader("<html>bad gateway</html>")), Request: r}, nil
+}
+
+// TestSimCreateNeverDoubled: the simulator creates the server, the answer is
+// lost (5xx or timeout); CreateServer looks the server up by its NodeClaim
+// tag and adopts it instead of ordering again.
+func TestSimCreateNeverDoubled(t *testing.T) {
+	for _, hang := range []bool{false, true} {
+		t.Run(fmt.Sprintf("hang=%v", hang), func(t *testing.T) {
+			drop := &dropOnce{base: http.DefaultTransport, method: "POST", path: "/baremetal/v1/zones/fr-par-2/servers", hang: hang}
+			env := startSim(t, 1, nil, func(c *Config) { c.RequestTimeout = 300 * time.Millisecond }, WithTransport(drop))
+			srv, created, err := env.client.CreateServer(context.Background(), env.createReq("nc-d"))
+			if err != nil || !created {
+				t.Fatalf("CreateServer: %v created=%v", err, created)
+			}
+			if drop.dropped.Load() != 1 {
+				t.Fatal("the answer was not dropped")
+			}
+			if n := env.sim.CreatesByTag(TagNodeClaim)["nc-d"]; n != 1 {
+				t.Fatalf("%d orders for one NodeClaim", n)
+			}
+			if n := env.count(t, "POST", serversRE); n != 1 {
+				t.Fatalf("%d POSTs", n)
+			}
+			list, _ := env.client.ListServers(context.Background(), zone, nil)
+			if len(list) != 1 || list[0].ID != srv.ID {
+				t.Fatalf("servers %d", len(list))
+			}
+		})
+	}
+	t.Run("rejected order is re-sent once", func(t *testing.T) {
+		env := startSim(t, 1, nil, nil)
+		// The API answers 500 without creating: the lookup finds nothing and
+		// the order is sent again, exactly once more.
+		env.sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStatus, Method: "POST", Path: `/servers$`, Status: 500, Times: 1})
+		_, created, err := env.client.CreateServer(context.Background(), env.createReq("nc-e"))
+		if err != nil || !created {
+			t.Fatal(err)
+		}
+		if n := env.count(t, "POST", serversRE); n != 2 {
+			t.Fatalf("%d POSTs, want 2", n)
+		}
+		if n := env.sim.CreatesByTag(TagNodeClaim)["nc-e"]; n != 1 {
+			t.Fatalf("%d accepted orders", n)
+		}
+	})
+	t.Run("lookup failure never orders blind", func(t *testing.T) {
+		env := startSim(t, 1, nil, func(c *Config) { c.Retry.MaxAttempts = 2 })
+		env.sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStatus, Method: "POST", Path: `/servers$`, Status: 502, Times: 1})
+		_, _, err := env.client.CreateServer(context.Background(), env.createReq("nc-f"))
+		if err != nil {
+			t.Fatal(err) // sanity: first lookup, 502, lookup, order
+		}
+		env2 := startSim(t, 1, nil, func(c *Config) { c.Retry.MaxAttempts = 2 })
+		env2.sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStatus, Method: "POST", Path: `/servers$`, Status: 502, Times: 1})
+		// Every list after the first fails: the ambiguous order cannot be
+		// checked, so CreateServer must stop, not order again.
+		env2.sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStatus, Method: "GET", Path: `/servers$`, Status: 503})
+		_, _, err = env2.client.CreateServer(context.Background(), env2.createReq("nc-g"))
+		if err == nil || env2.count(t, "POST", serversRE) != 0 {
+			t.Fatalf("ordered without a successful lookup: %v", err)
+		}
+	})
+}
+
+func TestSimTagsOptionsPrivateNetworks(t *testing.T) {
+	pnID := "44444444-4444-4444-8444-444444444444"
+	env := startSim(t, 1, func(o *scwsim.Options) { o.PrivateNetworkIDs = []string{pnID} }, nil)
+	ctx := context.Background()
+	srv, _, err := env.client.CreateServer(ctx, env.createReq("nc-t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	poller := env.client.NewPoller(Tag(TagManagedBy, cluster))
+	defer poller.Close()
+	if _, err := poller.WaitFor(ctx, zone, srv.ID, StatusIs(baremetal.ServerStatusReady)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := env.client.SetTag(ctx, zone, srv.ID, TagPhase, "rescue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{Tag(TagManagedBy, cluster), Tag(TagNodeClaim, "nc-t"), Tag(TagPhase, "rescue")}
+	if strings.Join(got.Tags, ",") != strings.Join(want, ",") {
+		t.Fatalf("tags %v", got.Tags)
+	}
+	env.sim.ResetCalls()
+	if _, err := env.client.SetTag(ctx, zone, srv.ID, TagPhase, "rescue"); err != nil {
+		t.Fatal(err)
+	}
+	if n := env.count(t, "PATCH", ""); n != 0 {
+		t.Fatalf("unchanged tag written: %d PATCH", n)
+	}
+	// Concurrent SetTag of different keys in one process: none is lost.
+	var wg sync.WaitGroup
+	for i := 0; i < 5; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			if _, err := env.client.SetTag(ctx, zone, srv.ID, fmt.Sprintf("k%d", i), "v"); err != nil {
+				t.Error(err)
+			}
+		}(i)
+	}
+	wg.Wait()
+	cur, _ := env.client.GetServer(ctx, zone, srv.ID)
+	for i := 0; i < 5; i++ {
+		if _, ok := TagValue(cur.Tags, fmt.Sprintf("k%d", i)); !ok {
+			t.Fatalf("lost update k%d: %v", i, cur.Tags)
+		}
+	}
+	if got, err := env.client.RemoveTag(ctx, zone, srv.ID, "k0"); err != nil || HasTags(got.Tags, "k0=v") {
+		t.Fatalf("RemoveTag: %v %v", err, got.Tags)
+	}
+
+	optID, err := env.client.PrivateNetworkOptionID(ctx, zone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.client.AddServerOption(ctx, zone, srv.ID, optID); err != nil {
+		t.Fatal(err)
+	}
+	// Idempotent: adding again sends nothing.
+	env.sim.ResetCalls()
+	if _, err := env.client.AddServerOption(ctx, zone, srv.ID, optID); err != nil {
+		t.Fatal(err)
+	}
+	if n := env.count(t, "POST", `/options/`); n != 0 {
+		t.Fatalf("option added twice")
+	}
+	// Attaching before the option is enabled is refused; wait for it.
+	if _, err := poller.WaitFor(ctx, zone, srv.ID, func(s *baremetal.Server) (bool, error) {
+		for _, o := range s.Options {
+			if o.ID == optID && o.Status == baremetal.ServerOptionOptionStatusOptionStatusEnable {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	att, err := env.client.AttachPrivateNetwork(ctx, zone, srv.ID, pnID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := env.client.AttachPrivateNetwork(ctx, zone, srv.ID, pnID)
+	if err != nil || again.ID != att.ID {
+		t.Fatalf("second attach: %v", err)
+	}
+	if n := env.count(t, "POST", `/private-networks$`); n != 1 {
+		t.Fatalf("%d attach calls", n)
+	}
+	var list []*baremetalv3.ServerPrivateNetwork
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if list, err = env.client.ListServerPrivateNetworks(ctx, zone, srv.ID); err != nil {
+			t.Fatal(err)
+		}
+		if len(list) == 1 && list[0].Status == baremetalv3.ServerPrivateNetworkStatusAttached {
+			break
+		}
+	}
+	vlans := VLANs(list)
+	simVLANs := env.sim.PrivateNetworks(srv.ID)
+	if len(vlans) != 1 || vlans[pnID] == 0 || vlans[pnID] != simVLANs[pnID] {
+		t.Fatalf("VLANs %v, simulator %v", vlans, simVLANs)
+	}
+	if _, err := env.client.AttachPrivateNetwork(ctx, zone, srv.ID, "55555555-5555-4555-8555-555555555555"); !IsNotFound(err) {
+		t.Fatalf("unknown private network: %v", err)
+	}
+}
+
+func TestSimEnsureSSHKey(t *testing.T) {
+	env := startSim(t, 1, nil, nil)
+	ctx := context.Background()
+	pub1, pub2 := newAuthorizedKey(t, "controller@a"), newAuthorizedKey(t, "controller@b")
+	id1, err := env.client.EnsureSSHKey(ctx, "karpenter-c1", pub1)
+	if err != nil || id1 == "" {
+		t.Fatal(err)
+	}
+	again, err := env.client.EnsureSSHKey(ctx, "karpenter-c1", pub1)
+	if err != nil || again != id1 {
+		t.Fatalf("second ensure: %v %s", err, again)
+	}
+	// Same key material under another comment and name: reused.
+	fields := strings.Fields(pub1)
+	renamed, err := env.client.EnsureSSHKey(ctx, "other-name", fields[0]+" "+fields[1]+" another-comment")
+	if err != nil || renamed != id1 {
+		t.Fatalf("renamed: %v %s", err, renamed)
+	}
+	rotated, err := env.client.EnsureSSHKey(ctx, "karpenter-c1", pub2)
+	if err != nil || rotated == id1 {
+		t.Fatalf("rotated key got the old id: %v", err)
+	}
+	if n := env.count(t, "POST", `/ssh-keys$`); n != 2 {
+		t.Fatalf("%d key creations, want 2", n)
+	}
+	if _, err := env.client.EnsureSSHKey(ctx, "x", "not a key"); err == nil || !strings.Contains(err.Error(), "publicKey") {
+		t.Fatalf("bad key: %v", err)
+	}
+}
+
+func newAuthorizedKey(t *testing.T, comment string) string {
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(k))) + " " + comment
+}
