@@ -72,7 +72,7 @@ type offer struct {
 	RecordedStock string
 	QuotaName     string
 	raw           map[string]json.RawMessage // as recorded, ids and zone rewritten
-	sdk           *baremetal.Offer
+	sdk           *baremetal.Offer           // shared by every Machine of this offer: read-only
 	optionIDs     map[string]bool
 	incompatOS    map[string]bool
 }
@@ -102,6 +102,17 @@ func zoneOfferID(recordedZone, zone, id string) string {
 
 func formatUUID(b []byte) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// zoneCatalogs caches built catalogues: they are never modified.
+var zoneCatalogs sync.Map // zone -> *zoneCatalog
+
+func zoneCatalogFor(zone string) *zoneCatalog {
+	if zc, ok := zoneCatalogs.Load(zone); ok {
+		return zc.(*zoneCatalog)
+	}
+	zc, _ := zoneCatalogs.LoadOrStore(zone, newZoneCatalog(zone))
+	return zc.(*zoneCatalog)
 }
 
 func newZoneCatalog(zone string) *zoneCatalog {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -222,5 +223,41 @@ func TestInvalidFaults(t *testing.T) {
 		if _, err := e.sim.Inject(f); err == nil {
 			t.Fatalf("Inject(%+v) accepted", f)
 		}
+	}
+}
+
+func TestRateLimitThrottlesBeyondBurst(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.RateLimit, o.RateBurst = 0.001, 2 }) // no refill within a test
+	for i := 0; i < 2; i++ {
+		if _, err := e.bm.ListOffers(&baremetal.ListOffersRequest{}); err != nil {
+			t.Fatalf("request %d within burst: %v", i, err)
+		}
+	}
+	_, err := e.bm.ListOffers(&baremetal.ListOffersRequest{})
+	if re := mustAs[*scw.ResponseError](t, err); re.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("beyond burst: %+v", re)
+	}
+	req, _ := http.NewRequest("GET", e.url+"/baremetal/v1/zones/fr-par-2/offers", nil)
+	req.Header.Set("X-Auth-Token", e.sim.SecretKey())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra < 1 {
+		t.Fatalf("Retry-After %q", resp.Header.Get("Retry-After"))
+	}
+}
+
+func TestSetHostBindsLater(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.Host = nil })
+	late := newRecordingHost()
+	e.sim.SetHost(late)
+	srv := e.create(t, offerB112)
+	if ev := late.waitEvents(t, srv.ID, 1); ev[0].Mode != BootNormal {
+		t.Fatalf("late host: %+v", ev)
+	}
+	if got := e.host.of(srv.ID); len(got) != 0 {
+		t.Fatalf("replaced host still called: %+v", got)
 	}
 }

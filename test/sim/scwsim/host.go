@@ -24,7 +24,7 @@ type Machine struct {
 	Zone      string
 	Name      string
 	ProjectID string
-	Offer     *baremetal.Offer // the offer it was ordered with (CPUs, disks, memory, bandwidth)
+	Offer     *baremetal.Offer // the offer it was ordered with (CPUs, disks, memory, bandwidth); read-only, shared
 	// IPv4 is a unique loopback address (127.x.y.z) so that each server's SSH
 	// and Talos API can listen on the standard ports side by side.
 	IPv4        string

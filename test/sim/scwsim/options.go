@@ -103,7 +103,14 @@ type Options struct {
 	DefaultPageSize int
 	MaxPageSize     int
 
-	// Host plays the machines (rescue SSH, Talos API). Nil: no machines.
+	// RateLimit, when positive, is the sustained requests per second the
+	// key may make (all paths together); beyond RateBurst, requests get 429
+	// with a Retry-After, as a throttled Scaleway key does.
+	RateLimit float64
+	RateBurst int
+
+	// Host plays the machines (rescue SSH, Talos API). Nil: no machines
+	// (SetHost can bind one later).
 	Host Host
 
 	// Logf, when set, receives one line per state change and host call
@@ -227,6 +234,9 @@ func (o Options) Validate() error {
 			return fmt.Errorf("scwsim: Options.%s: %d is negative", f.name, f.v)
 		}
 	}
+	if o.RateLimit < 0 || o.RateBurst < 0 {
+		return fmt.Errorf("scwsim: Options.RateLimit/RateBurst: %v/%d is negative", o.RateLimit, o.RateBurst)
+	}
 	if o.DefaultPageSize > 0 && o.MaxPageSize > 0 && o.DefaultPageSize > o.MaxPageSize {
 		return fmt.Errorf("scwsim: Options.DefaultPageSize: %d is above MaxPageSize %d", o.DefaultPageSize, o.MaxPageSize)
 	}
@@ -294,6 +304,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxPageSize == 0 {
 		o.MaxPageSize = 100
+	}
+	if o.RateLimit > 0 && o.RateBurst == 0 {
+		o.RateBurst = max(1, int(o.RateLimit))
 	}
 	if o.Host == nil {
 		o.Host = noHost{}

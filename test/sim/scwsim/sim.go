@@ -38,6 +38,8 @@ type Sim struct {
 	faultSeq  int
 	calls     []Call
 	timers    map[*time.Timer]struct{}
+	tokens    float64   // rate limit bucket
+	tokensAt  time.Time // last refill
 	closed    bool
 	hostWG    sync.WaitGroup
 
@@ -72,7 +74,7 @@ func New(opts Options) *Sim {
 		keys: map[string]*sshKey{}, pns: map[string]*pnAttachment{}, faultByID: map[FaultID]*faultEntry{},
 		timers: map[*time.Timer]struct{}{}}
 	for _, z := range opts.Zones {
-		zc := newZoneCatalog(z)
+		zc := zoneCatalogFor(z)
 		s.zones[z] = zc
 		for _, o := range zc.offers {
 			key := z + "/" + o.Name
@@ -105,7 +107,42 @@ func New(opts Options) *Sim {
 }
 
 // Options returns the effective options (defaults filled in).
-func (s *Sim) Options() Options { return s.opts }
+func (s *Sim) Options() Options {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.opts
+}
+
+// SetHost binds the Host that plays the machines, for worlds that build it
+// after the simulator; later state edges call it. Nil unbinds.
+func (s *Sim) SetHost(h Host) {
+	if h == nil {
+		h = noHost{}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.opts.Host = h
+}
+
+// throttled takes a rate-limit token; when none is left it returns how long
+// until one is. Caller holds mu.
+func (s *Sim) throttled(now time.Time) (time.Duration, bool) {
+	if s.opts.RateLimit <= 0 {
+		return 0, false
+	}
+	burst := float64(s.opts.RateBurst)
+	if s.tokensAt.IsZero() {
+		s.tokens = burst
+	} else {
+		s.tokens = min(burst, s.tokens+now.Sub(s.tokensAt).Seconds()*s.opts.RateLimit)
+	}
+	s.tokensAt = now
+	if s.tokens >= 1 {
+		s.tokens--
+		return 0, false
+	}
+	return time.Duration((1 - s.tokens) / s.opts.RateLimit * float64(time.Second)), true
+}
 
 // SecretKey is the X-Auth-Token clients must send.
 func (s *Sim) SecretKey() string { return s.opts.SecretKey }
@@ -194,8 +231,17 @@ func (s *Sim) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 
 	s.mu.Lock()
+	closed := s.closed
 	f := s.requestFault(r)
+	wait, throttled := s.throttled(call.At)
 	s.mu.Unlock()
+	if closed { // an embedding server outlived Close
+		writeErr(rec, errMessage(http.StatusServiceUnavailable, "simulator closed"))
+		return
+	}
+	if f == nil && throttled {
+		f = &Fault{Kind: FaultRateLimit, RetryAfter: wait}
+	}
 	if f != nil {
 		call.Fault = f.Kind
 		if s.applyRequestFault(rec, r, f) {
