@@ -99,7 +99,8 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 			*d.dst = x
 		}
 	}
-	return c, c.withDefaults().validate()
+	c = c.withDefaults()
+	return c, c.validate()
 }
 
 func (c Config) withDefaults() Config {
