@@ -44,3 +44,17 @@ endef
 
 $(BIN)/versitygw: $(TOOLS_DIR)/versitygw/go.mod $(TOOLS_DIR)/versitygw/go.sum
 	$(call tool_build,versitygw,github.com/versity/versitygw/cmd/versitygw,)
+
+# kube-apiserver and kube-scheduler share one module (and most packages), so the
+# second build reuses the first one's build cache.
+$(BIN)/kube-apiserver: $(TOOLS_DIR)/kubernetes/go.mod $(TOOLS_DIR)/kubernetes/go.sum
+	$(call tool_build,kubernetes,k8s.io/kubernetes/cmd/kube-apiserver,$(KUBE_LDFLAGS))
+
+$(BIN)/kube-scheduler: $(TOOLS_DIR)/kubernetes/go.mod $(TOOLS_DIR)/kubernetes/go.sum
+	$(call tool_build,kubernetes,k8s.io/kubernetes/cmd/kube-scheduler,$(KUBE_LDFLAGS))
+
+$(BIN)/etcd: $(TOOLS_DIR)/etcd/go.mod $(TOOLS_DIR)/etcd/go.sum $(TOOLS_DIR)/etcd/main.go
+	$(call tool_build,etcd,.,)
+
+$(BIN)/controller-gen: $(TOOLS_DIR)/controller-gen/go.mod $(TOOLS_DIR)/controller-gen/go.sum
+	$(call tool_build,controller-gen,sigs.k8s.io/controller-tools/cmd/controller-gen,)
