@@ -20,6 +20,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/decompress"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/manifest"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testenv"
 )
 
 const (
@@ -449,7 +450,7 @@ func TestPublishConflict(t *testing.T) {
 }
 
 func TestPublishUsageErrors(t *testing.T) {
-	s3 := &s3env{Endpoint: "http://127.0.0.1:1", AccessKey: "a", SecretKey: "s", Region: "garage"}
+	s3 := &s3env{&testenv.S3{Endpoint: "http://127.0.0.1:1", AccessKey: "a", SecretKey: "s", Region: "garage"}}
 	in := writeFile(t, "x.raw", makeRaw(1<<20, 8))
 	cases := []struct {
 		name string
