@@ -33,6 +33,7 @@ type Poller struct {
 
 	mu    sync.Mutex
 	zones map[scw.Zone]*zonePoller
+	loops sync.WaitGroup
 }
 
 // NewPoller returns a Poller over servers carrying all of selector (e.g.
@@ -50,8 +51,12 @@ func (c *Client) NewPoller(selector ...string) *Poller {
 	}
 }
 
-// Close stops polling; pending waits return an error.
-func (p *Poller) Close() { p.cancel() }
+// Close stops polling and waits for the zone loops to exit; pending waits
+// return an error.
+func (p *Poller) Close() {
+	p.cancel()
+	p.loops.Wait()
+}
 
 // snapshot is the outcome of one list round.
 type snapshot struct {
@@ -96,6 +101,7 @@ func (z *zonePoller) acquire(urgent bool) {
 	}
 	if !z.running {
 		z.running = true
+		z.p.loops.Add(1)
 		go z.loop()
 	} else if urgent {
 		select {
@@ -123,6 +129,7 @@ func (z *zonePoller) current() (*snapshot, <-chan struct{}) {
 // caller marked urgent (Get with a freshness bound the last list misses)
 // triggers a list right away.
 func (z *zonePoller) loop() {
+	defer z.p.loops.Done()
 	clock := z.p.c.clock
 	for {
 		z.mu.Lock()

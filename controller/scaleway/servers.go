@@ -65,7 +65,7 @@ func (c *Client) listServers(ctx context.Context, op string, zone scw.Zone, tags
 			Tags:      tags,
 			ProjectID: scw.StringPtr(c.cfg.ProjectID),
 			PageSize:  &pageSize,
-			OrderBy:  baremetal.ListServersRequestOrderByCreatedAtAsc,
+			OrderBy:   baremetal.ListServersRequestOrderByCreatedAtAsc,
 		}, scw.WithContext(ctx), scw.WithAllPages())
 		if err != nil {
 			return err
