@@ -3,6 +3,7 @@ package scwsim
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 )
 
 // apiError is an answer other than 2xx. Bodies follow the shapes the SDK
@@ -109,6 +110,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		status, b = http.StatusInternalServerError, []byte(`{"message":"internal error"}`)
 	}
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
 }

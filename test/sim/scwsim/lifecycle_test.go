@@ -336,3 +336,34 @@ func TestStartListensAndCloseIsIdempotent(t *testing.T) {
 		t.Fatal("served after Close")
 	}
 }
+
+func TestRequestsAfterCloseAreRefused(t *testing.T) {
+	e := newEnv(t, nil)
+	e.sim.Close()
+	_, err := e.bm.ListOffers(&baremetal.ListOffersRequest{})
+	if re := mustAs[*scw.ResponseError](t, err); re.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("after Close: %+v", re)
+	}
+}
+
+func TestMalformedBodyIsRefused(t *testing.T) {
+	e := newEnv(t, nil)
+	req, _ := http.NewRequest("POST", e.url+"/baremetal/v1/zones/fr-par-2/servers", strings.NewReader("{not json"))
+	req.Header.Set("X-Auth-Token", e.sim.SecretKey())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("status %d content type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	if len(e.sim.Servers()) != 0 {
+		t.Fatal("a malformed create made a server")
+	}
+	// Unknown paths answer a JSON 404 too.
+	st, body := e.raw(t, "GET", "/baremetal/v1/zones/fr-par-2/nothing-here", nil)
+	if st != 404 || body.(map[string]any)["message"] != "Not Found" {
+		t.Fatalf("unknown path: %d %v", st, body)
+	}
+}

@@ -53,6 +53,8 @@ type Call struct {
 	Query  string // raw query string
 	Status int    // 0 when a timeout fault held it until the client gave up
 	At     time.Time
+	// Duration: until the answer was written (or the client gave up).
+	Duration time.Duration
 	// Fault is the kind of request fault that answered it, if any.
 	Fault FaultKind
 	// ServerID: the server the call was about (created, read or acted on).
@@ -225,6 +227,7 @@ func (s *Sim) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	call := Call{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, At: time.Now()}
 	defer func() {
 		call.Status, call.ServerID, call.Tags = rec.status, rec.serverID, rec.tags
+		call.Duration = time.Since(call.At)
 		s.mu.Lock()
 		s.calls = append(s.calls, call)
 		s.mu.Unlock()
