@@ -105,9 +105,11 @@ func New(cfg Config, opts ...Option) (*Client, error) {
 		clock:   o.clock,
 		rand:    rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x5ca1e)),
 	}
-	// No http.Client timeout: each attempt carries its own context deadline
-	// (Config.RequestTimeout), which also covers the rate-limit wait.
-	httpClient := &http.Client{Transport: &transport{base: o.transport, limiter: c.limiter}}
+	// Each attempt carries its own context deadline (Config.RequestTimeout,
+	// covering the rate-limit wait and every page). The client timeout is a
+	// backstop for the few requests the SDK makes without a context (the
+	// IAM API's metadata lookup), so nothing can hang forever.
+	httpClient := &http.Client{Transport: &transport{base: o.transport, limiter: c.limiter}, Timeout: cfg.RequestTimeout}
 	sdkOpts := []scw.ClientOption{
 		scw.WithHTTPClient(httpClient),
 		scw.WithAPIURL(cfg.APIURL),

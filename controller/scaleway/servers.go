@@ -291,17 +291,30 @@ func (c *Client) mutateTags(ctx context.Context, zone scw.Zone, id string, edit 
 	return c.UpdateServerTags(ctx, zone, id, tags)
 }
 
-// DeleteServer releases the server. A server already gone gives an error
-// for which IsNotFound is true (also when an earlier attempt of this call
-// deleted it).
+// DeleteServer releases the server. A server already being deleted (by an
+// earlier call, or an earlier attempt of this one whose answer was lost) is
+// a success and returns the server in status "deleting"; a server already
+// gone gives an error for which IsNotFound is true.
 func (c *Client) DeleteServer(ctx context.Context, zone scw.Zone, id string) (*baremetal.Server, error) {
 	zone = c.zone(zone)
+	if id == "" {
+		return nil, errors.New("scaleway DeleteServer: server id is required")
+	}
 	var srv *baremetal.Server
 	err := c.call(ctx, callSpec{op: OpDeleteServer, zone: zone, resource: id, idempotent: true}, func(ctx context.Context) error {
 		var err error
 		srv, err = c.bm.DeleteServer(&baremetal.DeleteServerRequest{Zone: zone, ServerID: id}, scw.WithContext(ctx))
 		return err
 	})
+	if err != nil && IsTransientState(err) {
+		cur, gerr := c.GetServer(ctx, zone, id)
+		switch {
+		case gerr != nil && IsNotFound(gerr):
+			return nil, gerr
+		case gerr == nil && cur.Status == baremetal.ServerStatusDeleting:
+			return cur, nil
+		}
+	}
 	return srv, err
 }
 

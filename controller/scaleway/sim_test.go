@@ -162,6 +162,31 @@ func TestSimCreateGetListDelete(t *testing.T) {
 	}
 }
 
+// A DELETE whose answer is lost is retried; the retry meets a server
+// already "deleting" (a transient-state error) and that counts as success.
+func TestSimDeleteIdempotent(t *testing.T) {
+	drop := &dropOnce{base: http.DefaultTransport, method: "DELETE"}
+	env := startSim(t, 50, nil, nil, WithTransport(drop))
+	ctx := context.Background()
+	srv, _, err := env.client.CreateServer(ctx, env.createReq("nc-del"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	drop.path = "/baremetal/v1/zones/fr-par-2/servers/" + srv.ID
+	drop.armed.Store(true)
+	got, err := env.client.DeleteServer(ctx, zone, srv.ID)
+	if err != nil || got.Status != baremetal.ServerStatusDeleting {
+		t.Fatalf("DeleteServer after a lost answer: %v %+v", err, got)
+	}
+	if drop.dropped.Load() != 1 || env.count(t, "DELETE", serverRE) != 2 {
+		t.Fatalf("dropped %d, %d DELETEs", drop.dropped.Load(), env.count(t, "DELETE", serverRE))
+	}
+	// And again while it is still deleting.
+	if got, err := env.client.DeleteServer(ctx, zone, srv.ID); err != nil || got.Status != baremetal.ServerStatusDeleting {
+		t.Fatalf("second DeleteServer: %v", err)
+	}
+}
+
 func TestSimCreateValidation(t *testing.T) {
 	env := startSim(t, 1, nil, nil)
 	req := env.createReq("nc-v")
@@ -300,11 +325,15 @@ type dropOnce struct {
 	method  string
 	path    string
 	hang    bool
+	armed   atomic.Bool // when set, only armed requests drop (path set later)
 	dropped atomic.Int32
 }
 
 func (d *dropOnce) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := d.base.RoundTrip(r)
+	if d.method == "DELETE" && !d.armed.Load() {
+		return resp, err
+	}
 	if err != nil || r.Method != d.method || r.URL.Path != d.path || !d.dropped.CompareAndSwap(0, 1) {
 		return resp, err
 	}
