@@ -27,7 +27,8 @@ const (
 	// "stopping") until the fault is removed; then they carry on.
 	FaultStuck FaultKind = "stuck"
 	// FaultServerError sends matching servers to status "error" when they
-	// would leave State ("" = at their next transition).
+	// would leave State ("" = at their next transition); each server once,
+	// so a reboot recovers it.
 	FaultServerError FaultKind = "server_error"
 )
 
@@ -201,9 +202,9 @@ func (s *Sim) requestFault(r *http.Request) *Fault {
 	return nil
 }
 
-// serverFault reports whether a server fault of kind holds sv in state. A
-// server once taken by a fault stays taken until the fault is removed.
-// Caller holds mu.
+// serverFault reports whether a server fault of kind applies to sv leaving
+// state. A stuck fault keeps the servers it took until removed; an error
+// fault takes each server once. Caller holds mu.
 func (s *Sim) serverFault(sv *server, kind FaultKind, state string) bool {
 	for _, e := range s.faults {
 		if e.f.Kind != kind {
@@ -219,7 +220,12 @@ func (s *Sim) serverFault(sv *server, kind FaultKind, state string) bool {
 			continue
 		}
 		if e.servers[sv.id] {
-			return true
+			// A stuck server stays stuck; an erroring fault breaks a server
+			// once, so a reboot can recover it.
+			if kind == FaultStuck {
+				return true
+			}
+			continue
 		}
 		if e.remaining == 0 {
 			continue

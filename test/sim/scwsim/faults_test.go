@@ -261,3 +261,23 @@ func TestSetHostBindsLater(t *testing.T) {
 		t.Fatalf("replaced host still called: %+v", got)
 	}
 }
+
+func TestServerErrorFaultHitsEachServerOnce(t *testing.T) {
+	e := newEnv(t, nil)
+	srv := e.create(t, offerB112)
+	e.waitStatus(t, srv.ID, baremetal.ServerStatusReady)
+	id := e.sim.MustInject(Fault{Kind: FaultServerError, ServerID: srv.ID}) // any state, every time it matches
+	if _, err := e.bm.RebootServer(&baremetal.RebootServerRequest{ServerID: srv.ID}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitStatus(t, srv.ID, baremetal.ServerStatusError)
+	if _, err := e.bm.RebootServer(&baremetal.RebootServerRequest{ServerID: srv.ID}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitStatus(t, srv.ID, baremetal.ServerStatusReady)
+	if hits := e.sim.FaultHits(id); hits != 1 {
+		t.Fatalf("hits %d", hits)
+	}
+	equalStrings(t, "history", e.sim.History(srv.ID), []string{"delivering", "ready", "stopping", "error",
+		"stopping", "starting", "ready"})
+}

@@ -132,7 +132,7 @@ func TestRebootWhileDeliveringIsRefusedAsRecorded(t *testing.T) {
 }
 
 func TestTransientStateErrors(t *testing.T) {
-	e := newEnv(t, func(o *Options) { o.Delays.RebootStop = time.Hour })
+	e := newEnv(t, func(o *Options) { o.Delays.RebootStop, o.Delays.Delete = time.Hour, time.Hour })
 	srv := e.create(t, offerB112)
 	e.waitStatus(t, srv.ID, baremetal.ServerStatusReady)
 	if _, err := e.bm.RebootServer(&baremetal.RebootServerRequest{ServerID: srv.ID}); err != nil {
@@ -150,12 +150,6 @@ func TestTransientStateErrors(t *testing.T) {
 	_, err = e.bm.DeleteServer(&baremetal.DeleteServerRequest{ServerID: srv.ID})
 	if ts := mustAs[*scw.TransientStateError](t, err); ts.CurrentState != "deleting" {
 		t.Fatalf("second delete: %+v", ts)
-	}
-	e.waitGone(t, srv.ID)
-	// Acting on a gone server: the untyped 404.
-	_, err = e.bm.RebootServer(&baremetal.RebootServerRequest{ServerID: srv.ID})
-	if re := mustAs[*scw.ResponseError](t, err); re.StatusCode != 404 || re.Type != "" {
-		t.Fatalf("reboot gone: %+v", re)
 	}
 }
 
@@ -296,6 +290,11 @@ func TestMachinesAreUniqueAcrossLifetime(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitGone(t, a.ID)
+	// Acting on a gone server: the untyped 404.
+	_, err := e.bm.RebootServer(&baremetal.RebootServerRequest{ServerID: a.ID})
+	if re := mustAs[*scw.ResponseError](t, err); re.StatusCode != 404 || re.Type != "" {
+		t.Fatalf("reboot gone: %+v", re)
+	}
 	b := e.create(t, offerB112)
 	mb, _ := e.sim.Server(b.ID)
 	if ma.Machine.IPv4 == mb.Machine.IPv4 || ma.Machine.MACs[0] == mb.Machine.MACs[0] || ma.Machine.IPv6 == mb.Machine.IPv6 {

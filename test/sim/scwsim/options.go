@@ -73,6 +73,10 @@ type Options struct {
 	// Delays of the server phases, multiplied by Scale (0 means 1).
 	Delays Delays
 	Scale  float64
+	// Jitter spreads each delay uniformly by +/- this fraction (0..1), as
+	// real deliveries vary; Seed makes it repeatable (0: fixed seed 1).
+	Jitter float64
+	Seed   uint64
 
 	// Stock: initial number of machines per zone and offer name, keyed
 	// "zone/OFFER-NAME" (e.g. "fr-par-2/EM-B112X-SSD") or just "OFFER-NAME"
@@ -161,6 +165,9 @@ func Profile(name string) (Options, error) {
 		return Options{}, fmt.Errorf("scwsim: unknown profile %q (want one of %s)", name, strings.Join(Profiles(), ", "))
 	}
 	o := Options{Delays: d}
+	if name == ProfileRealistic {
+		o.Jitter = 0.1
+	}
 	return o.withDefaults(), nil
 }
 
@@ -174,6 +181,9 @@ func (o Options) Validate() error {
 		if !zoneRE.MatchString(z) {
 			return fmt.Errorf("scwsim: Options.Zones: %q is not a zone like fr-par-2", z)
 		}
+	}
+	if o.Jitter < 0 || o.Jitter >= 1 {
+		return fmt.Errorf("scwsim: Options.Jitter: %v is not in [0, 1)", o.Jitter)
 	}
 	if o.Scale < 0 {
 		return fmt.Errorf("scwsim: Options.Scale: %v is negative", o.Scale)
@@ -283,6 +293,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Scale == 0 {
 		o.Scale = 1
+	}
+	if o.Seed == 0 {
+		o.Seed = 1
 	}
 	if o.PlentyStock == 0 {
 		o.PlentyStock = 1000

@@ -73,3 +73,30 @@ func TestScaleStretchesDelays(t *testing.T) {
 		t.Fatalf("defaults: %+v", d)
 	}
 }
+
+func TestJitterStaysWithinBounds(t *testing.T) {
+	opts, _ := Profile(ProfileRealistic)
+	if opts.Jitter == 0 {
+		t.Fatal("realistic profile has no jitter")
+	}
+	s := New(opts)
+	defer s.Close()
+	d := opts.Delays.Delivery
+	lo, hi := time.Duration(float64(d)*(1-opts.Jitter)), time.Duration(float64(d)*(1+opts.Jitter))
+	seen := map[time.Duration]bool{}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := 0; i < 1000; i++ {
+		got := s.delay(d)
+		if got < lo || got > hi {
+			t.Fatalf("delay %v outside [%v, %v]", got, lo, hi)
+		}
+		seen[got] = true
+	}
+	if len(seen) < 100 {
+		t.Fatalf("only %d distinct delays: no jitter", len(seen))
+	}
+	if err := (Options{Jitter: 1}).Validate(); err == nil || !strings.Contains(err.Error(), "Options.Jitter") {
+		t.Fatalf("Jitter 1: %v", err)
+	}
+}

@@ -41,11 +41,13 @@ func waitPN(t *testing.T, api *bmv3.PrivateNetworkAPI, serverID string, want int
 func TestPrivateNetworkAttach(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.PrivateNetworkIDs = []string{pnA, pnB} })
 	pn := bmv3.NewPrivateNetworkAPI(e.cli)
-	srv := e.create(t, offerB112)
+	hold := e.sim.MustInject(Fault{Kind: FaultStuck, Tag: "pn", State: "delivering"})
+	srv := e.create(t, offerB112, "pn")
 	_, err := pn.AddServerPrivateNetwork(&bmv3.PrivateNetworkAPIAddServerPrivateNetworkRequest{ServerID: srv.ID, PrivateNetworkID: pnA})
 	if re := mustAs[*scw.ResponseError](t, err); re.Message != "Server is not delivered" {
 		t.Fatalf("attach while delivering: %+v", re)
 	}
+	e.sim.RemoveFault(hold)
 	e.waitStatus(t, srv.ID, baremetal.ServerStatusReady)
 	_, err = pn.AddServerPrivateNetwork(&bmv3.PrivateNetworkAPIAddServerPrivateNetworkRequest{ServerID: srv.ID, PrivateNetworkID: pnA})
 	if pf := mustAs[*scw.PreconditionFailedError](t, err); pf.Precondition != "attribute_must_be_set" {

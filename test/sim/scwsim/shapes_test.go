@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strings"
 	"testing"
-	"time"
 )
 
 // recordings are the real exchanges the simulator must match.
@@ -168,10 +167,11 @@ func TestCatalogueIsTheRecordedAnswer(t *testing.T) {
 
 func TestServerJSONHasRecordedKeys(t *testing.T) {
 	rec := loadRecordings(t)
-	e := newEnv(t, func(o *Options) { o.Delays.Delivery = 200 * time.Millisecond })
+	e := newEnv(t, nil)
+	hold := e.sim.MustInject(Fault{Kind: FaultStuck, Tag: "shape", State: "delivering"})
 	status, created := e.raw(t, "POST", "/baremetal/v1/zones/fr-par-2/servers", map[string]any{
 		"offer_id": e.offerID(t, offerB112), "project_id": zeroID, "name": "shape", "description": "",
-		"tags": []string{}, "install": nil, "option_ids": nil, "protected": false})
+		"tags": []string{"shape"}, "install": nil, "option_ids": nil, "protected": false})
 	if status != 200 {
 		t.Fatalf("create: %d %v", status, created)
 	}
@@ -196,8 +196,8 @@ func TestServerJSONHasRecordedKeys(t *testing.T) {
 		t.Fatalf("reboot while delivering: %v, want %v", delivering, want)
 	}
 
-	ready := e.waitStatus(t, id, "ready")
-	_ = ready
+	e.sim.RemoveFault(hold)
+	e.waitStatus(t, id, "ready")
 	_, got := e.raw(t, "GET", "/baremetal/v1/zones/fr-par-2/servers/"+id, nil)
 	_, recReady := rec.response(t, 8) // ready, delivered: domain and reverse set
 	sameKeys(t, "ready server", got, recReady)

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"regexp"
@@ -38,8 +39,9 @@ type Sim struct {
 	faultSeq  int
 	calls     []Call
 	timers    map[*time.Timer]struct{}
-	tokens    float64   // rate limit bucket
-	tokensAt  time.Time // last refill
+	rng       *rand.Rand // jitter
+	tokens    float64    // rate limit bucket
+	tokensAt  time.Time  // last refill
 	closed    bool
 	hostWG    sync.WaitGroup
 
@@ -74,7 +76,7 @@ func New(opts Options) *Sim {
 	s := &Sim{opts: opts, ctx: ctx, cancel: cancel, zones: map[string]*zoneCatalog{},
 		servers: map[string]*server{}, gone: map[string]bool{}, history: map[string][]string{}, stock: map[string]int{}, quotas: map[string]int{},
 		keys: map[string]*sshKey{}, pns: map[string]*pnAttachment{}, faultByID: map[FaultID]*faultEntry{},
-		timers: map[*time.Timer]struct{}{}}
+		timers: map[*time.Timer]struct{}{}, rng: rand.New(rand.NewPCG(opts.Seed, opts.Seed))}
 	for _, z := range opts.Zones {
 		zc := zoneCatalogFor(z)
 		s.zones[z] = zc
@@ -395,7 +397,7 @@ func (s *Sim) after(d time.Duration, fn func()) {
 		return
 	}
 	var t *time.Timer
-	t = time.AfterFunc(s.opts.scaled(d), func() {
+	t = time.AfterFunc(s.delay(d), func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.closed {
@@ -405,6 +407,15 @@ func (s *Sim) after(d time.Duration, fn func()) {
 		fn()
 	})
 	s.timers[t] = struct{}{}
+}
+
+// delay scales d and applies the jitter. Caller holds mu.
+func (s *Sim) delay(d time.Duration) time.Duration {
+	d = s.opts.scaled(d)
+	if s.opts.Jitter > 0 {
+		d = time.Duration(float64(d) * (1 + s.opts.Jitter*(2*s.rng.Float64()-1)))
+	}
+	return d
 }
 
 func (s *Sim) logf(format string, args ...any) { s.opts.Logf("scwsim: "+format, args...) }
