@@ -16,7 +16,10 @@
 //
 // Control it at runtime: SetStock, SetQuota, Inject (5xx, 429 with
 // Retry-After, timeouts, delays, servers stuck in a state or going to
-// error), ForceStatus; inspect it with Calls, CountCalls, CreatesByTag,
+// error), ForceStatus, SetHost; Options.RateLimit throttles like a real key
+// (429 + Retry-After) and Options.Jitter spreads phase durations. Inspect it
+// with Calls (method, path, query, status, time, duration, fault, server,
+// create tags), CountCalls, CreatesByTag (duplicate orders per NodeClaim),
 // CallsForServer, Servers, Server, History, PrivateNetworks, Stock.
 //
 // Run its tests: go test -count=1 -race ./test/sim/scwsim/...
@@ -45,15 +48,17 @@
 //   - 400 {"message":"Server is not delivered"} on reboot/start/stop while
 //     ordered/delivering; untyped 404 {"message":"Not Found"} after delete;
 //     the v3 empty list {"server_private_networks":[],"total_count":0}.
-//   - Typed errors use the bodies the SDK decodes (scw/errors.go) with the
-//     messages of Scaleway's standard errors: not_found (404, IDs never
-//     seen), transient_state (409), quotas_exceeded (403, resource = the
-//     offer's quota_name), out_of_stock (412), invalid_arguments (400),
-//     permissions_denied (403), precondition_failed (412),
-//     denied_authentication (401, missing or wrong X-Auth-Token).
 //
 // # Approximated (no recording available)
 //
+//   - Typed errors are not in the recordings: their bodies are the shapes the
+//     SDK decodes (scw/errors.go) with the messages of Scaleway's standard
+//     errors (as in the SDK's own end-to-end tests), and the status codes
+//     Scaleway uses for them: not_found 404 (IDs never seen), transient_state
+//     409, quotas_exceeded 403 (resource = the offer's quota_name),
+//     out_of_stock 412, invalid_arguments 400, permissions_denied 403,
+//     precondition_failed 412, denied_authentication 401 (missing or wrong
+//     X-Auth-Token), locked 403.
 //   - Messages of refusals not recorded: "Server is stopped" (reboot while
 //     stopped), "Server is already stopped/started", "Server is protected",
 //     409 conflicts for an option or private network already present, and
