@@ -1047,11 +1047,15 @@ func (s *Sim) snapshot(sv *server) ServerState {
 func (s *Sim) Servers() []ServerState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []ServerState
+	all := make([]*server, 0, len(s.servers))
 	for _, sv := range s.servers {
+		all = append(all, sv)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].order < all[j].order })
+	out := make([]ServerState, 0, len(all))
+	for _, sv := range all {
 		out = append(out, s.snapshot(sv))
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out
 }
 
