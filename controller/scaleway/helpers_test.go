@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,11 +25,14 @@ const (
 	testProject   = "00000000-0000-0000-0000-000000000000"
 )
 
-// recordingClock is a real clock whose After fires at once and records the
-// requested wait: retry tests check backoff and Retry-After without sleeping.
+// recordingClock is a real clock whose After records the requested wait and
+// fires at once: retry tests check backoff and Retry-After without sleeping.
+// With sleep set it really waits (poller tests, where an instant interval
+// would spin).
 type recordingClock struct {
 	mu    sync.Mutex
 	waits []time.Duration
+	sleep atomic.Bool
 }
 
 func (c *recordingClock) Now() time.Time { return time.Now() }
@@ -36,6 +40,9 @@ func (c *recordingClock) After(d time.Duration) <-chan time.Time {
 	c.mu.Lock()
 	c.waits = append(c.waits, d)
 	c.mu.Unlock()
+	if c.sleep.Load() {
+		return time.After(d)
+	}
 	ch := make(chan time.Time, 1)
 	ch <- time.Now()
 	return ch
@@ -87,7 +94,7 @@ func testConfig(url string) Config {
 	}
 }
 
-func newTestClient(t *testing.T, cfg Config, opts ...Option) *testEnv {
+func newTestClient(t testing.TB, cfg Config, opts ...Option) *testEnv {
 	t.Helper()
 	env := &testEnv{clock: &recordingClock{}, reg: prometheus.NewRegistry(), logs: &logSink{}}
 	all := append([]Option{WithClock(env.clock), WithRegisterer(env.reg), WithLogger(env.logs.logger())}, opts...)

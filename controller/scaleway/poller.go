@@ -75,9 +75,12 @@ type zonePoller struct {
 	updated  chan struct{} // closed and replaced on every new snapshot
 	demand   int           // callers waiting for a snapshot
 	running  bool
-	urgent   bool // a caller needs a list sooner than the interval
-	wake     chan struct{}
-	lastList time.Time
+	// wantAfter: a caller needs a list started at or after this instant,
+	// sooner than the interval would give it. A list already in flight that
+	// started late enough satisfies it.
+	wantAfter time.Time
+	wake      chan struct{}
+	lastList  time.Time // start of the latest list
 }
 
 func (p *Poller) zonePoller(zone scw.Zone) *zonePoller {
@@ -92,12 +95,14 @@ func (p *Poller) zonePoller(zone scw.Zone) *zonePoller {
 }
 
 // acquire registers a waiter and starts the zone's loop if needed.
-func (z *zonePoller) acquire(urgent bool) {
+// wantAfter, when not zero, asks for a list started at or after it now.
+func (z *zonePoller) acquire(wantAfter time.Time) {
 	z.mu.Lock()
 	z.demand++
 	z.p.c.metrics.waiters.WithLabelValues(string(z.zone)).Set(float64(z.demand))
-	if urgent {
-		z.urgent = true
+	urgent := !wantAfter.IsZero() && wantAfter.After(z.lastList)
+	if urgent && wantAfter.After(z.wantAfter) {
+		z.wantAfter = wantAfter
 	}
 	if !z.running {
 		z.running = true
@@ -125,9 +130,9 @@ func (z *zonePoller) current() (*snapshot, <-chan struct{}) {
 	return z.snap, z.updated
 }
 
-// loop lists the zone at most once per interval while anyone waits. A
-// caller marked urgent (Get with a freshness bound the last list misses)
-// triggers a list right away.
+// loop lists the zone at most once per interval while anyone waits. A Get
+// whose freshness bound no started list meets triggers a list right away;
+// concurrent such Gets share it.
 func (z *zonePoller) loop() {
 	defer z.p.loops.Done()
 	clock := z.p.c.clock
@@ -139,7 +144,7 @@ func (z *zonePoller) loop() {
 			return
 		}
 		wait := time.Duration(0)
-		if !z.urgent && !z.lastList.IsZero() {
+		if urgent := z.wantAfter.After(z.lastList); !urgent && !z.lastList.IsZero() {
 			wait = z.lastList.Add(z.p.interval).Sub(clock.Now())
 		}
 		z.mu.Unlock()
@@ -152,7 +157,6 @@ func (z *zonePoller) loop() {
 			continue // re-check demand and urgency
 		}
 		z.mu.Lock()
-		z.urgent = false
 		started := clock.Now()
 		z.lastList = started
 		z.mu.Unlock()
@@ -189,7 +193,7 @@ func (p *Poller) Get(ctx context.Context, zone scw.Zone, id string, maxAge time.
 	if snap, _ := z.current(); snap != nil && !snap.started.Before(notBefore) {
 		return p.lookup(ctx, zone, snap, id)
 	}
-	z.acquire(true)
+	z.acquire(notBefore)
 	defer z.release()
 	for {
 		snap, updated := z.current()
@@ -231,7 +235,7 @@ func (p *Poller) WaitFor(ctx context.Context, zone scw.Zone, id string, done fun
 	}
 	z := p.zonePoller(zone)
 	since := p.c.clock.Now()
-	z.acquire(false)
+	z.acquire(time.Time{})
 	defer z.release()
 	var seen uint64
 	var last *baremetal.Server

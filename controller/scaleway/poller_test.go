@@ -22,6 +22,7 @@ func TestPollerBatchesWaiters(t *testing.T) {
 	for _, n := range []int{1, 20} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			env := startSim(t, 1, nil, func(c *Config) { c.PollInterval = 20 * time.Millisecond; c.PageSize = pageSize })
+			env.clock.sleep.Store(true)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			stuck := env.sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStuck, State: "delivering", Tag: Tag(TagManagedBy, cluster)})
@@ -90,6 +91,7 @@ func TestPollerBatchesWaiters(t *testing.T) {
 // costs at most one GetServer per round; a deleted one ends the wait with NotFound.
 func TestPollerMissingServers(t *testing.T) {
 	env := startSim(t, 1, nil, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
+	env.clock.sleep.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	req := env.createReq("untagged")
@@ -125,6 +127,7 @@ func TestPollerMissingServers(t *testing.T) {
 
 func TestPollerGetFreshness(t *testing.T) {
 	env := startSim(t, 1, nil, func(c *Config) { c.PollInterval = time.Hour })
+	env.clock.sleep.Store(true)
 	ctx := context.Background()
 	srv, _, err := env.client.CreateServer(ctx, env.createReq("nc-g"))
 	if err != nil {
@@ -157,6 +160,7 @@ func TestPollerGetFreshness(t *testing.T) {
 func TestPollerErrors(t *testing.T) {
 	t.Run("server error state", func(t *testing.T) {
 		env := startSim(t, 1, nil, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
+		env.clock.sleep.Store(true)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		env.sim.MustInject(scwsim.Fault{Kind: scwsim.FaultServerError, State: "delivering"})
@@ -174,6 +178,7 @@ func TestPollerErrors(t *testing.T) {
 	})
 	t.Run("permission error ends the wait, 5xx is waited out", func(t *testing.T) {
 		env := startSim(t, 1, nil, func(c *Config) { c.PollInterval = 20 * time.Millisecond; c.Retry.MaxAttempts = 1 })
+		env.clock.sleep.Store(true)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		srv, _, err := env.client.CreateServer(ctx, env.createReq("nc-p"))
@@ -198,6 +203,7 @@ func TestPollerErrors(t *testing.T) {
 	})
 	t.Run("caller deadline", func(t *testing.T) {
 		env := startSim(t, 1, nil, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
+		env.clock.sleep.Store(true)
 		srv, _, err := env.client.CreateServer(context.Background(), env.createReq("nc-d"))
 		if err != nil {
 			t.Fatal(err)

@@ -3,6 +3,7 @@ package scaleway
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	baremetalv3 "github.com/scaleway/scaleway-sdk-go/api/baremetal/v3"
 	"github.com/scaleway/scaleway-sdk-go/scw"
@@ -92,4 +93,48 @@ func VLANs(list []*baremetalv3.ServerPrivateNetwork) map[string]uint32 {
 		}
 	}
 	return out
+}
+
+// WaitPrivateNetworksAttached polls the server's attachments (every
+// Config.PollInterval) until each of privateNetworkIDs is "attached" with a
+// VLAN, and returns private network ID -> VLAN. An attachment in status
+// "error", or one that is missing (never attached), ends the wait with an
+// error; ctx bounds it. Attachments take seconds, so per-server polling is
+// cheap here, unlike server delivery.
+func (c *Client) WaitPrivateNetworksAttached(ctx context.Context, zone scw.Zone, serverID string, privateNetworkIDs []string) (map[string]uint32, error) {
+	zone = c.zone(zone)
+	for {
+		list, err := c.ListServerPrivateNetworks(ctx, zone, serverID)
+		if err != nil {
+			return nil, err
+		}
+		byPN := map[string]*baremetalv3.ServerPrivateNetwork{}
+		for _, p := range list {
+			byPN[p.PrivateNetworkID] = p
+		}
+		done := true
+		for _, id := range privateNetworkIDs {
+			p := byPN[id]
+			switch {
+			case p == nil:
+				return nil, fmt.Errorf("server %s in %s is not attached to private network %s", serverID, zone, id)
+			case p.Status == baremetalv3.ServerPrivateNetworkStatusError:
+				return nil, fmt.Errorf("attachment of server %s in %s to private network %s failed (status error)", serverID, zone, id)
+			case p.Status != baremetalv3.ServerPrivateNetworkStatusAttached || p.Vlan == nil:
+				done = false
+			}
+		}
+		if done {
+			out := map[string]uint32{}
+			for _, id := range privateNetworkIDs {
+				out[id] = *byPN[id].Vlan
+			}
+			return out, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for private networks of server %s in %s: %w", serverID, zone, ctx.Err())
+		case <-c.clock.After(c.cfg.PollInterval):
+		}
+	}
 }

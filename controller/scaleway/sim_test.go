@@ -36,7 +36,7 @@ type simEnv struct {
 
 // startSim runs the EM API simulator with the fast "test" delays scaled by
 // scale, and a client against it.
-func startSim(t *testing.T, scale float64, mutate func(*scwsim.Options), cfgMutate func(*Config), opts ...Option) *simEnv {
+func startSim(t testing.TB, scale float64, mutate func(*scwsim.Options), cfgMutate func(*Config), opts ...Option) *simEnv {
 	t.Helper()
 	o, err := scwsim.Profile(scwsim.ProfileTest)
 	if err != nil {
@@ -72,7 +72,7 @@ var (
 // pickOffer returns an enabled, in-stock hourly offer of the zone that has
 // the Private Network option (fr-par-2 keeps the recorded offer IDs, so one
 // pick serves every simulator of the test binary).
-func pickOffer(t *testing.T, c *Client) *baremetal.Offer {
+func pickOffer(t testing.TB, c *Client) *baremetal.Offer {
 	t.Helper()
 	offerMu.Lock()
 	defer offerMu.Unlock()
@@ -417,6 +417,7 @@ func TestSimTagsOptionsPrivateNetworks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	env.clock.sleep.Store(true)
 	poller := env.client.NewPoller(Tag(TagManagedBy, cluster))
 	defer poller.Close()
 	if _, err := poller.WaitFor(ctx, zone, srv.ID, StatusIs(baremetal.ServerStatusReady)); err != nil {
@@ -496,19 +497,20 @@ func TestSimTagsOptionsPrivateNetworks(t *testing.T) {
 	if n := env.count(t, "POST", `/private-networks$`); n != 1 {
 		t.Fatalf("%d attach calls", n)
 	}
-	var list []*baremetalv3.ServerPrivateNetwork
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if list, err = env.client.ListServerPrivateNetworks(ctx, zone, srv.ID); err != nil {
-			t.Fatal(err)
-		}
-		if len(list) == 1 && list[0].Status == baremetalv3.ServerPrivateNetworkStatusAttached {
-			break
-		}
+	vlans, err := env.client.WaitPrivateNetworksAttached(ctx, zone, srv.ID, []string{pnID})
+	if err != nil {
+		t.Fatal(err)
 	}
-	vlans := VLANs(list)
+	list, err := env.client.ListServerPrivateNetworks(ctx, zone, srv.ID)
+	if err != nil || len(list) != 1 || list[0].Status != baremetalv3.ServerPrivateNetworkStatusAttached {
+		t.Fatalf("attachments: %v %d", err, len(list))
+	}
 	simVLANs := env.sim.PrivateNetworks(srv.ID)
-	if len(vlans) != 1 || vlans[pnID] == 0 || vlans[pnID] != simVLANs[pnID] {
+	if len(vlans) != 1 || vlans[pnID] == 0 || vlans[pnID] != simVLANs[pnID] || VLANs(list)[pnID] != vlans[pnID] {
 		t.Fatalf("VLANs %v, simulator %v", vlans, simVLANs)
+	}
+	if _, err := env.client.WaitPrivateNetworksAttached(ctx, zone, srv.ID, []string{"66666666-6666-4666-8666-666666666666"}); err == nil || !strings.Contains(err.Error(), "not attached") {
+		t.Fatalf("missing attachment: %v", err)
 	}
 	if _, err := env.client.AttachPrivateNetwork(ctx, zone, srv.ID, "55555555-5555-4555-8555-555555555555"); !IsNotFound(err) {
 		t.Fatalf("unknown private network: %v", err)
