@@ -70,11 +70,11 @@ type zonePoller struct {
 	p    *Poller
 	zone scw.Zone
 
-	mu       sync.Mutex
-	snap     *snapshot
-	updated  chan struct{} // closed and replaced on every new snapshot
-	demand   int           // callers waiting for a snapshot
-	running  bool
+	mu      sync.Mutex
+	snap    *snapshot
+	updated chan struct{} // closed and replaced on every new snapshot
+	demand  int           // callers waiting for a snapshot
+	running bool
 	// wantAfter: a caller needs a list started at or after this instant,
 	// sooner than the interval would give it. A list already in flight that
 	// started late enough satisfies it.
