@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -165,21 +166,20 @@ func TestSimCreateGetListDelete(t *testing.T) {
 // A DELETE whose answer is lost is retried; the retry meets a server
 // already "deleting" (a transient-state error) and that counts as success.
 func TestSimDeleteIdempotent(t *testing.T) {
-	drop := &dropOnce{base: http.DefaultTransport, method: "DELETE"}
-	env := startSim(t, 50, nil, nil, WithTransport(drop))
+	d := &dropper{base: http.DefaultTransport}
+	env := startSim(t, 50, nil, nil, WithTransport(d))
 	ctx := context.Background()
 	srv, _, err := env.client.CreateServer(ctx, env.createReq("nc-del"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	drop.path = "/baremetal/v1/zones/fr-par-2/servers/" + srv.ID
-	drop.armed.Store(true)
+	rule := d.add("DELETE", `/servers/`+srv.ID+`$`)
 	got, err := env.client.DeleteServer(ctx, zone, srv.ID)
 	if err != nil || got.Status != baremetal.ServerStatusDeleting {
 		t.Fatalf("DeleteServer after a lost answer: %v %+v", err, got)
 	}
-	if drop.dropped.Load() != 1 || env.count(t, "DELETE", serverRE) != 2 {
-		t.Fatalf("dropped %d, %d DELETEs", drop.dropped.Load(), env.count(t, "DELETE", serverRE))
+	if d.hits(rule) != 1 || env.count(t, "DELETE", serverRE) != 2 {
+		t.Fatalf("dropped %d, %d DELETEs", d.hits(rule), env.count(t, "DELETE", serverRE))
 	}
 	// And again while it is still deleting.
 	if got, err := env.client.DeleteServer(ctx, zone, srv.ID); err != nil || got.Status != baremetal.ServerStatusDeleting {
@@ -325,15 +325,11 @@ type dropOnce struct {
 	method  string
 	path    string
 	hang    bool
-	armed   atomic.Bool // when set, only armed requests drop (path set later)
 	dropped atomic.Int32
 }
 
 func (d *dropOnce) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := d.base.RoundTrip(r)
-	if d.method == "DELETE" && !d.armed.Load() {
-		return resp, err
-	}
 	if err != nil || r.Method != d.method || r.URL.Path != d.path || !d.dropped.CompareAndSwap(0, 1) {
 		return resp, err
 	}
@@ -345,6 +341,110 @@ func (d *dropOnce) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	return &http.Response{StatusCode: 502, Status: "502 Bad Gateway", Header: http.Header{"Content-Type": {"text/html"}},
 		Body: io.NopCloser(strings.NewReader("<html>bad gateway</html>")), Request: r}, nil
+}
+
+// dropper loses the answers of requests matching its rules (method and
+// path regexp), once per rule, after the simulator acted on them.
+type dropper struct {
+	base  http.RoundTripper
+	mu    sync.Mutex
+	rules []*dropRule
+}
+
+type dropRule struct {
+	method  string
+	path    *regexp.Regexp
+	dropped int
+}
+
+func (d *dropper) add(method, pathRE string) *dropRule {
+	r := &dropRule{method: method, path: regexp.MustCompile(pathRE)}
+	d.mu.Lock()
+	d.rules = append(d.rules, r)
+	d.mu.Unlock()
+	return r
+}
+
+func (d *dropper) hits(r *dropRule) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return r.dropped
+}
+
+func (d *dropper) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := d.base.RoundTrip(r)
+	if err != nil {
+		return resp, err
+	}
+	d.mu.Lock()
+	drop := false
+	for _, rule := range d.rules {
+		if rule.dropped == 0 && rule.method == r.Method && rule.path.MatchString(r.URL.Path) {
+			rule.dropped++
+			drop = true
+			break
+		}
+	}
+	d.mu.Unlock()
+	if !drop {
+		return resp, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return &http.Response{StatusCode: 504, Status: "504 Gateway Timeout", Header: http.Header{"Content-Type": {"text/html"}},
+		Body: io.NopCloser(strings.NewReader("<html>gateway timeout</html>")), Request: r}, nil
+}
+
+// TestSimReconcileAfterLostAnswers: option, private network attachment and
+// SSH key creation are applied by the API but their answers are lost; each
+// call reads state back and succeeds without sending the request again.
+func TestSimReconcileAfterLostAnswers(t *testing.T) {
+	pnID := "44444444-4444-4444-8444-444444444444"
+	d := &dropper{base: http.DefaultTransport}
+	env := startSim(t, 1, nil, nil, WithTransport(d))
+	env.clock.sleep.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, _, err := env.client.CreateServer(ctx, env.createReq("nc-lost"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	poller := env.client.NewPoller(Tag(TagManagedBy, cluster))
+	defer poller.Close()
+	if _, err := poller.WaitFor(ctx, zone, srv.ID, StatusIs(baremetal.ServerStatusReady)); err != nil {
+		t.Fatal(err)
+	}
+	optID, err := env.client.PrivateNetworkOptionID(ctx, zone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := d.add("POST", `/options/`)
+	if _, err := env.client.AddServerOption(ctx, zone, srv.ID, optID); err != nil {
+		t.Fatalf("AddServerOption after a lost answer: %v", err)
+	}
+	if d.hits(opt) != 1 || env.count(t, "POST", `/options/`) != 1 {
+		t.Fatalf("option: dropped %d, %d POSTs", d.hits(opt), env.count(t, "POST", `/options/`))
+	}
+	if _, err := poller.WaitFor(ctx, zone, srv.ID, func(s *baremetal.Server) (bool, error) {
+		return len(s.Options) > 0 && s.Options[len(s.Options)-1].Status == baremetal.ServerOptionOptionStatusOptionStatusEnable, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	pn := d.add("POST", `/private-networks$`)
+	if _, err := env.client.AttachPrivateNetwork(ctx, zone, srv.ID, pnID); err != nil {
+		t.Fatalf("AttachPrivateNetwork after a lost answer: %v", err)
+	}
+	if d.hits(pn) != 1 || env.count(t, "POST", `/private-networks$`) != 1 {
+		t.Fatalf("attach: dropped %d, %d POSTs", d.hits(pn), env.count(t, "POST", `/private-networks$`))
+	}
+	key := d.add("POST", `/ssh-keys$`)
+	id, err := env.client.EnsureSSHKey(ctx, "karpenter-c1", newAuthorizedKey(t, "c"))
+	if err != nil || id == "" {
+		t.Fatalf("EnsureSSHKey after a lost answer: %v", err)
+	}
+	if d.hits(key) != 1 || env.count(t, "POST", `/ssh-keys$`) != 1 {
+		t.Fatalf("ssh key: dropped %d, %d POSTs", d.hits(key), env.count(t, "POST", `/ssh-keys$`))
+	}
 }
 
 // TestSimCreateNeverDoubled: the simulator creates the server, the answer is
