@@ -270,7 +270,8 @@ func (in Info) rejectReason(minSize int64) string {
 // Select picks the install disk among those List returns: it skips virtual,
 // empty, read-only, USB, removable, mounted, swap and held (RAID/LVM) disks
 // and the one the running system lives on, and those smaller than minSize;
-// then prefers non-rotational disks, then the smallest, then the first name.
+// then prefers non-rotational disks, then the smallest (the largest when
+// minSize <= 1, i.e. the image size is unknown), then the first name.
 // Every disk it did not take is listed with the reason.
 func Select(root hostroot.Root, minSize int64) (*report.Disk, []report.RejectedDisk, error) {
 	all, err := List(root)
@@ -279,11 +280,14 @@ func Select(root hostroot.Root, minSize int64) (*report.Disk, []report.RejectedD
 	}
 	var cands []Info
 	var rejected []report.RejectedDisk
-	busy := 0
+	busy, small := 0, 0
 	for _, in := range all {
 		if r := in.rejectReason(minSize); r != "" {
 			if in.busyReason() != "" && !in.Virtual {
 				busy++
+			}
+			if strings.HasPrefix(r, "too small") {
+				small++
 			}
 			rejected = append(rejected, report.RejectedDisk{Path: in.Path, Reason: r})
 			continue
@@ -292,18 +296,24 @@ func Select(root hostroot.Root, minSize int64) (*report.Disk, []report.RejectedD
 	}
 	if len(cands) == 0 {
 		err := ErrNotFound
-		if busy > 0 {
+		switch {
+		case busy > 0:
 			err = ErrBusy
+		case small > 0:
+			err = ErrTooSmall
 		}
 		return nil, rejected, fmt.Errorf("%w: no disk is suitable for --disk auto (%d looked at, all rejected: see rejectedDisks)", err, len(all))
 	}
+	// With the image size known, the smallest disk that fits leaves the big
+	// ones for data; unknown, the largest is the one most likely to fit.
+	sizeKnown := minSize > 1
 	sort.SliceStable(cands, func(i, j int) bool {
 		a, b := cands[i], cands[j]
 		if a.Rotational != b.Rotational {
 			return !a.Rotational
 		}
 		if a.SizeBytes != b.SizeBytes {
-			return a.SizeBytes < b.SizeBytes
+			return (a.SizeBytes < b.SizeBytes) == sizeKnown
 		}
 		return a.Name < b.Name
 	})
@@ -312,9 +322,15 @@ func Select(root hostroot.Root, minSize int64) (*report.Disk, []report.RejectedD
 	if pick.Rotational {
 		kind = "rotational (no non-rotational disk qualifies)"
 	}
-	pick.Reason = fmt.Sprintf("--disk auto: smallest %s disk that fits, of %d candidate(s)", kind, len(cands))
+	rule := "smallest " + kind + " disk that fits"
+	order := "non-rotational, then smallest that fits, then name"
+	if !sizeKnown {
+		rule = "largest " + kind + " disk (image size unknown)"
+		order = "non-rotational, then largest, then name"
+	}
+	pick.Reason = fmt.Sprintf("--disk auto: %s, of %d candidate(s)", rule, len(cands))
 	for _, c := range cands[1:] {
-		rejected = append(rejected, report.RejectedDisk{Path: c.Path, Reason: "suitable, but " + pick.Path + " ranks first (non-rotational, then smallest, then name)"})
+		rejected = append(rejected, report.RejectedDisk{Path: c.Path, Reason: "suitable, but " + pick.Path + " ranks first (" + order + ")"})
 	}
 	d := pick.Disk
 	return &d, rejected, nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand"
 	"os"
@@ -279,5 +280,30 @@ func BenchmarkXZParallel(b *testing.B) {
 				r.Close()
 			}
 		})
+	}
+}
+
+func TestRawSize(t *testing.T) {
+	data := sample(5<<20+77, 7)
+	xzMulti := compress(t, "xz", data, "-0", "-T2", "--block-size=1MiB", "-c")
+	xzSingle := compress(t, "xz", data, "-0", "-T1", "-c")
+	// From a file, zstd records the content size; --stream-size does the same on a pipe.
+	zst := compress(t, "zstd", data, "-18", "-T0", "-c", fmt.Sprintf("--stream-size=%d", len(data)))
+	for name, c := range map[string]struct {
+		f    Format
+		comp []byte
+	}{"xz multi": {FormatXZ, xzMulti}, "xz single": {FormatXZ, xzSingle}, "zstd": {FormatZstd, zst}, "raw": {FormatRaw, data}} {
+		got, err := RawSize(c.f, c.comp[:min(len(c.comp), 64)], bytes.NewReader(c.comp), int64(len(c.comp)))
+		if err != nil || got != int64(len(data)) {
+			t.Errorf("%s: RawSize = %d, %v; want %d", name, got, err, len(data))
+		}
+	}
+	twoStreams := append(append([]byte{}, xzMulti...), xzSingle...)
+	if _, err := RawSize(FormatXZ, twoStreams, bytes.NewReader(twoStreams), int64(len(twoStreams))); !errors.Is(err, ErrSizeUnknown) {
+		t.Errorf("two streams: err = %v, want ErrSizeUnknown (the last stream alone is not the size)", err)
+	}
+	piped := compress(t, "zstd", data, "-3", "-c", "--no-content-size")
+	if _, err := RawSize(FormatZstd, piped[:18], nil, int64(len(piped))); !errors.Is(err, ErrSizeUnknown) {
+		t.Errorf("zstd without content size: err = %v", err)
 	}
 }

@@ -83,6 +83,9 @@ type Report struct {
 	NICs          []NIC          `json:"nics"`
 	Image         *Image         `json:"image,omitempty"`
 	Timings       *Timings       `json:"timings,omitempty"`
+	// Warnings are things that did not fail the command but an operator may
+	// want to know (no O_DIRECT, no hole punching, BLKRRPART refused...).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Error says what failed, in a stable code and a human message.
@@ -147,6 +150,10 @@ type Image struct {
 	ZeroBytesSkipped int64  `json:"zeroBytesSkipped"`
 	Verified         bool   `json:"verified"`
 	ReadbackVerified bool   `json:"readbackVerified,omitempty"`
+	// DirectIO says the bulk of the image was written with O_DIRECT.
+	DirectIO bool `json:"directIO,omitempty"`
+	// DecodeConcurrency is the number of decoder workers used.
+	DecodeConcurrency int `json:"decodeConcurrency,omitempty"`
 }
 
 // Timings are durations in seconds and the resulting throughput.
@@ -185,4 +192,7 @@ type Progress struct {
 	RawMBps        float64 `json:"rawMBps"`
 	ETASeconds     float64 `json:"etaSeconds,omitempty"`
 	ElapsedSeconds float64 `json:"elapsedSeconds"`
+	// Message carries a warning or a retry notice (e.g. "download interrupted
+	// at byte N; resuming"), so stderr stays JSON lines only.
+	Message string `json:"message,omitempty"`
 }

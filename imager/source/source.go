@@ -475,3 +475,37 @@ func redactErr(err error) error {
 	}
 	return err
 }
+
+// ReadAt reads len(p) bytes at off with a separate ranged request (the file
+// directly for local sources), without disturbing the main download. It is
+// for small probes, such as the index at the end of an .xz file.
+func (r *Reader) ReadAt(p []byte, off int64) (int, error) {
+	if r.file != nil {
+		return r.file.ReadAt(p, off)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, r.opts.HeaderTimeout+r.opts.StallTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.url, nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", off, off+int64(len(p))-1))
+	if r.etag != "" {
+		req.Header.Set("If-Match", r.etag)
+	}
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return 0, redactErr(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusPartialContent {
+		return 0, fmt.Errorf("ranged read: HTTP %s", resp.Status)
+	}
+	if start, _, ok := parseContentRange(resp.Header.Get("Content-Range")); !ok || start != off {
+		return 0, fmt.Errorf("ranged read: unexpected Content-Range %q", resp.Header.Get("Content-Range"))
+	}
+	return io.ReadFull(resp.Body, p)
+}
