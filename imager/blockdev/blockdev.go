@@ -283,10 +283,11 @@ func Select(root hostroot.Root, minSize int64) (*report.Disk, []report.RejectedD
 	busy, small := 0, 0
 	for _, in := range all {
 		if r := in.rejectReason(minSize); r != "" {
-			if in.busyReason() != "" && !in.Virtual {
+			// Busy only matters for a disk that would otherwise fit.
+			if in.busyReason() != "" && !in.Virtual && in.SizeBytes >= minSize {
 				busy++
 			}
-			if strings.HasPrefix(r, "too small") {
+			if strings.HasPrefix(r, "too small") || (in.SizeBytes > 0 && in.SizeBytes < minSize) {
 				small++
 			}
 			rejected = append(rejected, report.RejectedDisk{Path: in.Path, Reason: r})

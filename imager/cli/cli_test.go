@@ -88,7 +88,9 @@ func newServer(t *testing.T) *server {
 	return s
 }
 
-func (s *server) url(name string) string { return s.URL + "/talos/" + name + "?X-Amz-Signature=topsecret" }
+func (s *server) url(name string) string {
+	return s.URL + "/talos/" + name + "?X-Amz-Signature=topsecret"
+}
 
 func (s *server) handle(w http.ResponseWriter, req *http.Request) {
 	n := s.requests.Add(1)
@@ -366,7 +368,9 @@ func TestFailures(t *testing.T) {
 		{"ETag changed on resume", "etag-change", func(s *server) []string { return []string{"--image", s.url("xz"), "--sha256", rawSHA} }, report.CodeSourceChanged, true},
 		{"bad sha256", "", func(s *server) []string { return []string{"--image", s.url("xz"), "--sha256", "xyz"} }, report.CodeInvalidArgument, false},
 		{"missing image", "", func(s *server) []string { return []string{"--sha256", rawSHA} }, report.CodeInvalidArgument, false},
-		{"bad format flag", "", func(s *server) []string { return []string{"--image", s.url("xz"), "--sha256", rawSHA, "--format", "bz2"} }, report.CodeInvalidArgument, false},
+		{"bad format flag", "", func(s *server) []string {
+			return []string{"--image", s.url("xz"), "--sha256", rawSHA, "--format", "bz2"}
+		}, report.CodeInvalidArgument, false},
 		{"unknown flag", "", func(s *server) []string { return []string{"--image", s.url("xz"), "--sha256", rawSHA, "--bogus"} }, report.CodeInvalidArgument, false},
 	}
 	for _, c := range cases {
