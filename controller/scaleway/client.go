@@ -108,8 +108,9 @@ func New(cfg Config, opts ...Option) (*Client, error) {
 	// Each attempt carries its own context deadline (Config.RequestTimeout,
 	// covering the rate-limit wait and every page). The client timeout is a
 	// backstop for the few requests the SDK makes without a context (the
-	// IAM API's metadata lookup), so nothing can hang forever.
-	httpClient := &http.Client{Transport: &transport{base: o.transport, limiter: c.limiter}, Timeout: cfg.RequestTimeout}
+	// IAM API's metadata lookup), so nothing can hang forever; it is longer
+	// than the attempt deadline so that the deadline always fires first.
+	httpClient := &http.Client{Transport: &transport{base: o.transport, limiter: c.limiter}, Timeout: 2 * cfg.RequestTimeout}
 	sdkOpts := []scw.ClientOption{
 		scw.WithHTTPClient(httpClient),
 		scw.WithAPIURL(cfg.APIURL),

@@ -167,7 +167,8 @@ func TestSimCreateGetListDelete(t *testing.T) {
 // already "deleting" (a transient-state error) and that counts as success.
 func TestSimDeleteIdempotent(t *testing.T) {
 	d := &dropper{base: http.DefaultTransport}
-	env := startSim(t, 50, nil, nil, WithTransport(d))
+	env := startSim(t, 1, nil, nil, WithTransport(d))
+	env.sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStuck, State: "deleting"})
 	ctx := context.Background()
 	srv, _, err := env.client.CreateServer(ctx, env.createReq("nc-del"))
 	if err != nil {
@@ -285,6 +286,7 @@ func TestSimRetries(t *testing.T) {
 	})
 	t.Run("4xx business error not retried", func(t *testing.T) {
 		env := startSim(t, 1, nil, nil)
+		env.sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStuck, State: "delivering"})
 		srv, _, err := env.client.CreateServer(context.Background(), env.createReq("nc-b"))
 		if err != nil {
 			t.Fatal(err)
