@@ -73,8 +73,9 @@ type Client struct {
 	randMu sync.Mutex
 	rand   *rand.Rand
 
-	tagLocks keyedMutex
-	iamMu    sync.Mutex
+	tagLocks    keyedMutex
+	createLocks keyedMutex
+	iamMu       sync.Mutex
 }
 
 // New builds a Client from cfg (zero tuning fields take their defaults).

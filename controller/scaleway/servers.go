@@ -131,8 +131,9 @@ func (r CreateServerRequest) validate() error {
 // first (a previous call or a crashed controller may already have ordered
 // it), sends the order once, and on an ambiguous failure (timeout, 5xx,
 // connection reset) lists again before deciding to re-send. Servers in
-// status "deleting" are ignored (a released earlier attempt). Returns the
-// server and whether this call ordered it.
+// status "deleting" are ignored (a released earlier attempt). Concurrent
+// calls for one tag within the process are serialised. Returns the server
+// and whether this call ordered it.
 //
 // The residual risk is the API's own consistency: a server created by a
 // failed-looking POST that is not yet visible in the list would be ordered
@@ -143,6 +144,10 @@ func (c *Client) CreateServer(ctx context.Context, req CreateServerRequest) (*ba
 	if err := req.validate(); err != nil {
 		return nil, false, fmt.Errorf("scaleway CreateServer: %w", err)
 	}
+	// Concurrent calls for one tag in this process queue here, so the
+	// second one finds the first one's server instead of ordering.
+	unlock := c.createLocks.lock(string(zone) + "/" + req.IdempotencyTag)
+	defer unlock()
 	if srv, err := c.findByTag(ctx, zone, req.IdempotencyTag); err != nil || srv != nil {
 		return srv, false, err
 	}

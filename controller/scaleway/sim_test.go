@@ -188,6 +188,33 @@ func TestSimDeleteIdempotent(t *testing.T) {
 	}
 }
 
+func TestSimConcurrentCreatesOneOrder(t *testing.T) {
+	env := startSim(t, 1, nil, nil)
+	var wg sync.WaitGroup
+	ids := make([]string, 5)
+	for i := range ids {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			srv, _, err := env.client.CreateServer(context.Background(), env.createReq("nc-conc"))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ids[i] = srv.ID
+		}(i)
+	}
+	wg.Wait()
+	for _, id := range ids {
+		if id != ids[0] {
+			t.Fatalf("different servers: %v", ids)
+		}
+	}
+	if n := env.sim.CreatesByTag(TagNodeClaim)["nc-conc"]; n != 1 {
+		t.Fatalf("%d orders", n)
+	}
+}
+
 func TestSimCreateValidation(t *testing.T) {
 	env := startSim(t, 1, nil, nil)
 	req := env.createReq("nc-v")
