@@ -1,0 +1,210 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ScalewayElasticMetalNodeClassSpec says how servers for a NodePool are ordered,
+// installed and joined.
+// +kubebuilder:validation:XValidation:message="spec.image needs either manifestURL, or bucket with schematicID and talosVersion",rule="has(self.image.manifestURL) || (has(self.image.bucket) && has(self.image.schematicID) && has(self.image.talosVersion))"
+type ScalewayElasticMetalNodeClassSpec struct {
+	// Zones where servers may be ordered. Empty means the controller's default zone.
+	// +kubebuilder:validation:items:Enum:={fr-par-1,fr-par-2,nl-ams-1,nl-ams-2,pl-waw-2,pl-waw-3}
+	// +kubebuilder:validation:MaxItems=6
+	// +listType=set
+	// +optional
+	Zones []string `json:"zones,omitempty"`
+	// ProjectID is the Scaleway project servers are ordered in. Empty means the controller's default project.
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`
+	// +optional
+	ProjectID string `json:"projectID,omitempty"`
+	// Image is the Talos image written to each server's disk.
+	// +required
+	Image ImageSpec `json:"image"`
+	// Talos holds the join material and machine config settings.
+	// +required
+	Talos TalosSpec `json:"talos"`
+	// Kubelet settings, rendered into each node's machine config and used for allocatable estimates.
+	// +optional
+	Kubelet *KubeletConfiguration `json:"kubelet,omitempty"`
+	// Labels added to every node of this class (besides the NodeClaim's).
+	// +kubebuilder:validation:XValidation:message="labels in the kubernetes.io, k8s.io and karpenter.sh domains are reserved",rule="self.all(k, !k.contains('kubernetes.io/') && !k.contains('k8s.io/') && !k.contains('karpenter.sh/'))"
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	// PrivateNetworkIDs are Scaleway private networks (VPC) each server is attached to, with a VLAN interface in Talos.
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:Pattern=`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`
+	// +listType=set
+	// +optional
+	PrivateNetworkIDs []string `json:"privateNetworkIDs,omitempty"`
+	// Tags are extra Scaleway tags set on each server (key=value or plain words).
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:message="tags must not use the provider's own prefixes",rule="self.all(t, !t.startsWith('karpenter.sh/') && !t.startsWith('karpenter-scaleway-em/'))"
+	// +optional
+	Tags []string `json:"tags,omitempty" hash:"ignore"`
+	// Billing says which billing periods servers may be ordered with.
+	// +optional
+	Billing BillingSpec `json:"billing,omitempty" hash:"ignore"`
+	// Rescue holds the settings for the rescue-system install step.
+	// +optional
+	Rescue RescueSpec `json:"rescue,omitempty" hash:"ignore"`
+}
+
+// ImageSpec points at a Talos image published with `em-imager publish`.
+type ImageSpec struct {
+	// Bucket holding the images (S3 endpoint and credentials come from the controller's environment).
+	// +optional
+	Bucket string `json:"bucket,omitempty"`
+	// Prefix of the image tree in the bucket: <prefix>/<schematicID>/<talosVersion>/.
+	// +optional
+	Prefix string `json:"prefix,omitempty"`
+	// SchematicID of the Talos Image Factory schematic.
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{64}$`
+	// +optional
+	SchematicID string `json:"schematicID,omitempty"`
+	// TalosVersion of the image, e.g. v1.12.4.
+	// +kubebuilder:validation:Pattern=`^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`
+	// +optional
+	TalosVersion string `json:"talosVersion,omitempty"`
+	// ManifestURL is an https URL of a manifest.json, instead of bucket/prefix/schematic/version.
+	// +kubebuilder:validation:Pattern=`^https?://`
+	// +optional
+	ManifestURL string `json:"manifestURL,omitempty"`
+	// Formats in order of preference. zst decodes fastest.
+	// +kubebuilder:validation:items:Enum:={zst,xz,raw}
+	// +kubebuilder:default:={zst,xz}
+	// +optional
+	Formats []string `json:"formats,omitempty"`
+	// Architecture of the image.
+	// +kubebuilder:validation:Enum:={amd64,arm64}
+	// +kubebuilder:default:=amd64
+	// +optional
+	Architecture string `json:"architecture,omitempty"`
+}
+
+// TalosSpec holds what talosgen needs besides the NodeClaim and the hardware.
+type TalosSpec struct {
+	// JoinSecretRef names the Secret with the cluster's join material: a Talos secrets bundle, a base worker
+	// machine config, or (for non-Talos control planes) ca.crt, token and endpoint. See docs/install.md.
+	// +required
+	JoinSecretRef SecretReference `json:"joinSecretRef"`
+	// VersionContract of the generated config. Nodes run Talos 1.12.x.
+	// +kubebuilder:validation:Pattern=`^v[0-9]+\.[0-9]+$`
+	// +kubebuilder:default:="v1.12"
+	// +optional
+	VersionContract string `json:"versionContract,omitempty"`
+	// InstallImage is machine.install.image (used by Talos upgrades).
+	// +optional
+	InstallImage string `json:"installImage,omitempty"`
+	// ConfigPatches are applied last, in order: strategic merge patches (YAML documents) or JSON6902 patches (a YAML/JSON list).
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	ConfigPatches []string `json:"configPatches,omitempty"`
+	// KernelArgs are extra kernel arguments.
+	// +optional
+	KernelArgs []string `json:"kernelArgs,omitempty"`
+	// Discovery enables Talos cluster discovery.
+	// +optional
+	Discovery *bool `json:"discovery,omitempty"`
+	// AllowValidationWarnings accepts configs that machinery validates with warnings. Off: a warning is an error.
+	// +optional
+	AllowValidationWarnings bool `json:"allowValidationWarnings,omitempty"`
+	// BootstrapToken is Shared (the token of the join Secret) or PerNodeClaim (a short-lived token per node,
+	// deleted once it registered; needs a kube-apiserver that accepts bootstrap tokens).
+	// +kubebuilder:validation:Enum:={Shared,PerNodeClaim}
+	// +kubebuilder:default:=Shared
+	// +optional
+	BootstrapToken string `json:"bootstrapToken,omitempty"`
+}
+
+// SecretReference names a Secret.
+type SecretReference struct {
+	// +kubebuilder:validation:MinLength=1
+	// +required
+	Name string `json:"name"`
+	// +kubebuilder:validation:MinLength=1
+	// +required
+	Namespace string `json:"namespace"`
+}
+
+// KubeletConfiguration is the subset of kubelet settings the provider renders and accounts for.
+type KubeletConfiguration struct {
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1024
+	// +optional
+	MaxPods *int32 `json:"maxPods,omitempty"`
+	// +optional
+	KubeReserved map[string]string `json:"kubeReserved,omitempty"`
+	// +optional
+	SystemReserved map[string]string `json:"systemReserved,omitempty"`
+	// +optional
+	EvictionHard map[string]string `json:"evictionHard,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	ImageGCHighThresholdPercent *int32 `json:"imageGCHighThresholdPercent,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	ImageGCLowThresholdPercent *int32 `json:"imageGCLowThresholdPercent,omitempty"`
+}
+
+// BillingSpec says how servers are paid for.
+type BillingSpec struct {
+	// Periods allowed: hourly, monthly. NodePools choose among them with the
+	// karpenter-scaleway-em.io/billing-period requirement.
+	// +kubebuilder:validation:items:Enum:={hourly,monthly}
+	// +kubebuilder:default:={hourly}
+	// +listType=set
+	// +optional
+	Periods []string `json:"periods,omitempty"`
+	// MonthlyCommitmentMonths spreads a monthly offer's setup fee over this many months in the price Karpenter compares.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=36
+	// +kubebuilder:default:=1
+	// +optional
+	MonthlyCommitmentMonths int32 `json:"monthlyCommitmentMonths,omitempty"`
+	// MinimumLifetime of a monthly server: one deleted earlier is kept as a spare (stopped, untagged from its
+	// NodeClaim) and reused by the next NodeClaim of the same offer and zone instead of ordering a new one.
+	// +kubebuilder:validation:Pattern=`^([0-9]+(s|m|h))+$`
+	// +kubebuilder:validation:Type="string"
+	// +optional
+	MinimumLifetime *metav1.Duration `json:"minimumLifetime,omitempty"`
+}
+
+// RescueSpec tunes the rescue-system step.
+type RescueSpec struct {
+	// DiskSelector is em-imager's --disk: "auto" or a device path such as /dev/nvme0n1.
+	// +kubebuilder:validation:Pattern=`^(auto|/dev/[a-zA-Z0-9/_-]+)$`
+	// +kubebuilder:default:=auto
+	// +optional
+	Disk string `json:"disk,omitempty"`
+	// VerifyReadback re-reads the written image and compares (slower, catches bad disks).
+	// +optional
+	VerifyReadback bool `json:"verifyReadback,omitempty"`
+}
+
+// ScalewayElasticMetalNodeClass is the Schema for Elastic Metal node classes.
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=scalewayelasticmetalnodeclasses,scope=Cluster,categories=karpenter,shortName={emnc,emncs}
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].status"
+// +kubebuilder:printcolumn:name="Zones",type="string",JSONPath=".spec.zones"
+// +kubebuilder:printcolumn:name="Talos",type="string",JSONPath=".status.image.talosVersion"
+// +kubebuilder:printcolumn:name="Image",type="string",JSONPath=".status.image.rawSHA256",priority=1
+// +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
+type ScalewayElasticMetalNodeClass struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ScalewayElasticMetalNodeClassSpec   `json:"spec,omitempty"`
+	Status ScalewayElasticMetalNodeClassStatus `json:"status,omitempty"`
+}
+
+// ScalewayElasticMetalNodeClassList is a list of node classes.
+// +kubebuilder:object:root=true
+type ScalewayElasticMetalNodeClassList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ScalewayElasticMetalNodeClass `json:"items"`
+}

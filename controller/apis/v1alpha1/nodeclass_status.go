@@ -1,0 +1,102 @@
+package v1alpha1
+
+import (
+	"fmt"
+
+	"github.com/awslabs/operatorpkg/status"
+	"github.com/mitchellh/hashstructure/v2"
+)
+
+// Condition types. Ready is true only when all of them are.
+const (
+	// ConditionTypeCredentialsReady: the Scaleway API answers with the controller's credentials.
+	ConditionTypeCredentialsReady = "CredentialsReady"
+	// ConditionTypeImageReady: the image manifest resolves and is valid for the architecture.
+	ConditionTypeImageReady = "ImageReady"
+	// ConditionTypeJoinConfigReady: the join Secret renders a valid machine config.
+	ConditionTypeJoinConfigReady = "JoinConfigReady"
+)
+
+// Annotations on NodeClasses and NodeClaims.
+const (
+	// AnnotationNodeClassHash is the hash of the NodeClass spec, for drift.
+	AnnotationNodeClassHash = "karpenter-scaleway-em.io/nodeclass-hash"
+	// AnnotationNodeClassHashVersion changes when the hashing itself changes, so no false drift is reported.
+	AnnotationNodeClassHashVersion = "karpenter-scaleway-em.io/nodeclass-hash-version"
+	// AnnotationImageSHA256 is the raw image digest a NodeClaim was installed with.
+	AnnotationImageSHA256 = "karpenter-scaleway-em.io/image-sha256"
+	// AnnotationTalosVersion is the Talos version a NodeClaim was installed with.
+	AnnotationTalosVersion = "karpenter-scaleway-em.io/talos-version"
+	// AnnotationSchematicID is the schematic a NodeClaim was installed with.
+	AnnotationSchematicID = "karpenter-scaleway-em.io/schematic-id"
+)
+
+// NodeClassHashVersion is bumped when Hash() changes for the same spec.
+const NodeClassHashVersion = "v1"
+
+// ScalewayElasticMetalNodeClassStatus is what the NodeClass status controller resolved.
+type ScalewayElasticMetalNodeClassStatus struct {
+	// Image is the resolved image manifest.
+	// +optional
+	Image *ResolvedImage `json:"image,omitempty"`
+	// Zones the NodeClass resolves to.
+	// +optional
+	Zones []string `json:"zones,omitempty"`
+	// Conditions contains signals for health and readiness.
+	// +optional
+	Conditions []status.Condition `json:"conditions,omitempty"`
+}
+
+// ResolvedImage is what the manifest said.
+type ResolvedImage struct {
+	SchematicID  string `json:"schematicID,omitempty"`
+	TalosVersion string `json:"talosVersion,omitempty"`
+	Architecture string `json:"architecture,omitempty"`
+	// Format em-imager will be given.
+	Format string `json:"format,omitempty"`
+	// RawSHA256 is the digest of the raw image: what em-imager verifies and drift compares.
+	RawSHA256 string `json:"rawSHA256,omitempty"`
+	RawSize   int64  `json:"rawSize,omitempty"`
+}
+
+// StatusConditions implements operatorpkg's status.Object.
+func (in *ScalewayElasticMetalNodeClass) StatusConditions(opts ...status.ForOption) status.ConditionSet {
+	return status.NewReadyConditions(
+		ConditionTypeCredentialsReady,
+		ConditionTypeImageReady,
+		ConditionTypeJoinConfigReady,
+	).For(in, opts...)
+}
+
+// GetConditions implements status.Object.
+func (in *ScalewayElasticMetalNodeClass) GetConditions() []status.Condition {
+	return in.Status.Conditions
+}
+
+// SetConditions implements status.Object.
+func (in *ScalewayElasticMetalNodeClass) SetConditions(conditions []status.Condition) {
+	in.Status.Conditions = conditions
+}
+
+// Hash of the spec fields that change what a node is, for drift. Lists are
+// sets (order does not matter), so reordering zones is not drift.
+func (in *ScalewayElasticMetalNodeClass) Hash() string {
+	h, err := hashstructure.Hash(in.Spec, hashstructure.FormatV2, &hashstructure.HashOptions{
+		SlicesAsSets:    true,
+		IgnoreZeroValue: true,
+		ZeroNil:         true,
+	})
+	if err != nil {
+		// Hash only fails on unsupported kinds (chan, func); the spec has none.
+		panic(fmt.Sprintf("hashing nodeclass spec: %v", err))
+	}
+	return fmt.Sprint(h)
+}
+
+// ZonesOr returns the spec's zones, or def when none are set.
+func (in *ScalewayElasticMetalNodeClass) ZonesOr(def string) []string {
+	if len(in.Spec.Zones) > 0 {
+		return in.Spec.Zones
+	}
+	return []string{def}
+}

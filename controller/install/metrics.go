@@ -1,0 +1,61 @@
+package install
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/report"
+)
+
+// Metrics of the install pipeline.
+type Metrics struct {
+	phaseSeconds *prometheus.HistogramVec
+	imagerMBps   prometheus.Histogram
+	imagerBytes  prometheus.Counter
+}
+
+// NewMetrics registers the pipeline's metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		phaseSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "karpenter_scaleway_em_install_phase_duration_seconds",
+			Help:    "Time spent in one install phase (one run of it: a resumed phase is counted again), by phase and result.",
+			Buckets: []float64{1, 5, 15, 30, 60, 120, 240, 480, 900, 1800, 3600},
+		}, []string{"phase", "result"}),
+		imagerMBps: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "karpenter_scaleway_em_imager_throughput_mbytes_per_second",
+			Help:    "Raw image MB (10^6 bytes) written per second by em-imager, per install.",
+			Buckets: []float64{10, 25, 50, 100, 200, 400, 800, 1600, 3200},
+		}),
+		imagerBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "karpenter_scaleway_em_imager_raw_bytes_total",
+			Help: "Raw image bytes em-imager wrote and verified.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.phaseSeconds, m.imagerMBps, m.imagerBytes)
+	}
+	return m
+}
+
+func (m *Metrics) observePhase(p Phase, start time.Time, err error) {
+	if m == nil {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.phaseSeconds.WithLabelValues(string(p), result).Observe(time.Since(start).Seconds())
+}
+
+func (m *Metrics) observeImager(r *report.Report) {
+	if m == nil || r.Timings == nil {
+		return
+	}
+	m.imagerMBps.Observe(r.Timings.RawMBps)
+	if r.Image != nil {
+		m.imagerBytes.Add(float64(r.Image.RawBytes))
+	}
+}

@@ -1,0 +1,80 @@
+// Package nodeclass interprets ScalewayElasticMetalNodeClasses: it turns one
+// into the inputs of catalog and talosgen, and runs the controller that keeps
+// its status (conditions, resolved image, hash) current.
+package nodeclass
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/talosgen"
+)
+
+// Get returns the NodeClass a NodeClaim (or NodePool template) refers to.
+func Get(ctx context.Context, kube client.Client, ref *karpv1.NodeClassReference) (*v1alpha1.ScalewayElasticMetalNodeClass, error) {
+	if ref == nil {
+		return nil, fmt.Errorf("no nodeClassRef")
+	}
+	nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
+	if err := kube.Get(ctx, types.NamespacedName{Name: ref.Name}, nc); err != nil {
+		return nil, err
+	}
+	return nc, nil
+}
+
+// Filter is the catalog filter of a NodeClass.
+func Filter(nc *v1alpha1.ScalewayElasticMetalNodeClass, defaultZone string) catalog.Filter {
+	f := catalog.Filter{
+		Zones:            nc.ZonesOr(defaultZone),
+		CommitmentMonths: int(nc.Spec.Billing.MonthlyCommitmentMonths),
+	}
+	for _, p := range nc.Spec.Billing.Periods {
+		f.BillingPeriods = append(f.BillingPeriods, catalog.BillingPeriod(p))
+	}
+	if k := nc.Spec.Kubelet; k != nil {
+		f.Kubelet = catalog.KubeletSettings{
+			KubeReserved: k.KubeReserved, SystemReserved: k.SystemReserved, EvictionHard: k.EvictionHard, MaxPods: k.MaxPods,
+		}
+	}
+	return f
+}
+
+// Settings are the talosgen settings of a NodeClass.
+func Settings(nc *v1alpha1.ScalewayElasticMetalNodeClass) talosgen.NodeSettings {
+	t := nc.Spec.Talos
+	s := talosgen.NodeSettings{
+		TalosVersion:            t.VersionContract,
+		InstallImage:            t.InstallImage,
+		Labels:                  nc.Spec.Labels,
+		ExtraKernelArgs:         t.KernelArgs,
+		ConfigPatches:           t.ConfigPatches,
+		ClusterDiscovery:        t.Discovery,
+		AllowValidationWarnings: t.AllowValidationWarnings,
+	}
+	if k := nc.Spec.Kubelet; k != nil {
+		s.Kubelet = talosgen.KubeletSettings{
+			KubeReserved: k.KubeReserved, SystemReserved: k.SystemReserved, EvictionHard: k.EvictionHard,
+			MaxPods: k.MaxPods, ImageGCHighThresholdPercent: k.ImageGCHighThresholdPercent,
+			ImageGCLowThresholdPercent: k.ImageGCLowThresholdPercent,
+		}
+	}
+	return s
+}
+
+// JoinMaterial reads and parses the join Secret a NodeClass names.
+func JoinMaterial(ctx context.Context, kube client.Client, nc *v1alpha1.ScalewayElasticMetalNodeClass) (*talosgen.JoinMaterial, error) {
+	ref := nc.Spec.Talos.JoinSecretRef
+	name := ref.Namespace + "/" + ref.Name
+	sec := &corev1.Secret{}
+	if err := kube.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, sec); err != nil {
+		return nil, fmt.Errorf("join secret %q: %w", name, err)
+	}
+	return talosgen.ParseJoinSecret(name, sec.Data)
+}
