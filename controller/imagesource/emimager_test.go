@@ -1,0 +1,105 @@
+package imagesource
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/report"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testenv"
+)
+
+// writeWithEmImager runs the real em-imager binary (bin/em-imager, from
+// `make build`) against url into a sparse file, as the rescue system would.
+func writeWithEmImager(t *testing.T, img *Image, disk string) (int, report.Report, string) {
+	t.Helper()
+	bin, err := testenv.FindBinary("em-imager")
+	if err != nil {
+		t.Fatalf("%v (make build puts it there)", err)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(bin, "write", "--image", img.URL, "--sha256", img.RawSHA256, "--format", img.Format,
+		"--disk", disk, "--progress", "none", "--retries", "0")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	var r report.Report
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		t.Fatalf("em-imager stdout is not a report: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	return code, r, stdout.String() + stderr.String()
+}
+
+func sparseDisk(t *testing.T, size int64) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "disk.img")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	return p
+}
+
+// publish -> manifest -> presigned URL -> em-imager writes and verifies.
+func TestEmImagerWritesFromThePresignedURL(t *testing.T) {
+	e := startS3(t)
+	e.makeBucket(t, bucket)
+	raw := makeRaw(6<<20, 11)
+	publishImage(t, e, "talos", "v1.12.0", "amd64", raw, "zstd", "xz")
+	s := newSource(t, e.config())
+	for _, format := range []string{"zstd", "xz"} {
+		t.Run(format, func(t *testing.T) {
+			img, err := s.Resolve(context.Background(), Settings{Prefix: "talos", SchematicID: schematic, TalosVersion: "v1.12.0", FormatPreference: []string{format}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			disk := sparseDisk(t, 16<<20)
+			code, r, out := writeWithEmImager(t, img, disk)
+			if code != 0 || !r.OK || r.Image == nil || !r.Image.Verified || r.Image.RawSHA256 != img.RawSHA256 {
+				t.Fatalf("em-imager: exit %d, report %+v\n%s", code, r, out)
+			}
+			if strings.Contains(out, "X-Amz-Signature") {
+				t.Fatal("em-imager printed the presigned URL's signature")
+			}
+			got, err := os.ReadFile(disk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got[:len(raw)], raw) {
+				t.Fatal("the disk does not hold the image")
+			}
+		})
+	}
+}
+
+func TestEmImagerRefusesAnExpiredURL(t *testing.T) {
+	e := startS3(t)
+	e.makeBucket(t, bucket)
+	publishImage(t, e, "", "v1.12.0", "amd64", makeRaw(2<<20, 12), "zstd")
+	c := e.config()
+	c.URLExpiry = time.Second
+	img, err := newSource(t, c).Resolve(context.Background(), settings("", "v1.12.0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	code, r, out := writeWithEmImager(t, img, sparseDisk(t, 8<<20))
+	if code == 0 || r.OK || r.Error == nil || r.Error.Code != report.CodeSourceRejected {
+		t.Fatalf("expired URL: exit %d report %+v\n%s", code, r.Error, out)
+	}
+}
