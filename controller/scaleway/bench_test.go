@@ -28,7 +28,7 @@ func BenchmarkPollerRound(b *testing.B) {
 			}
 			poller := env.client.NewPoller(Tag(TagManagedBy, cluster))
 			defer poller.Close()
-			env.sim.ResetCalls()
+			env.resetCalls(b)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				// All N waiters ask for a list started after this iteration
@@ -47,6 +47,7 @@ func BenchmarkPollerRound(b *testing.B) {
 				wg.Wait()
 			}
 			b.StopTimer()
+			env.settle(b)
 			calls, _ := env.sim.CountCalls("", "")
 			b.ReportMetric(float64(calls)/float64(b.N), "calls/round")
 			b.ReportMetric(float64(calls)/float64(b.N)/float64(n), "calls/server/round")

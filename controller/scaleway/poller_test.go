@@ -34,7 +34,7 @@ func TestPollerBatchesWaiters(t *testing.T) {
 				}
 				ids[i] = srv.ID
 			}
-			env.sim.ResetCalls()
+			env.resetCalls(t)
 			poller := env.client.NewPoller(Tag(TagManagedBy, cluster))
 			defer poller.Close()
 			var wg sync.WaitGroup
@@ -102,7 +102,7 @@ func TestPollerMissingServers(t *testing.T) {
 	}
 	poller := env.client.NewPoller(Tag(TagManagedBy, cluster))
 	defer poller.Close()
-	env.sim.ResetCalls()
+	env.resetCalls(t)
 	srv, err := poller.WaitFor(ctx, zone, foreign.ID, StatusIs(baremetal.ServerStatusReady))
 	if err != nil || srv.Status != baremetal.ServerStatusReady {
 		t.Fatalf("WaitFor: %v", err)
@@ -135,7 +135,7 @@ func TestPollerGetFreshness(t *testing.T) {
 	}
 	poller := env.client.NewPoller(Tag(TagManagedBy, cluster))
 	defer poller.Close()
-	env.sim.ResetCalls()
+	env.resetCalls(t)
 	// No list yet: Get triggers one at once (not after the hour-long interval).
 	got, err := poller.Get(ctx, zone, srv.ID, time.Minute)
 	if err != nil || got.ID != srv.ID {

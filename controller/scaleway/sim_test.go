@@ -33,12 +33,34 @@ type simEnv struct {
 	*testEnv
 	sim   *scwsim.Sim
 	offer *baremetal.Offer
+	sent  *countingTransport
+	base  int64 // requests sent before the last resetCalls
 }
+
+// countingTransport counts the requests the client sent, so that tests can
+// wait for the simulator's call record to hold all of them (it records a
+// call just after answering it).
+type countingTransport struct {
+	base http.RoundTripper
+	n    atomic.Int64
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.base.RoundTrip(r)
+}
+
+// withBase sets the transport under the counting one (fault injectors).
+type withBase http.RoundTripper
 
 // startSim runs the EM API simulator with the fast "test" delays scaled by
 // scale, and a client against it.
-func startSim(t testing.TB, scale float64, mutate func(*scwsim.Options), cfgMutate func(*Config), opts ...Option) *simEnv {
+func startSim(t testing.TB, scale float64, mutate func(*scwsim.Options), cfgMutate func(*Config), base ...withBase) *simEnv {
 	t.Helper()
+	sent := &countingTransport{base: http.DefaultTransport}
+	if len(base) > 0 {
+		sent.base = base[0]
+	}
 	o, err := scwsim.Profile(scwsim.ProfileTest)
 	if err != nil {
 		t.Fatal(err)
@@ -59,10 +81,38 @@ func startSim(t testing.TB, scale float64, mutate func(*scwsim.Options), cfgMuta
 	if cfgMutate != nil {
 		cfgMutate(&cfg)
 	}
-	env := &simEnv{testEnv: newTestClient(t, cfg, opts...), sim: sim}
+	env := &simEnv{testEnv: newTestClient(t, cfg, WithTransport(sent)), sim: sim, sent: sent}
 	env.offer = pickOffer(t, env.client)
-	sim.ResetCalls()
+	env.resetCalls(t)
 	return env
+}
+
+// creates counts accepted orders by NodeClaim, once the record is complete.
+func (e *simEnv) creates(t testing.TB) map[string]int {
+	t.Helper()
+	e.settle(t)
+	return e.sim.CreatesByTag(TagNodeClaim)
+}
+
+// settle waits until the simulator has recorded every request sent so far.
+func (e *simEnv) settle(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for int64(len(e.sim.Calls())) < e.sent.n.Load()-e.base {
+		if time.Now().After(deadline) {
+			t.Fatalf("simulator recorded %d calls, client sent %d", len(e.sim.Calls()), e.sent.n.Load()-e.base)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// resetCalls clears the simulator's call record once it holds every sent
+// request.
+func (e *simEnv) resetCalls(t testing.TB) {
+	t.Helper()
+	e.settle(t)
+	e.sim.ResetCalls()
+	e.base = e.sent.n.Load()
 }
 
 var (
@@ -101,6 +151,7 @@ func pickOffer(t testing.TB, c *Client) *baremetal.Offer {
 
 func (e *simEnv) count(t *testing.T, method, re string) int {
 	t.Helper()
+	e.settle(t)
 	n, err := e.sim.CountCalls(method, re)
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +180,7 @@ func TestSimCreateGetListDelete(t *testing.T) {
 	if err != nil || created || again.ID != srv.ID {
 		t.Fatalf("second CreateServer: %v created=%v id=%s want %s", err, created, again.ID, srv.ID)
 	}
-	if n := env.sim.CreatesByTag(TagNodeClaim)["nc-1"]; n != 1 {
+	if n := env.creates(t)["nc-1"]; n != 1 {
 		t.Fatalf("%d orders for nc-1", n)
 	}
 	list, err := env.client.ListServers(ctx, zone, []string{Tag(TagManagedBy, cluster)})
@@ -167,7 +218,7 @@ func TestSimCreateGetListDelete(t *testing.T) {
 // already "deleting" (a transient-state error) and that counts as success.
 func TestSimDeleteIdempotent(t *testing.T) {
 	d := &dropper{base: http.DefaultTransport}
-	env := startSim(t, 1, nil, nil, WithTransport(d))
+	env := startSim(t, 1, nil, nil, withBase(d))
 	env.sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStuck, State: "deleting"})
 	ctx := context.Background()
 	srv, _, err := env.client.CreateServer(ctx, env.createReq("nc-del"))
@@ -210,7 +261,7 @@ func TestSimConcurrentCreatesOneOrder(t *testing.T) {
 			t.Fatalf("different servers: %v", ids)
 		}
 	}
-	if n := env.sim.CreatesByTag(TagNodeClaim)["nc-conc"]; n != 1 {
+	if n := env.creates(t)["nc-conc"]; n != 1 {
 		t.Fatalf("%d orders", n)
 	}
 }
@@ -287,7 +338,7 @@ func TestSimRetries(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		env.sim.ResetCalls()
+		env.resetCalls(t)
 		id := env.sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStatus, Method: "GET", Path: `/servers/[^/]+$`, Status: 503, Times: 2})
 		got, err := env.client.GetServer(context.Background(), zone, srv.ID)
 		if err != nil || got.ID != srv.ID {
@@ -318,7 +369,7 @@ func TestSimRetries(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		env.sim.ResetCalls()
+		env.resetCalls(t)
 		// Still delivering: the API refuses a reboot ("Server is not delivered").
 		_, err = env.client.RebootServer(context.Background(), zone, srv.ID, baremetal.ServerBootTypeRescue, nil)
 		if err == nil || IsRetryable(err) {
@@ -430,7 +481,7 @@ func (d *dropper) RoundTrip(r *http.Request) (*http.Response, error) {
 func TestSimReconcileAfterLostAnswers(t *testing.T) {
 	pnID := "44444444-4444-4444-8444-444444444444"
 	d := &dropper{base: http.DefaultTransport}
-	env := startSim(t, 1, nil, nil, WithTransport(d))
+	env := startSim(t, 1, nil, nil, withBase(d))
 	env.clock.sleep.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -483,7 +534,7 @@ func TestSimCreateNeverDoubled(t *testing.T) {
 	for _, hang := range []bool{false, true} {
 		t.Run(fmt.Sprintf("hang=%v", hang), func(t *testing.T) {
 			drop := &dropOnce{base: http.DefaultTransport, method: "POST", path: "/baremetal/v1/zones/fr-par-2/servers", hang: hang}
-			env := startSim(t, 1, nil, func(c *Config) { c.RequestTimeout = 300 * time.Millisecond }, WithTransport(drop))
+			env := startSim(t, 1, nil, func(c *Config) { c.RequestTimeout = 300 * time.Millisecond }, withBase(drop))
 			srv, created, err := env.client.CreateServer(context.Background(), env.createReq("nc-d"))
 			if err != nil || !created {
 				t.Fatalf("CreateServer: %v created=%v", err, created)
@@ -491,7 +542,7 @@ func TestSimCreateNeverDoubled(t *testing.T) {
 			if drop.dropped.Load() != 1 {
 				t.Fatal("the answer was not dropped")
 			}
-			if n := env.sim.CreatesByTag(TagNodeClaim)["nc-d"]; n != 1 {
+			if n := env.creates(t)["nc-d"]; n != 1 {
 				t.Fatalf("%d orders for one NodeClaim", n)
 			}
 			if n := env.count(t, "POST", serversRE); n != 1 {
@@ -515,7 +566,7 @@ func TestSimCreateNeverDoubled(t *testing.T) {
 		if n := env.count(t, "POST", serversRE); n != 2 {
 			t.Fatalf("%d POSTs, want 2", n)
 		}
-		if n := env.sim.CreatesByTag(TagNodeClaim)["nc-e"]; n != 1 {
+		if n := env.creates(t)["nc-e"]; n != 1 {
 			t.Fatalf("%d accepted orders", n)
 		}
 	})
@@ -560,7 +611,7 @@ func TestSimTagsOptionsPrivateNetworks(t *testing.T) {
 	if strings.Join(got.Tags, ",") != strings.Join(want, ",") {
 		t.Fatalf("tags %v", got.Tags)
 	}
-	env.sim.ResetCalls()
+	env.resetCalls(t)
 	if _, err := env.client.SetTag(ctx, zone, srv.ID, TagPhase, "rescue"); err != nil {
 		t.Fatal(err)
 	}
@@ -597,7 +648,7 @@ func TestSimTagsOptionsPrivateNetworks(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Idempotent: adding again sends nothing.
-	env.sim.ResetCalls()
+	env.resetCalls(t)
 	if _, err := env.client.AddServerOption(ctx, zone, srv.ID, optID); err != nil {
 		t.Fatal(err)
 	}
