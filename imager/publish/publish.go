@@ -101,6 +101,10 @@ func mainEnv(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 		sum.Endpoint, sum.Bucket = o.S3.Endpoint, o.S3.Bucket
 		var s *Summary
 		s, err = Run(ctx, o, log)
+		if err != nil && ctx.Err() != nil {
+			// Whatever failed, the cause is the interruption (SIGINT/SIGTERM).
+			err = &Error{Code: CodeInterrupted, Err: fmt.Errorf("interrupted: %v", err)}
+		}
 		if s != nil {
 			sum = s
 		}

@@ -484,3 +484,44 @@ func TestPublishUsageErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestPublishInterrupted(t *testing.T) {
+	s3 := startS3(t)
+	s3.makeBucket(t, bucket)
+	in := writeFile(t, "x.raw", makeRaw(2<<20, 9))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out, errb bytes.Buffer
+	code := mainEnv(ctx, baseArgs(in), &out, &errb, s3.env(nil))
+	var s Summary
+	if err := json.Unmarshal(out.Bytes(), &s); err != nil {
+		t.Fatal(err)
+	}
+	if code != 130 || s.Error == nil || s.Error.Code != CodeInterrupted {
+		t.Fatalf("exit %d %+v", code, s.Error)
+	}
+	if keys := listKeys(t, s3.client(t)); len(keys) != 0 {
+		t.Fatalf("uploaded %v", keys)
+	}
+}
+
+// --public is recorded in the manifest; changing it rewrites the manifest
+// alone, the image files stay as they are.
+func TestPublishPublicFlagRewritesOnlyTheManifest(t *testing.T) {
+	s3 := startS3(t)
+	s3.makeBucket(t, bucket)
+	in := writeFile(t, "x.raw", makeRaw(2<<20, 10))
+	r := publish(t, s3.env(nil), baseArgs(in, "--formats", "zst")...)
+	if r.code != 0 || r.sum.Manifest.Public {
+		t.Fatalf("exit %d public=%v", r.code, r.sum.Manifest.Public)
+	}
+	r = publish(t, s3.env(nil), baseArgs(in, "--formats", "zst", "--public")...)
+	if r.code != 0 || r.sum.ManifestAction != "uploaded" || r.sum.Objects[0].Action != "skipped" {
+		t.Fatalf("exit %d %+v", r.code, r.sum)
+	}
+	mb, _ := fetch(t, s3.client(t), dir()+"manifest.json")
+	m, err := manifest.Parse(mb)
+	if err != nil || !m.Public {
+		t.Fatalf("manifest: %v public=%v", err, m != nil && m.Public)
+	}
+}
