@@ -1,0 +1,408 @@
+package talosgen
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"sort"
+	"strings"
+
+	coreconfig "github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// DefaultTalosVersion is the version contract used when NodeSettings gives
+// none: nodes run Talos 1.12.x.
+const DefaultTalosVersion = "v1.12"
+
+// minContract is the oldest contract talosgen renders: the node's network is
+// expressed with the multi-document network config (LinkAliasConfig,
+// LinkConfig, VLANConfig, DHCPv4Config, HostnameConfig, ResolverConfig),
+// which Talos supports from 1.12.
+var minContract = coreconfig.TalosVersion1_12
+
+// NodeSettings is what the NodeClass decides for every node it builds.
+// The YAML/JSON field names are those of the talosgen-render settings file.
+type NodeSettings struct {
+	// TalosVersion is the Talos version contract ("v1.12", "v1.13", "1.12.4").
+	// Default DefaultTalosVersion. Older than v1.12 is refused.
+	TalosVersion string `json:"talosVersion,omitempty"`
+	// InstallImage is the installer image used for upgrades, e.g. the Image
+	// Factory installer of the schematic em-imager wrote. Empty: Talos's default.
+	InstallImage string `json:"installImage,omitempty"`
+	// Kubelet settings, rendered into machine.kubelet.extraConfig.
+	Kubelet KubeletSettings `json:"kubelet,omitempty"`
+	// Labels are extra node labels. A label the kubelet may not set
+	// (NodeRestriction) is an error.
+	Labels map[string]string `json:"labels,omitempty"`
+	// ExtraKernelArgs go to machine.install.extraKernelArgs (they take effect
+	// from the next install/upgrade; the image em-imager wrote has its own).
+	ExtraKernelArgs []string `json:"extraKernelArgs,omitempty"`
+	// ConfigPatches are applied last, in order. Each is one strategic merge
+	// patch (a partial machine config, possibly multi-document) or one
+	// JSON6902 patch (a JSON or YAML list of operations).
+	ConfigPatches []string `json:"configPatches,omitempty"`
+	// ClusterDiscovery turns Talos cluster discovery on or off. Nil keeps
+	// the default: on, except for a non-Talos control plane whose Secret has
+	// no secrets.yaml (there is no shared cluster secret to discover with).
+	ClusterDiscovery *bool `json:"clusterDiscovery,omitempty"`
+	// AllowValidationWarnings accepts a config that machinery validates with
+	// warnings. Default false: a warning is an error.
+	AllowValidationWarnings bool `json:"allowValidationWarnings,omitempty"`
+	// BootstrapToken, when set, replaces the join material's bootstrap token
+	// for this node only (the controller creates it with a short TTL). It is
+	// never serialized and never part of the hash.
+	BootstrapToken string `json:"-"`
+}
+
+// KubeletSettings are the kubelet knobs the NodeClass exposes. Map values are
+// Kubernetes quantities (eviction thresholds may also be percentages).
+type KubeletSettings struct {
+	KubeReserved                map[string]string `json:"kubeReserved,omitempty"`
+	SystemReserved              map[string]string `json:"systemReserved,omitempty"`
+	EvictionHard                map[string]string `json:"evictionHard,omitempty"`
+	MaxPods                     *int32            `json:"maxPods,omitempty"`
+	ImageGCHighThresholdPercent *int32            `json:"imageGCHighThresholdPercent,omitempty"`
+	ImageGCLowThresholdPercent  *int32            `json:"imageGCLowThresholdPercent,omitempty"`
+}
+
+// Network is what the Scaleway API says about the server's addressing.
+type Network struct {
+	// IPv6Address is the server's IPv6 address; Scaleway routes a single
+	// address, so it is configured as a /128 ("2001:db8::1" or "2001:db8::1/128").
+	IPv6Address string `json:"ipv6Address,omitempty"`
+	// IPv6Gateway is the IPv6 default gateway (link-local or global).
+	IPv6Gateway string `json:"ipv6Gateway,omitempty"`
+	// Nameservers replace the DHCP-provided resolvers when set.
+	Nameservers []string `json:"nameservers,omitempty"`
+	// UplinkMAC optionally pins the uplink NIC; it must be in the report.
+	// Empty: the NIC the rescue system routed through.
+	UplinkMAC string `json:"uplinkMac,omitempty"`
+	// PrivateNetworks are VLANs on the uplink (Scaleway private networks).
+	PrivateNetworks []PrivateNetwork `json:"privateNetworks,omitempty"`
+}
+
+// PrivateNetwork is one Scaleway private network attachment.
+type PrivateNetwork struct {
+	// VLAN is the VLAN id the baremetal v3 API gave the attachment.
+	VLAN uint16 `json:"vlan"`
+	// DHCP runs DHCPv4 on the VLAN interface (Scaleway IPAM).
+	DHCP bool `json:"dhcp,omitempty"`
+	// Addresses are static addresses (CIDR notation) on the VLAN interface.
+	Addresses []string `json:"addresses,omitempty"`
+	// MTU of the VLAN interface, 1280-1500; 0 keeps the default.
+	MTU uint32 `json:"mtu,omitempty"`
+}
+
+// normalized is NodeSettings after defaults and checks.
+type normalized struct {
+	NodeSettings
+
+	contract *coreconfig.VersionContract
+	patches  []configpatcher.Patch
+}
+
+func settingsErr(field, format string, args ...any) error {
+	return fmt.Errorf("node settings: %s: %s", field, fmt.Sprintf(format, args...))
+}
+
+var (
+	imageRefRE  = regexp.MustCompile(`^[a-z0-9]+([._/:@-][a-zA-Z0-9_.-]+)*$`)
+	kernelArgRE = regexp.MustCompile(`^[^\s"']+$`)
+)
+
+func normalizeSettings(s NodeSettings) (*normalized, error) {
+	n := &normalized{NodeSettings: s}
+
+	if n.TalosVersion == "" {
+		n.TalosVersion = DefaultTalosVersion
+	}
+
+	contract, err := coreconfig.ParseContractFromVersion(n.TalosVersion)
+	if err != nil {
+		return nil, settingsErr("talosVersion", "%q is not a Talos version like v1.12", n.TalosVersion)
+	}
+
+	if minContract.Greater(contract) {
+		return nil, settingsErr("talosVersion", "%s is older than %s, the first with multi-document network config", contract, minContract)
+	}
+
+	if contract.Greater(coreconfig.TalosVersion1_13) {
+		return nil, settingsErr("talosVersion", "%s is newer than this build's machinery (v1.13)", contract)
+	}
+
+	n.contract = contract
+	n.TalosVersion = contract.String()
+
+	if n.InstallImage != "" && !imageRefRE.MatchString(n.InstallImage) {
+		return nil, settingsErr("installImage", "%q is not an image reference", n.InstallImage)
+	}
+
+	for i, a := range n.ExtraKernelArgs {
+		if !kernelArgRE.MatchString(a) {
+			return nil, settingsErr(fmt.Sprintf("extraKernelArgs[%d]", i), "%q is empty or contains spaces or quotes", a)
+		}
+	}
+
+	if err := n.Kubelet.validate(); err != nil {
+		return nil, err
+	}
+
+	for i, p := range n.ConfigPatches {
+		if strings.TrimSpace(p) == "" {
+			return nil, settingsErr(fmt.Sprintf("configPatches[%d]", i), "empty patch")
+		}
+
+		patch, err := configpatcher.LoadPatch([]byte(p))
+		if err != nil {
+			return nil, settingsErr(fmt.Sprintf("configPatches[%d]", i), "neither a strategic merge patch nor a JSON6902 patch: %v", err)
+		}
+
+		n.patches = append(n.patches, patch)
+	}
+
+	if n.BootstrapToken != "" && !validBootstrapToken(n.BootstrapToken) {
+		return nil, settingsErr("bootstrapToken", "not a bootstrap token of the form [a-z0-9]{6}.[a-z0-9]{16}")
+	}
+
+	return n, nil
+}
+
+var (
+	resourceNames = map[string]bool{"cpu": true, "memory": true, "ephemeral-storage": true, "pid": true}
+	// the eviction signals kubelet knows on Linux
+	evictionSignals = map[string]bool{
+		"memory.available": true, "nodefs.available": true, "nodefs.inodesFree": true,
+		"imagefs.available": true, "imagefs.inodesFree": true, "containerfs.available": true,
+		"containerfs.inodesFree": true, "pid.available": true,
+	}
+)
+
+func (k KubeletSettings) validate() error {
+	for field, m := range map[string]map[string]string{"kubelet.kubeReserved": k.KubeReserved, "kubelet.systemReserved": k.SystemReserved} {
+		for _, name := range sortedKeys(m) {
+			if !resourceNames[name] {
+				return settingsErr(field, "unknown resource %q (want cpu, memory, ephemeral-storage or pid)", name)
+			}
+
+			q, err := resource.ParseQuantity(m[name])
+			if err != nil || q.Sign() < 0 {
+				return settingsErr(field+"."+name, "%q is not a non-negative quantity", m[name])
+			}
+		}
+	}
+
+	for _, sig := range sortedKeys(k.EvictionHard) {
+		if !evictionSignals[sig] {
+			return settingsErr("kubelet.evictionHard", "unknown eviction signal %q", sig)
+		}
+
+		v := k.EvictionHard[sig]
+		if pct, ok := strings.CutSuffix(v, "%"); ok {
+			var f float64
+			if _, err := fmt.Sscanf(pct, "%g", &f); err != nil || f < 0 || f > 100 {
+				return settingsErr("kubelet.evictionHard."+sig, "%q is not a percentage in 0-100%%", v)
+			}
+
+			continue
+		}
+
+		if q, err := resource.ParseQuantity(v); err != nil || q.Sign() < 0 {
+			return settingsErr("kubelet.evictionHard."+sig, "%q is not a quantity or percentage", v)
+		}
+	}
+
+	if k.MaxPods != nil && (*k.MaxPods < 1 || *k.MaxPods > 10000) {
+		return settingsErr("kubelet.maxPods", "%d is not in 1-10000", *k.MaxPods)
+	}
+
+	for field, p := range map[string]*int32{"kubelet.imageGCHighThresholdPercent": k.ImageGCHighThresholdPercent, "kubelet.imageGCLowThresholdPercent": k.ImageGCLowThresholdPercent} {
+		if p != nil && (*p < 0 || *p > 100) {
+			return settingsErr(field, "%d is not in 0-100", *p)
+		}
+	}
+
+	if k.ImageGCHighThresholdPercent != nil && k.ImageGCLowThresholdPercent != nil && *k.ImageGCLowThresholdPercent >= *k.ImageGCHighThresholdPercent {
+		return settingsErr("kubelet.imageGCLowThresholdPercent", "%d must be lower than imageGCHighThresholdPercent %d", *k.ImageGCLowThresholdPercent, *k.ImageGCHighThresholdPercent)
+	}
+
+	return nil
+}
+
+// extraConfig renders the settings as KubeletConfiguration fields.
+func (k KubeletSettings) extraConfig() map[string]any {
+	out := map[string]any{}
+
+	toAny := func(m map[string]string) map[string]any {
+		r := make(map[string]any, len(m))
+		for key, v := range m {
+			r[key] = v
+		}
+
+		return r
+	}
+
+	if len(k.KubeReserved) > 0 {
+		out["kubeReserved"] = toAny(k.KubeReserved)
+	}
+
+	if len(k.SystemReserved) > 0 {
+		out["systemReserved"] = toAny(k.SystemReserved)
+	}
+
+	if len(k.EvictionHard) > 0 {
+		out["evictionHard"] = toAny(k.EvictionHard)
+	}
+
+	if k.MaxPods != nil {
+		out["maxPods"] = int(*k.MaxPods)
+	}
+
+	if k.ImageGCHighThresholdPercent != nil {
+		out["imageGCHighThresholdPercent"] = int(*k.ImageGCHighThresholdPercent)
+	}
+
+	if k.ImageGCLowThresholdPercent != nil {
+		out["imageGCLowThresholdPercent"] = int(*k.ImageGCLowThresholdPercent)
+	}
+
+	return out
+}
+
+// parsedNetwork is Network after checks.
+type parsedNetwork struct {
+	ipv6        netip.Prefix
+	gateway     netip.Addr
+	nameservers []netip.Addr
+	uplinkMAC   string
+	private     []parsedPrivate
+}
+
+type parsedPrivate struct {
+	vlan      uint16
+	dhcp      bool
+	addresses []netip.Prefix
+	mtu       uint32
+}
+
+func networkErr(field, format string, args ...any) error {
+	return fmt.Errorf("network: %s: %s", field, fmt.Sprintf(format, args...))
+}
+
+func parseNetwork(n Network) (*parsedNetwork, error) {
+	p := &parsedNetwork{}
+
+	if n.IPv6Address != "" {
+		raw := n.IPv6Address
+		if !strings.Contains(raw, "/") {
+			raw += "/128"
+		}
+
+		pfx, err := netip.ParsePrefix(raw)
+		if err != nil || !pfx.Addr().Is6() || pfx.Addr().Is4In6() {
+			return nil, networkErr("ipv6Address", "%q is not an IPv6 address", n.IPv6Address)
+		}
+
+		if pfx.Bits() != 128 {
+			return nil, networkErr("ipv6Address", "%q: Scaleway routes a single address, want /128", n.IPv6Address)
+		}
+
+		if !pfx.Addr().IsGlobalUnicast() {
+			return nil, networkErr("ipv6Address", "%q is not a global unicast address", n.IPv6Address)
+		}
+
+		p.ipv6 = pfx
+
+		if n.IPv6Gateway == "" {
+			return nil, networkErr("ipv6Gateway", "required with ipv6Address")
+		}
+	}
+
+	if n.IPv6Gateway != "" {
+		if !p.ipv6.IsValid() {
+			return nil, networkErr("ipv6Gateway", "set without ipv6Address")
+		}
+
+		gw, err := netip.ParseAddr(n.IPv6Gateway)
+		if err != nil || !gw.Is6() || gw.Is4In6() || gw.IsUnspecified() || gw.IsMulticast() {
+			return nil, networkErr("ipv6Gateway", "%q is not a unicast IPv6 address", n.IPv6Gateway)
+		}
+
+		if gw == p.ipv6.Addr() {
+			return nil, networkErr("ipv6Gateway", "is the node's own address")
+		}
+
+		p.gateway = gw
+	}
+
+	for i, ns := range n.Nameservers {
+		a, err := netip.ParseAddr(ns)
+		if err != nil || a.IsUnspecified() {
+			return nil, networkErr(fmt.Sprintf("nameservers[%d]", i), "%q is not an IP address", ns)
+		}
+
+		p.nameservers = append(p.nameservers, a)
+	}
+
+	if n.UplinkMAC != "" {
+		mac, err := normalizeMAC(n.UplinkMAC)
+		if err != nil {
+			return nil, networkErr("uplinkMac", "%q is not a MAC address", n.UplinkMAC)
+		}
+
+		p.uplinkMAC = mac
+	}
+
+	seen := map[uint16]bool{}
+
+	for i, pn := range n.PrivateNetworks {
+		field := fmt.Sprintf("privateNetworks[%d]", i)
+
+		if pn.VLAN < 1 || pn.VLAN > 4094 {
+			return nil, networkErr(field+".vlan", "%d is not in 1-4094", pn.VLAN)
+		}
+
+		if seen[pn.VLAN] {
+			return nil, networkErr(field+".vlan", "VLAN %d appears twice", pn.VLAN)
+		}
+
+		seen[pn.VLAN] = true
+
+		pp := parsedPrivate{vlan: pn.VLAN, dhcp: pn.DHCP, mtu: pn.MTU}
+
+		for j, a := range pn.Addresses {
+			pfx, err := netip.ParsePrefix(a)
+			if err != nil {
+				return nil, networkErr(fmt.Sprintf("%s.addresses[%d]", field, j), "%q is not an address in CIDR notation", a)
+			}
+
+			pp.addresses = append(pp.addresses, pfx)
+		}
+
+		if !pp.dhcp && len(pp.addresses) == 0 {
+			return nil, networkErr(field, "VLAN %d has neither dhcp nor addresses", pn.VLAN)
+		}
+
+		// A VLAN cannot exceed its parent's MTU, and the uplink also carries
+		// the public network, which stays at 1500.
+		if pn.MTU != 0 && (pn.MTU < 1280 || pn.MTU > 1500) {
+			return nil, networkErr(field+".mtu", "%d is not in 1280-1500 (the uplink carries the public network at 1500)", pn.MTU)
+		}
+
+		p.private = append(p.private, pp)
+	}
+
+	return p, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+
+	sort.Strings(keys)
+
+	return keys
+}
