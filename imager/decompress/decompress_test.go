@@ -98,7 +98,7 @@ func TestDetect(t *testing.T) {
 }
 
 func TestRoundTrip(t *testing.T) {
-	data := sample(6<<20+123, 2)
+	data := sample(3<<20+123, 2)
 	twice := append(append([]byte{}, data...), data...)
 	cases := []struct {
 		name string
@@ -111,9 +111,9 @@ func TestRoundTrip(t *testing.T) {
 		{"xz crc32 check", FormatXZ, compress(t, "xz", data, "-1", "-T2", "--block-size=512KiB", "--check=crc32", "-c"), data},
 		{"xz sha256 check", FormatXZ, compress(t, "xz", data, "-0", "-T2", "--block-size=2MiB", "--check=sha256", "-c"), data},
 		{"xz no check", FormatXZ, compress(t, "xz", data, "-0", "-T1", "--check=none", "-c"), data},
-		{"xz -6 multi-block", FormatXZ, compress(t, "xz", data, "-6", "-T2", "--block-size=3MiB", "-c"), data},
+		{"xz -6 multi-block", FormatXZ, compress(t, "xz", data, "-6", "-T2", "--block-size=1MiB", "-c"), data},
 		{"xz two streams with padding", FormatXZ, append(append(compress(t, "xz", data, "-0", "-T2", "--block-size=1MiB", "-c"), 0, 0, 0, 0), compress(t, "xz", data, "-0", "-c")...), twice},
-		{"zstd -18 -T0", FormatZstd, compress(t, "zstd", data, "-18", "-T0", "-c"), data},
+		{"zstd -18 -T0 (Talos)", FormatZstd, compress(t, "zstd", data, "-18", "-T0", "-c"), data},
 		{"zstd -3 two frames", FormatZstd, append(compress(t, "zstd", data, "-3", "-c"), compress(t, "zstd", data, "-1", "-c")...), twice},
 		{"gzip two members", FormatGzip, append(compress(t, "gzip", data, "-1", "-c"), compress(t, "gzip", data, "-6", "-c")...), twice},
 		{"raw", FormatRaw, data, data},
@@ -133,10 +133,10 @@ func TestRoundTrip(t *testing.T) {
 }
 
 func TestDamagedInput(t *testing.T) {
-	data := sample(4<<20, 3)
+	data := sample(3<<20, 3)
 	xzMulti := compress(t, "xz", data, "-0", "-T2", "--block-size=1MiB", "-c")
 	xzSingle := compress(t, "xz", data, "-0", "-T1", "-c")
-	zst := compress(t, "zstd", data, "-18", "-T0", "-c")
+	zst := compress(t, "zstd", data, "-12", "-T0", "-c")
 	gz := compress(t, "gzip", data, "-c")
 	flip := func(b []byte, at int) []byte {
 		c := append([]byte{}, b...)
@@ -228,8 +228,8 @@ func TestInputErrorIsKept(t *testing.T) {
 }
 
 func TestCloseMidStream(t *testing.T) {
-	data := sample(8<<20, 5)
-	comp := compress(t, "xz", data, "-0", "-T2", "--block-size=256KiB", "-c")
+	data := sample(4<<20, 5)
+	comp := compress(t, "xz", data, "-0", "-T2", "--block-size=128KiB", "-c")
 	r, err := NewReader(bytes.NewReader(comp), FormatXZ, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -284,11 +284,11 @@ func BenchmarkXZParallel(b *testing.B) {
 }
 
 func TestRawSize(t *testing.T) {
-	data := sample(5<<20+77, 7)
+	data := sample(3<<20+77, 7)
 	xzMulti := compress(t, "xz", data, "-0", "-T2", "--block-size=1MiB", "-c")
 	xzSingle := compress(t, "xz", data, "-0", "-T1", "-c")
 	// From a file, zstd records the content size; --stream-size does the same on a pipe.
-	zst := compress(t, "zstd", data, "-18", "-T0", "-c", fmt.Sprintf("--stream-size=%d", len(data)))
+	zst := compress(t, "zstd", data, "-9", "-T0", "-c", fmt.Sprintf("--stream-size=%d", len(data)))
 	for name, c := range map[string]struct {
 		f    Format
 		comp []byte

@@ -14,7 +14,7 @@ import (
 	"io"
 	"sync"
 
-	"github.com/ulikunitz/xz/lzma"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/decompress/internal/lzma"
 	"golang.org/x/sync/semaphore"
 )
 

@@ -1,0 +1,231 @@
+// Command bench measures em-imager against the shell pipelines it replaces
+// (`make bench` runs it):
+//
+//	go run ./imager/bench -imager bin/em-imager -cache .cache/imager-bench
+//
+// It builds a Talos-like image once (real GPT, mostly zeros, a few hundred
+// MB of random data), compresses it like Talos (xz -0 -T0 with independent
+// 1 MiB blocks, zstd -T0 -18), caches the artefacts, serves them over
+// loopback HTTP and writes each with O_DIRECT onto a fresh sparse file on
+// the cache's filesystem, printing MB/s of raw image written and em-imager's
+// peak RSS.
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/report"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/testimage"
+)
+
+func main() {
+	imager := flag.String("imager", "bin/em-imager", "em-imager binary to measure")
+	cache := flag.String("cache", ".cache/imager-bench", "directory for the image and its compressed copies (reused) and the target file; must support O_DIRECT")
+	sizeMB := flag.Int64("size-mib", 1400, "raw image size in MiB")
+	dataMB := flag.Int64("data-mib", 200, "random data in the image, MiB")
+	runs := flag.Int("runs", 2, "runs per case; the best is reported (the machine is shared)")
+	flag.Parse()
+	if err := run(*imager, *cache, *sizeMB<<20, *dataMB<<20, *runs); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+type result struct {
+	name    string
+	seconds float64
+	rssKiB  int64
+}
+
+func run(imager, cache string, size, data int64, runs int) error {
+	for _, tool := range []string{"xz", "zstd", "curl", "dd", "taskset"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("%s not found (make deps installs xz-utils, zstd, curl)", tool)
+		}
+	}
+	imager, _ = filepath.Abs(imager)
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return err
+	}
+	raw := filepath.Join(cache, "metal-amd64.raw")
+	stamp := filepath.Join(cache, "spec.json")
+	spec := fmt.Sprintf(`{"size":%d,"data":%d,"seed":1,"v":1}`, size, data)
+	sha := ""
+	if b, err := os.ReadFile(stamp); err == nil && strings.HasPrefix(string(b), spec) {
+		sha = strings.TrimSpace(strings.TrimPrefix(string(b), spec))
+	}
+	if sha == "" || !exists(raw+".xz") || !exists(raw+".zst") {
+		fmt.Printf("building a %d MiB Talos-like image (%d MiB random data) in %s ...\n", size>>20, data>>20, cache)
+		var err error
+		sha, err = testimage.Write(raw, testimage.Spec{Size: size, DataBytes: data, Seed: 1})
+		if err != nil {
+			return err
+		}
+		for _, c := range [][]string{
+			{"xz", "-0", "-T0", "--block-size=1MiB", "-k", "-f", raw},
+			{"zstd", "-q", "-T0", "-18", "-f", "-k", raw, "-o", raw + ".zst"},
+		} {
+			t0 := time.Now()
+			fmt.Printf("  %s ...", strings.Join(c, " "))
+			if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+				return fmt.Errorf("%v: %v: %s", c, err, out)
+			}
+			fmt.Printf(" %.0fs\n", time.Since(t0).Seconds())
+		}
+		if err := os.WriteFile(stamp, []byte(spec+sha+"\n"), 0o644); err != nil {
+			return err
+		}
+	}
+	st, _ := os.Stat(raw)
+	rawBytes := st.Size()
+	xzSt, _ := os.Stat(raw + ".xz")
+	zstSt, _ := os.Stat(raw + ".zst")
+	zeros := zeroFraction(raw)
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	go http.Serve(l, http.FileServer(http.Dir(cache)))
+	base := "http://" + l.Addr().String() + "/"
+	target := filepath.Join(cache, "target.disk")
+	capacity := rawBytes + 64<<20
+	fresh := func() error {
+		os.Remove(target)
+		f, err := os.Create(target)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return f.Truncate(capacity)
+	}
+	// Warm the page cache so the source side costs the same for everyone.
+	for _, f := range []string{raw, raw + ".xz", raw + ".zst"} {
+		exec.Command("cat", f).Run()
+	}
+	dd := "dd of=" + target + " bs=4M iflag=fullblock oflag=direct conv=notrunc status=none"
+	type tc struct {
+		name   string
+		shell  string   // pipeline
+		args   []string // em-imager write args
+		oneCPU bool
+	}
+	imagerArgs := func(file string) []string {
+		return []string{"write", "--image", base + file, "--sha256", sha, "--disk", target, "--format", "auto", "--progress", "none"}
+	}
+	cases := []tc{
+		{name: "dd oflag=direct of the raw image (physical limit)", shell: "dd if=" + raw + " of=" + target + " bs=4M oflag=direct conv=notrunc status=none"},
+		{name: "curl | xz -dc | dd oflag=direct", shell: "curl -sf " + base + "metal-amd64.raw.xz | xz -dc | " + dd},
+		{name: "curl | xz -T0 -dc | dd oflag=direct", shell: "curl -sf " + base + "metal-amd64.raw.xz | xz -T0 -dc | " + dd},
+		{name: "em-imager .raw.xz, all cores", args: imagerArgs("metal-amd64.raw.xz")},
+		{name: "em-imager .raw.xz, 1 core", args: imagerArgs("metal-amd64.raw.xz"), oneCPU: true},
+		{name: "curl | zstd -dc | dd oflag=direct", shell: "curl -sf " + base + "metal-amd64.raw.zst | zstd -dc | " + dd},
+		{name: "em-imager .raw.zst, all cores", args: imagerArgs("metal-amd64.raw.zst")},
+		{name: "em-imager .raw.zst, 1 core", args: imagerArgs("metal-amd64.raw.zst"), oneCPU: true},
+		{name: "em-imager .raw (uncompressed), all cores", args: imagerArgs("metal-amd64.raw")},
+	}
+	results := map[string]result{}
+	for _, c := range cases {
+		best := result{name: c.name}
+		for i := 0; i < runs; i++ {
+			if err := fresh(); err != nil {
+				return err
+			}
+			exec.Command("sync").Run()
+			var cmd *exec.Cmd
+			if c.shell != "" {
+				cmd = exec.Command("bash", "-o", "pipefail", "-c", c.shell)
+			} else if c.oneCPU {
+				cmd = exec.Command("taskset", append([]string{"-c", "0", imager}, c.args...)...)
+				cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+			} else {
+				cmd = exec.Command(imager, c.args...)
+			}
+			var out, errb bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &errb
+			t0 := time.Now()
+			err := cmd.Run()
+			secs := time.Since(t0).Seconds()
+			if err != nil {
+				return fmt.Errorf("%s: %v\n%s%s", c.name, err, out.String(), errb.String())
+			}
+			if c.shell == "" {
+				var rep report.Report
+				if err := json.Unmarshal(out.Bytes(), &rep); err != nil || !rep.OK {
+					return fmt.Errorf("%s: report %s", c.name, out.String())
+				}
+			}
+			var rss int64
+			if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+				rss = ru.Maxrss
+			}
+			if best.seconds == 0 || secs < best.seconds {
+				best.seconds = secs
+			}
+			best.rssKiB = max(best.rssKiB, rss)
+		}
+		results[c.name] = best
+		fmt.Printf("  %-48s %6.2fs %8.1f MB/s", c.name, best.seconds, float64(rawBytes)/1e6/best.seconds)
+		if c.shell == "" {
+			fmt.Printf("   peak RSS %.0f MiB", float64(best.rssKiB)/1024)
+		}
+		fmt.Println()
+	}
+	os.Remove(target)
+	mbps := func(n string) float64 { return float64(rawBytes) / 1e6 / results[n].seconds }
+	fmt.Printf("\nimage: %.2f GB raw (%.1f%% zeros), .xz %.0f MB, .zst %.0f MB; %d CPUs (%s); best of %d\n",
+		float64(rawBytes)/1e9, 100*zeros, float64(xzSt.Size())/1e6, float64(zstSt.Size())/1e6, runtime.NumCPU(), runtime.Version(), runs)
+	fmt.Printf("xz:   em-imager %.1f MB/s vs curl|xz -dc|dd %.1f MB/s = %.2fx (1 core %.1f MB/s; all/1 core %.2fx)\n",
+		mbps("em-imager .raw.xz, all cores"), mbps("curl | xz -dc | dd oflag=direct"),
+		mbps("em-imager .raw.xz, all cores")/mbps("curl | xz -dc | dd oflag=direct"),
+		mbps("em-imager .raw.xz, 1 core"), mbps("em-imager .raw.xz, all cores")/mbps("em-imager .raw.xz, 1 core"))
+	fmt.Printf("zstd: em-imager %.1f MB/s vs curl|zstd -dc|dd %.1f MB/s = %.2fx; vs dd of the raw image %.1f MB/s = %.0f%%\n",
+		mbps("em-imager .raw.zst, all cores"), mbps("curl | zstd -dc | dd oflag=direct"),
+		mbps("em-imager .raw.zst, all cores")/mbps("curl | zstd -dc | dd oflag=direct"),
+		mbps("dd oflag=direct of the raw image (physical limit)"),
+		100*mbps("em-imager .raw.zst, all cores")/mbps("dd oflag=direct of the raw image (physical limit)"))
+	var peak int64
+	for _, r := range results {
+		peak = max(peak, r.rssKiB)
+	}
+	fmt.Printf("em-imager peak RSS: %.0f MiB\n", float64(peak)/1024)
+	return nil
+}
+
+func exists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func zeroFraction(p string) float64 {
+	f, err := os.Open(p)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	buf := make([]byte, 4<<20)
+	var z, n int64
+	zero := make([]byte, 4096)
+	for {
+		k, err := f.Read(buf)
+		for i := 0; i+4096 <= k; i += 4096 {
+			if bytes.Equal(buf[i:i+4096], zero) {
+				z += 4096
+			}
+		}
+		n += int64(k)
+		if err != nil {
+			break
+		}
+	}
+	return float64(z) / float64(n)
+}
