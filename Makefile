@@ -24,7 +24,7 @@ export TEST_ASSET_KUBE_SCHEDULER := $(BIN)/kube-scheduler
 export TEST_ASSET_VERSITYGW := $(BIN)/versitygw
 export TEST_ASSET_EM_IMAGER := $(BIN)/em-imager
 
-.PHONY: all build test bench demo tools deps vet fmt-check tidy-check clean
+.PHONY: all build test bench demo tools deps vet fmt-check tidy-check clean chart-crds docs
 
 all: build
 
@@ -69,11 +69,32 @@ deps:
 test: deps fmt-check vet build tools
 	$(GO) test $(GOTEST_FLAGS) ./...
 
+# em-imager: builds (once, cached in .cache/imager-bench) a 1.4 GiB Talos-like image, compresses it like
+# Talos, serves it over loopback and prints MB/s vs curl|xz|dd, curl|zstd|dd and dd, plus peak RSS.
 bench: deps build tools
+	$(GO) run ./imager/bench -imager $(BIN)/em-imager -cache $(ROOT)/.cache/imager-bench
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./imager/...
 
 demo: build tools
 	@echo "demo: not available yet"; exit 1
+
+## ---- charts and docs -----------------------------------------------------
+
+# chart-crds copies the provider's CRD and Karpenter core's CRDs (from the
+# pinned module in the module cache) into the CRD chart and the controller
+# chart's crds/ (test/chart checks they stay in sync).
+KARPENTER_CRDS = $(shell $(GO) list -m -f '{{.Dir}}' sigs.k8s.io/karpenter)/pkg/apis/crds
+CHART_CRD_DIRS := charts/karpenter-scaleway-em-crd/templates charts/karpenter-scaleway-em/crds
+chart-crds:
+	@test -d "$(KARPENTER_CRDS)" || { echo "sigs.k8s.io/karpenter not in the module cache: run go mod download"; exit 1; }
+	@for d in $(CHART_CRD_DIRS); do \
+		mkdir -p $$d && rm -f $$d/*.yaml && \
+		install -m 0644 controller/apis/crds/*.yaml $(KARPENTER_CRDS)/*.yaml $$d/ && echo "synced $$d"; done
+
+# docs regenerates docs/nodeclass-reference.md from the NodeClass CRD's schema
+# (test/chart checks the committed file is current).
+docs:
+	$(GO) run ./test/chart/crdref/cmd/gen-crdref -crd controller/apis/crds/karpenter-scaleway-em.io_scalewayelasticmetalnodeclasses.yaml -out docs/nodeclass-reference.md
 
 clean:
 	rm -rf $(BIN)
