@@ -35,7 +35,7 @@ func TestMatchesAgainstUpstream(t *testing.T) {
 			data = append(data, bytes.Repeat([]byte("EFI PART talos "), rng.Intn(3000))...)
 		}
 	}
-	for _, dictCap := range []int{MinDictCap, 64 << 10, 1 << 20} {
+	for _, dictCap := range []int{64 << 10, 256 << 10, 1 << 20} {
 		var comp bytes.Buffer
 		w, err := upstream.Writer2Config{DictCap: dictCap}.NewWriter2(&comp)
 		if err != nil {
