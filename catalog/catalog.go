@@ -1,0 +1,404 @@
+package catalog
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+	"github.com/scaleway/scaleway-sdk-go/scw"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/karpenter/pkg/cloudprovider"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog/snapshot"
+)
+
+// Defaults of Options.
+const (
+	DefaultRefreshInterval = 5 * time.Minute
+	DefaultRefreshJitter   = 0.2
+	DefaultRefreshTimeout  = time.Minute
+	DefaultOutOfStockTTL   = 3 * time.Minute
+	DefaultQuotaTTL        = 30 * time.Minute
+)
+
+// Options configure a Catalog. Every field is optional.
+type Options struct {
+	// Client is the Scaleway client live refreshes use. Without Client (and API) the catalogue serves the
+	// embedded snapshot only and Refresh fails.
+	Client *scw.Client
+	// API replaces the baremetal API built from Client (tests, wrappers). *baremetal.API implements it.
+	API snapshot.OfferLister
+	// Zones to refresh; default every zone of the snapshot (snapshot.Zones).
+	Zones []scw.Zone
+	// Snapshot replaces the embedded snapshot (the bytes of a snapshot file).
+	Snapshot []byte
+	// Clock drives refresh timing and the unavailable cache's TTLs; default the real clock.
+	Clock clock.WithTicker
+	// RefreshInterval between refreshes in Start (default 5m), varied by ±RefreshJitter (a fraction, default
+	// 0.2) so many controllers do not call the API in step. RefreshTimeout bounds one refresh (default 1m).
+	RefreshInterval time.Duration
+	RefreshJitter   float64
+	RefreshTimeout  time.Duration
+	// OutOfStockTTL (default 3m) and QuotaTTL (default 30m) are how long MarkUnavailable hides an offering.
+	OutOfStockTTL time.Duration
+	QuotaTTL      time.Duration
+	// Logger; default discards.
+	Logger logr.Logger
+	// Registerer for the karpenter_scaleway_em_catalog_* metrics; default a private registry.
+	Registerer prometheus.Registerer
+}
+
+// UnavailableReason says why an offering was marked unavailable; it picks the TTL.
+type UnavailableReason string
+
+const (
+	ReasonOutOfStock UnavailableReason = "out_of_stock"
+	ReasonQuota      UnavailableReason = "quota"
+)
+
+type offerKey struct {
+	zone    string
+	name    string
+	billing BillingPeriod
+}
+
+type unavailableEntry struct {
+	reason UnavailableReason
+	until  time.Time
+}
+
+// zoneState is one zone's offers; replaced whole on refresh, never modified.
+type zoneState struct {
+	origin      string
+	offers      map[BillingPeriod]map[string]*baremetal.Offer
+	fingerprint [32]byte
+}
+
+type cacheEntry struct {
+	gen uint64
+	its []*cloudprovider.InstanceType
+}
+
+// maxCacheEntries bounds the per-filter cache: one entry per NodeClass/NodePool combination in use.
+const maxCacheEntries = 128
+
+// Catalog serves Elastic Metal offers as Karpenter instance types. It is safe for concurrent use.
+type Catalog struct {
+	opts    Options
+	api     snapshot.OfferLister
+	clock   clock.WithTicker
+	log     logr.Logger
+	metrics *metrics
+
+	mu          sync.RWMutex
+	gen         uint64 // bumped whenever anything instance types depend on changes
+	zones       map[string]*zoneState
+	specs       map[string]*spec
+	names       []string
+	unavailable map[offerKey]unavailableEntry
+	nextExpiry  time.Time
+	observed    map[string]corev1.ResourceList
+	cache       map[string]*cacheEntry
+}
+
+// New builds a Catalog that answers from the snapshot until the first successful Refresh.
+func New(opts Options) *Catalog {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.RefreshInterval <= 0 {
+		opts.RefreshInterval = DefaultRefreshInterval
+	}
+	if opts.RefreshJitter <= 0 || opts.RefreshJitter >= 1 {
+		opts.RefreshJitter = DefaultRefreshJitter
+	}
+	if opts.RefreshTimeout <= 0 {
+		opts.RefreshTimeout = DefaultRefreshTimeout
+	}
+	if opts.OutOfStockTTL <= 0 {
+		opts.OutOfStockTTL = DefaultOutOfStockTTL
+	}
+	if opts.QuotaTTL <= 0 {
+		opts.QuotaTTL = DefaultQuotaTTL
+	}
+	if opts.Logger.GetSink() == nil {
+		opts.Logger = logr.Discard()
+	}
+	if opts.Registerer == nil {
+		opts.Registerer = prometheus.NewRegistry()
+	}
+	if len(opts.Zones) == 0 {
+		opts.Zones = slices.Clone(snapshot.Zones)
+	}
+	c := &Catalog{
+		opts:        opts,
+		api:         opts.API,
+		clock:       opts.Clock,
+		log:         opts.Logger.WithName("catalog"),
+		metrics:     newMetrics(opts.Registerer),
+		zones:       map[string]*zoneState{},
+		unavailable: map[offerKey]unavailableEntry{},
+		observed:    map[string]corev1.ResourceList{},
+		cache:       map[string]*cacheEntry{},
+	}
+	if c.api == nil && opts.Client != nil {
+		c.api = baremetal.NewAPI(opts.Client)
+	}
+	snap, err := c.loadSnapshot()
+	if err != nil {
+		// The embedded snapshot is checked by tests, so this is a bad Options.Snapshot: say so, serve the
+		// embedded one rather than nothing.
+		c.log.Error(err, "offer snapshot unusable, using the embedded one")
+		if snap, err = snapshot.Embedded(); err != nil {
+			panic(fmt.Sprintf("embedded offer snapshot: %v", err))
+		}
+	}
+	c.mu.Lock()
+	for zone, zo := range snap.Zones {
+		origin := snap.Metadata.Zones[zone].Origin
+		c.zones[zone] = newZoneState(origin, zo.Hourly, zo.Monthly)
+	}
+	c.dataChangedLocked()
+	c.mu.Unlock()
+	return c
+}
+
+func (c *Catalog) loadSnapshot() (*snapshot.Snapshot, error) {
+	if c.opts.Snapshot != nil {
+		return snapshot.Decode(c.opts.Snapshot)
+	}
+	return snapshot.Embedded()
+}
+
+func newZoneState(origin string, hourly, monthly []*baremetal.Offer) *zoneState {
+	zs := &zoneState{origin: origin, offers: map[BillingPeriod]map[string]*baremetal.Offer{}}
+	h := sha256.New()
+	for _, p := range []struct {
+		period BillingPeriod
+		offers []*baremetal.Offer
+	}{{BillingHourly, hourly}, {BillingMonthly, monthly}} {
+		m := make(map[string]*baremetal.Offer, len(p.offers))
+		for _, o := range p.offers {
+			if o != nil && o.Name != "" {
+				m[o.Name] = o
+			}
+		}
+		zs.offers[p.period] = m
+		for _, name := range slices.Sorted(maps.Keys(m)) {
+			b, _ := json.Marshal(m[name])
+			h.Write(b)
+		}
+	}
+	copy(zs.fingerprint[:], h.Sum(nil))
+	return zs
+}
+
+// dataChangedLocked recomputes what depends on the offers: specs, names, metrics, and the generation.
+func (c *Catalog) dataChangedLocked() {
+	specs := map[string]*spec{}
+	// Canonical spec per name: hourly before monthly, zones in order, so a name means the same hardware
+	// whatever zones a filter selects.
+	for _, period := range BillingPeriods {
+		for _, zone := range slices.Sorted(maps.Keys(c.zones)) {
+			for name, o := range c.zones[zone].offers[period] {
+				if _, ok := specs[name]; !ok {
+					specs[name] = newSpec(o)
+				}
+			}
+		}
+	}
+	c.specs = specs
+	c.names = slices.Sorted(maps.Keys(specs))
+	c.gen++
+	c.metrics.offers.Reset()
+	c.metrics.zoneOrigin.Reset()
+	for zone, zs := range c.zones {
+		c.metrics.zoneOrigin.WithLabelValues(zone, zs.origin).Set(1)
+		for period, offers := range zs.offers {
+			for _, stock := range baremetal.OfferStock("").Values() {
+				c.metrics.offers.WithLabelValues(zone, string(period), string(stock)).Set(0)
+			}
+			for _, o := range offers {
+				if o.Enable {
+					c.metrics.offers.WithLabelValues(zone, string(period), string(o.Stock)).Inc()
+				}
+			}
+		}
+	}
+}
+
+// Start refreshes now and then every RefreshInterval (± jitter) until ctx is done. Failures are logged and
+// counted; the previous data stays in use.
+func (c *Catalog) Start(ctx context.Context) {
+	if c.api == nil {
+		c.log.Info("no Scaleway client: serving the offer snapshot only")
+		<-ctx.Done()
+		return
+	}
+	for {
+		rctx, cancel := context.WithTimeout(ctx, c.opts.RefreshTimeout)
+		_ = c.Refresh(rctx) // logged and counted inside
+		cancel()
+		t := c.clock.NewTimer(c.nextInterval())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+	}
+}
+
+func (c *Catalog) nextInterval() time.Duration {
+	j := c.opts.RefreshJitter * (2*rand.Float64() - 1)
+	return time.Duration(float64(c.opts.RefreshInterval) * (1 + j))
+}
+
+// ErrNoAPI is returned by Refresh when the Catalog has neither Client nor API.
+var ErrNoAPI = errors.New("catalog: no Scaleway client configured")
+
+// Refresh lists every zone's offers (hourly and monthly, all pages). A zone that answers for both periods
+// replaces its data; a zone that fails keeps what it had. The error joins every zone's failure.
+func (c *Catalog) Refresh(ctx context.Context) error {
+	if c.api == nil {
+		return ErrNoAPI
+	}
+	start := c.clock.Now()
+	type result struct {
+		zone            scw.Zone
+		hourly, monthly []*baremetal.Offer
+		err             error
+	}
+	results := make([]result, len(c.opts.Zones))
+	var wg sync.WaitGroup
+	for i, zone := range c.opts.Zones {
+		wg.Go(func() {
+			r := result{zone: zone}
+			r.hourly, r.err = c.list(ctx, zone, BillingHourly)
+			if r.err == nil {
+				r.monthly, r.err = c.list(ctx, zone, BillingMonthly)
+			}
+			results[i] = r
+		})
+	}
+	wg.Wait()
+
+	var errs []error
+	now := c.clock.Now()
+	c.mu.Lock()
+	changed := false
+	for _, r := range results {
+		if r.err != nil {
+			errs = append(errs, r.err)
+			c.log.Error(r.err, "offer refresh failed, keeping previous data", "zone", r.zone)
+			continue
+		}
+		c.metrics.lastSuccess.WithLabelValues(string(r.zone)).Set(float64(now.UnixNano()) / 1e9)
+		zs := newZoneState(snapshot.OriginLive, r.hourly, r.monthly)
+		if old, ok := c.zones[string(r.zone)]; !ok || old.fingerprint != zs.fingerprint || old.origin != zs.origin {
+			c.zones[string(r.zone)] = zs
+			changed = true
+		}
+	}
+	if changed {
+		c.dataChangedLocked()
+	}
+	c.mu.Unlock()
+
+	outcome := "success"
+	if len(errs) > 0 {
+		outcome = "error"
+	}
+	c.metrics.refreshSeconds.WithLabelValues(outcome).Observe(c.clock.Since(start).Seconds())
+	if len(errs) == 0 {
+		c.log.V(1).Info("offers refreshed", "zones", len(results), "changed", changed)
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Catalog) list(ctx context.Context, zone scw.Zone, period BillingPeriod) ([]*baremetal.Offer, error) {
+	offers, err := snapshot.List(ctx, c.api, zone, baremetal.OfferSubscriptionPeriod(period))
+	result := "success"
+	if err != nil {
+		result = "error"
+	}
+	c.metrics.refreshes.WithLabelValues(string(zone), string(period), result).Inc()
+	return offers, err
+}
+
+// Offer returns the offer behind an offering: the controller orders with its ID. The offer is shared: do not
+// modify it. Offers of a zone whose data is derived (see ZoneOrigin) carry synthetic IDs until the first
+// successful refresh of that zone.
+func (c *Catalog) Offer(zone, offerName string, billing BillingPeriod) (*baremetal.Offer, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	zs, ok := c.zones[zone]
+	if !ok {
+		return nil, false
+	}
+	o, ok := zs.offers[billing][offerName]
+	return o, ok
+}
+
+// ZoneOrigin says where a zone's current data comes from: "live", "recorded" or "derived" (see package
+// snapshot); ok is false for a zone the catalogue does not know.
+func (c *Catalog) ZoneOrigin(zone string) (origin string, ok bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	zs, ok := c.zones[zone]
+	if !ok {
+		return "", false
+	}
+	return zs.origin, true
+}
+
+// ObserveCapacity records the capacity a registered node of offerName reports (node.status.capacity); later
+// instance types of that offer use its cpu, memory, ephemeral-storage and nvidia.com/gpu instead of the
+// estimates. Zero or missing values are ignored.
+func (c *Catalog) ObserveCapacity(offerName string, capacity corev1.ResourceList) {
+	if offerName == "" {
+		return
+	}
+	kept := corev1.ResourceList{}
+	for _, k := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage, ResourceNvidiaGPU} {
+		if q, ok := capacity[k]; ok && q.Sign() > 0 {
+			kept[k] = q.DeepCopy()
+		}
+	}
+	if len(kept) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.observed[offerName]
+	if sameResources(old, kept) {
+		return
+	}
+	c.observed[offerName] = kept
+	c.gen++
+	c.log.V(1).Info("measured capacity replaces the estimate", "offer", offerName)
+}
+
+func sameResources(a, b corev1.ResourceList) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		w, ok := b[k]
+		if !ok || v.Cmp(w) != 0 {
+			return false
+		}
+	}
+	return true
+}

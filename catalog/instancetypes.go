@@ -1,0 +1,178 @@
+package catalog
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+
+	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+	corev1 "k8s.io/api/core/v1"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+	"sigs.k8s.io/karpenter/pkg/cloudprovider"
+	"sigs.k8s.io/karpenter/pkg/scheduling"
+)
+
+// InstanceTypes returns one instance type per offer name that has at least one offering in the filter's zones
+// and billing periods, sorted by name. Offerings that cannot be ordered now (disabled, stock empty, marked
+// unavailable) are kept with Available=false so Karpenter knows the type exists.
+//
+// Results are cached per filter and rebuilt only when the offers, the unavailable marks, the measured
+// capacities or the filter change. The returned instance types are shared between callers: do not modify them
+// (Karpenter's overlays copy before changing).
+func (c *Catalog) InstanceTypes(ctx context.Context, f Filter) ([]*cloudprovider.InstanceType, error) {
+	n, err := f.normalize()
+	if err != nil {
+		return nil, err
+	}
+	now := c.clock.Now()
+	c.mu.RLock()
+	if !c.expiryDueLocked(now) {
+		if e, ok := c.cache[n.key]; ok && e.gen == c.gen {
+			its := slices.Clone(e.its)
+			c.mu.RUnlock()
+			return its, nil
+		}
+	}
+	c.mu.RUnlock()
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.expireLocked(now)
+	if e, ok := c.cache[n.key]; ok && e.gen == c.gen {
+		return slices.Clone(e.its), nil
+	}
+	its := c.buildLocked(n)
+	c.metrics.builds.Inc()
+	if len(c.cache) >= maxCacheEntries {
+		for k, e := range c.cache {
+			if e.gen != c.gen {
+				delete(c.cache, k)
+			}
+		}
+		if len(c.cache) >= maxCacheEntries {
+			clear(c.cache)
+		}
+	}
+	c.cache[n.key] = &cacheEntry{gen: c.gen, its: its}
+	return slices.Clone(its), nil
+}
+
+func (c *Catalog) buildLocked(n *normalized) []*cloudprovider.InstanceType {
+	zones := n.zones
+	if zones == nil {
+		zones = slices.Sorted(maps.Keys(c.zones))
+	}
+	its := make([]*cloudprovider.InstanceType, 0, len(c.names))
+	for _, name := range c.names {
+		var offerings cloudprovider.Offerings
+		var itZones, itRegions []string
+		var itPeriods []string
+		for _, zone := range zones {
+			zs := c.zones[zone]
+			if zs == nil {
+				continue
+			}
+			for _, billing := range n.billing {
+				o := zs.offers[billing][name]
+				if o == nil {
+					continue
+				}
+				price, ok := hourlyPrice(o, billing, n.commitment)
+				if !ok {
+					continue
+				}
+				region := regionOf(zone)
+				_, marked := c.unavailable[offerKey{zone: zone, name: name, billing: billing}]
+				offerings = append(offerings, &cloudprovider.Offering{
+					Requirements: scheduling.NewRequirements(
+						scheduling.NewRequirement(corev1.LabelTopologyZone, corev1.NodeSelectorOpIn, zone),
+						scheduling.NewRequirement(corev1.LabelTopologyRegion, corev1.NodeSelectorOpIn, region),
+						scheduling.NewRequirement(karpv1.CapacityTypeLabelKey, corev1.NodeSelectorOpIn, karpv1.CapacityTypeOnDemand),
+						scheduling.NewRequirement(LabelBillingPeriod, corev1.NodeSelectorOpIn, string(billing)),
+					),
+					Price:     price,
+					Available: o.Enable && o.Stock != baremetal.OfferStockEmpty && !marked,
+				})
+				itZones = appendUnique(itZones, zone)
+				itRegions = appendUnique(itRegions, region)
+				itPeriods = appendUnique(itPeriods, string(billing))
+			}
+		}
+		if len(offerings) == 0 {
+			continue
+		}
+		sp := c.specs[name]
+		capacity := sp.capacity(n.maxPods, c.observed[name])
+		its = append(its, &cloudprovider.InstanceType{
+			Name:         name,
+			Requirements: requirements(sp, itZones, itRegions, itPeriods),
+			Offerings:    offerings,
+			Capacity:     capacity,
+			Overhead:     overhead(capacity, n),
+		})
+	}
+	return its
+}
+
+func requirements(sp *spec, zones, regions, periods []string) scheduling.Requirements {
+	reqs := scheduling.NewRequirements(
+		scheduling.NewRequirement(corev1.LabelInstanceTypeStable, corev1.NodeSelectorOpIn, sp.name),
+		scheduling.NewRequirement(corev1.LabelArchStable, corev1.NodeSelectorOpIn, sp.arch),
+		scheduling.NewRequirement(corev1.LabelOSStable, corev1.NodeSelectorOpIn, string(corev1.Linux)),
+		scheduling.NewRequirement(corev1.LabelTopologyZone, corev1.NodeSelectorOpIn, zones...),
+		scheduling.NewRequirement(corev1.LabelTopologyRegion, corev1.NodeSelectorOpIn, regions...),
+		scheduling.NewRequirement(karpv1.CapacityTypeLabelKey, corev1.NodeSelectorOpIn, karpv1.CapacityTypeOnDemand),
+		scheduling.NewRequirement(corev1.LabelWindowsBuild, corev1.NodeSelectorOpDoesNotExist),
+		scheduling.NewRequirement(LabelBillingPeriod, corev1.NodeSelectorOpIn, periods...),
+	)
+	for _, key := range Labels {
+		if key == LabelBillingPeriod {
+			continue
+		}
+		if v, ok := sp.labels[key]; ok {
+			reqs.Add(scheduling.NewRequirement(key, corev1.NodeSelectorOpIn, v))
+		} else {
+			reqs.Add(scheduling.NewRequirement(key, corev1.NodeSelectorOpDoesNotExist))
+		}
+	}
+	return reqs
+}
+
+// hourlyPrice is what Karpenter compares. Hourly: the price per hour. Monthly: the price per month over
+// HoursPerMonth plus the one-time fee spread over the commitment. ok is false when the offer has no price
+// for that period.
+func hourlyPrice(o *baremetal.Offer, billing BillingPeriod, commitmentMonths int) (float64, bool) {
+	fee := 0.0
+	if o.Fee != nil {
+		fee = o.Fee.ToFloat()
+	}
+	switch billing {
+	case BillingHourly:
+		if o.PricePerHour == nil {
+			return 0, false
+		}
+		return o.PricePerHour.ToFloat(), true
+	case BillingMonthly:
+		if o.PricePerMonth == nil {
+			return 0, false
+		}
+		return (o.PricePerMonth.ToFloat() + fee/float64(commitmentMonths)) / HoursPerMonth, true
+	}
+	return 0, false
+}
+
+// regionOf turns fr-par-2 into fr-par.
+func regionOf(zone string) string {
+	if i := strings.LastIndexByte(zone, '-'); i > 0 {
+		return zone[:i]
+	}
+	return zone
+}
+
+func appendUnique(s []string, v string) []string {
+	if slices.Contains(s, v) {
+		return s
+	}
+	return append(s, v)
+}

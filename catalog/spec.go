@@ -1,0 +1,196 @@
+package catalog
+
+import (
+	"math"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+)
+
+var zonePattern = regexp.MustCompile(`^[a-z]{2}-[a-z]{3}-[0-9]+$`)
+
+// spec is what an offer name means in hardware, computed once per data generation.
+type spec struct {
+	name    string
+	arch    string
+	labels  map[string]string // our labels (single values); GPU labels absent on non-GPU offers
+	cpu     resource.Quantity
+	memory  resource.Quantity // estimate after firmware/kernel reserve
+	storage resource.Quantity // smallest disk minus the Talos system partitions
+	gpus    int64
+}
+
+// Estimates of what a node does not get of the offer's hardware. The kernel keeps ~1.6% of RAM for its page
+// tables (struct page) and firmware keeps a few hundred MiB; measured capacities (ObserveCapacity) replace
+// these estimates.
+const (
+	memoryReserveFraction = 0.02
+	memoryReserveFixed    = 256 << 20
+	// Talos keeps EFI, BOOT, META and STATE partitions (~1.3 GiB) on the install disk; EPHEMERAL gets the rest.
+	talosSystemPartitions = 2 << 30
+)
+
+func newSpec(o *baremetal.Offer) *spec {
+	s := &spec{name: o.Name, labels: map[string]string{}}
+	var cores, threads uint32
+	cpuName := ""
+	for _, c := range o.CPUs {
+		if c == nil {
+			continue
+		}
+		cores += c.CoreCount
+		threads += c.ThreadCount
+		if cpuName == "" {
+			cpuName = c.Name
+		}
+	}
+	s.arch = archOf(cpuName, o.Tags)
+	s.cpu = *resource.NewQuantity(int64(threads), resource.DecimalSI)
+	s.labels[LabelCPUVendor] = vendorOf(cpuName)
+	s.labels[LabelCPUModel] = labelValue(cpuName)
+	s.labels[LabelCPUCores] = strconv.FormatUint(uint64(cores), 10)
+	s.labels[LabelCPUThreads] = strconv.FormatUint(uint64(threads), 10)
+
+	var mem uint64
+	for _, m := range o.Memories {
+		if m != nil {
+			mem += uint64(m.Capacity)
+		}
+	}
+	s.labels[LabelMemoryGiB] = strconv.FormatUint(uint64(math.Round(float64(mem)/1e9)), 10)
+	est := int64(float64(mem)*(1-memoryReserveFraction)) - memoryReserveFixed
+	s.memory = *resource.NewQuantity(max(est, 0)/(1<<20)*(1<<20), resource.BinarySI)
+
+	var total uint64
+	var smallest *baremetal.Disk
+	for _, d := range o.Disks {
+		if d == nil {
+			continue
+		}
+		total += uint64(d.Capacity)
+		if smallest == nil || d.Capacity < smallest.Capacity {
+			smallest = d
+		}
+	}
+	s.labels[LabelDiskCount] = strconv.Itoa(len(o.Disks))
+	s.labels[LabelDiskSizeGB] = strconv.FormatUint(uint64(math.Round(float64(total)/1e9)), 10)
+	if smallest != nil {
+		// Whichever disk em-imager picks, it is at least as big as the smallest one.
+		s.labels[LabelDiskType] = diskType(smallest.Type)
+		s.storage = *resource.NewQuantity(max(int64(smallest.Capacity)-talosSystemPartitions, 0), resource.BinarySI)
+	}
+
+	if n := len(o.Gpus); n > 0 && o.Gpus[0] != nil {
+		s.gpus = int64(n)
+		s.labels[LabelGPUCount] = strconv.Itoa(n)
+		s.labels[LabelGPUModel] = gpuModel(o.Gpus[0].Name)
+	}
+	s.labels[LabelBandwidthPublicMbps] = strconv.FormatUint(o.Bandwidth/1e6, 10)
+	s.labels[LabelBandwidthPrivateMbps] = strconv.FormatUint(o.PrivateBandwidth/1e6, 10)
+	if r := labelValue(o.CommercialRange); r != "" {
+		s.labels[LabelOfferRange] = r
+	}
+	for k, v := range s.labels {
+		if v == "" {
+			delete(s.labels, k)
+		}
+	}
+	return s
+}
+
+// baseCapacity is the spec's capacity before measurements; pods come from the filter.
+func (s *spec) capacity(pods int64, observed corev1.ResourceList) corev1.ResourceList {
+	rl := corev1.ResourceList{
+		corev1.ResourceCPU:              s.cpu,
+		corev1.ResourceMemory:           s.memory,
+		corev1.ResourceEphemeralStorage: s.storage,
+		corev1.ResourcePods:             *resource.NewQuantity(pods, resource.DecimalSI),
+	}
+	if s.gpus > 0 {
+		rl[ResourceNvidiaGPU] = *resource.NewQuantity(s.gpus, resource.DecimalSI)
+	}
+	for _, k := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage, ResourceNvidiaGPU} {
+		if q, ok := observed[k]; ok && !q.IsZero() {
+			rl[k] = q.DeepCopy()
+		}
+	}
+	return rl
+}
+
+var riscvCPUs = []string{"th1520", "riscv", "risc-v", "sg2042", "jh7110", "u74"}
+var armCPUs = []string{"ampere", "altra", "neoverse", "cavium", "thunderx", "graviton", "kunpeng", "arm", "aarch64"}
+
+// archOf tells the architecture from the CPU name (and the offer tags, which say "riscv" for the labs boards).
+func archOf(cpu string, tags []string) string {
+	n := strings.ToLower(cpu)
+	if slices.ContainsFunc(riscvCPUs, func(s string) bool { return strings.Contains(n, s) }) ||
+		slices.ContainsFunc(tags, func(t string) bool { return strings.EqualFold(t, "riscv") || strings.EqualFold(t, "risc-v") }) {
+		return ArchitectureRiscv64
+	}
+	for _, w := range strings.FieldsFunc(n, func(r rune) bool { return r == ' ' || r == '-' || r == '_' }) {
+		if slices.ContainsFunc(armCPUs, func(s string) bool { return w == s || (len(s) > 3 && strings.HasPrefix(w, s)) }) {
+			return karpv1.ArchitectureArm64
+		}
+	}
+	if strings.Contains(n, "apple m") {
+		return karpv1.ArchitectureArm64
+	}
+	return karpv1.ArchitectureAmd64
+}
+
+func vendorOf(cpu string) string {
+	n := strings.ToLower(cpu)
+	switch {
+	case strings.Contains(n, "intel") || strings.Contains(n, "xeon"):
+		return "intel"
+	case strings.Contains(n, "amd") || strings.Contains(n, "epyc") || strings.Contains(n, "ryzen"):
+		return "amd"
+	case strings.Contains(n, "th1520"):
+		return "thead" // T-Head, Alibaba's RISC-V core designer
+	case strings.Contains(n, "ampere") || strings.Contains(n, "altra"):
+		return "ampere"
+	}
+	f := strings.Fields(n)
+	if len(f) == 0 {
+		return ""
+	}
+	return labelValue(f[0])
+}
+
+func diskType(t string) string {
+	switch strings.ToLower(t) {
+	case "nvme":
+		return "nvme"
+	case "ssd", "sata_ssd":
+		return "ssd"
+	case "hdd", "sata", "sas":
+		return "hdd"
+	}
+	return labelValue(t)
+}
+
+func gpuModel(name string) string {
+	n := strings.ToLower(strings.TrimSpace(name))
+	for _, vendor := range []string{"nvidia ", "amd ", "intel "} {
+		n = strings.TrimPrefix(n, vendor)
+	}
+	return labelValue(n)
+}
+
+var nonLabel = regexp.MustCompile(`[^a-z0-9]+`)
+
+// labelValue turns free text into a valid label value: lower case, runs of other characters as '-',
+// at most 63 characters, starting and ending alphanumeric.
+func labelValue(s string) string {
+	v := strings.Trim(nonLabel.ReplaceAllString(strings.ToLower(s), "-"), "-")
+	if len(v) > 63 {
+		v = strings.TrimRight(v[:63], "-")
+	}
+	return v
+}
