@@ -316,18 +316,42 @@ func Run(ctx context.Context, o *Options, log *slog.Logger) (*Summary, error) {
 		return sum, &Error{Code: CodeConflict, Err: fmt.Errorf("%s already describes a different raw image (sha256 %s, %d bytes; this input is %s, %d bytes): refusing to replace it without --force",
 			sum.ManifestKey, existing.Raw.SHA256, existing.Raw.Size, p.raw.SHA256, p.raw.Size)}
 	}
-	// Re-publishing an identical image must change nothing: when the staged
-	// files match the files the existing manifest lists, keep its entries
-	// (encoder names, block sizes) and its creation time.
+	// Re-publishing an identical image must change nothing. A file whose
+	// bytes equal the existing manifest's entry keeps that entry. A file that
+	// differs only because the encoder changed (another xz version) while the
+	// raw image is the same also keeps the existing object, if that object is
+	// intact: replacing it would only make readers of the current manifest
+	// see a digest mismatch until the new manifest lands.
 	for _, s := range p.files {
+		key, _ := layout.ImageKey(s.format)
 		f := manifest.File{Format: s.format, Size: s.size, SHA256: s.sha256, BlockSize: s.blockSize, Encoder: s.encoder}
 		f.Name, _ = manifest.ImageName(o.Arch, s.format)
-		if existing != nil {
-			if old, ok := existing.File(s.format); ok && old.SHA256 == f.SHA256 && old.Size == f.Size {
-				f = old
+		var old manifest.File
+		hasOld := false
+		if existing != nil && existing.Raw == p.raw {
+			old, hasOld = existing.File(s.format)
+		}
+		if hasOld && old.SHA256 != f.SHA256 && !o.Reencode {
+			intact, err := objectMatches(ctx, client, o.S3.Bucket, key, old.Size, old.SHA256)
+			if err != nil {
+				return sum, err
+			}
+			if intact {
+				log.Info("keeping the published encoding of the same raw image", "key", key, "sha256", old.SHA256)
+				m.Files = append(m.Files, old)
+				sum.Objects = append(sum.Objects, Object{Key: key, Format: s.format, Size: old.Size, SHA256: old.SHA256, Action: "skipped"})
+				continue
 			}
 		}
+		if hasOld && old.SHA256 == f.SHA256 && old.Size == f.Size {
+			f = old
+		}
+		action, err := putFile(ctx, client, o.S3.Bucket, key, s, log)
+		if err != nil {
+			return sum, err
+		}
 		m.Files = append(m.Files, f)
+		sum.Objects = append(sum.Objects, Object{Key: key, Format: s.format, Size: s.size, SHA256: s.sha256, Action: action})
 	}
 	if existing != nil && manifest.SameImage(existing, m) {
 		m.Created, m.Tool = existing.Created, existing.Tool
@@ -335,15 +359,6 @@ func Run(ctx context.Context, o *Options, log *slog.Logger) (*Summary, error) {
 	body, err := m.Marshal()
 	if err != nil {
 		return sum, &Error{Code: CodeInternal, Err: err}
-	}
-
-	for _, s := range p.files {
-		key, _ := layout.ImageKey(s.format)
-		action, err := putFile(ctx, client, o.S3.Bucket, key, s, log)
-		if err != nil {
-			return sum, err
-		}
-		sum.Objects = append(sum.Objects, Object{Key: key, Format: s.format, Size: s.size, SHA256: s.sha256, Action: action})
 	}
 
 	sum.Manifest = m
@@ -422,6 +437,18 @@ func putFile(ctx context.Context, c *minio.Client, bucket, key string, s staged,
 	}
 	log.Info("uploaded", "key", key, "size", s.size, "took", time.Since(start).Round(time.Millisecond))
 	return "uploaded", nil
+}
+
+// objectMatches reports whether key exists with this size and sha256 metadata.
+func objectMatches(ctx context.Context, c *minio.Client, bucket, key string, size int64, sha string) (bool, error) {
+	st, err := c.StatObject(ctx, bucket, key, minio.StatObjectOptions{})
+	switch {
+	case err == nil:
+		return st.Size == size && metaSHA256(st.UserMetadata) == sha, nil
+	case minio.ToErrorResponse(err).Code == "NoSuchKey":
+		return false, nil
+	}
+	return false, s3Error("checking "+key, err)
 }
 
 // metaSHA256 finds the sha256 user metadata whatever case the server used.

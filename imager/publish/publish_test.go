@@ -525,3 +525,33 @@ func TestPublishPublicFlagRewritesOnlyTheManifest(t *testing.T) {
 		t.Fatalf("manifest: %v public=%v", err, m != nil && m.Public)
 	}
 }
+
+// Another encoder (say, another xz version) making different bytes of the
+// same raw image must not replace the published object: readers of the
+// current manifest would see a digest mismatch until the new one lands.
+func TestRepublishWithAnotherEncoderKeepsThePublishedFile(t *testing.T) {
+	s3 := startS3(t)
+	s3.makeBucket(t, bucket)
+	c := s3.client(t)
+	in := writeFile(t, "x.raw", makeRaw(3<<20, 13))
+	r := publish(t, s3.env(nil), baseArgs(in, "--formats", "xz", "--xz-encoder", "external")...)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	first := r.sum.Objects[0]
+	_, before := fetch(t, c, first.Key)
+
+	r = publish(t, s3.env(nil), baseArgs(in, "--formats", "xz", "--xz-encoder", "go")...)
+	if r.code != 0 || r.sum.Objects[0].Action != "skipped" || r.sum.Objects[0].SHA256 != first.SHA256 || r.sum.ManifestAction != "skipped" {
+		t.Fatalf("exit %d %+v", r.code, r.sum)
+	}
+	if _, after := fetch(t, c, first.Key); after.ETag != before.ETag {
+		t.Fatal("the xz object was replaced")
+	}
+
+	// --reencode asks for the new encoding explicitly.
+	r = publish(t, s3.env(nil), baseArgs(in, "--formats", "xz", "--xz-encoder", "go", "--reencode")...)
+	if r.code != 0 || r.sum.Objects[0].Action != "uploaded" || r.sum.ManifestAction != "uploaded" || r.sum.Manifest.Files[0].Encoder != "ulikunitz/xz" {
+		t.Fatalf("--reencode: exit %d %+v", r.code, r.sum)
+	}
+}
