@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/cli"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/publish"
 )
 
 func main() {
@@ -20,7 +21,10 @@ func main() {
 		sub = os.Args[1]
 	}
 	switch sub {
-	// case "publish": os.Exit(publish.Main(ctx, os.Args[2:], os.Stdout, os.Stderr)) — added with imager/publish.
+	case "publish":
+		code := publish.Main(ctx, os.Args[2:], os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
 	default:
 		code := cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
 		stop()
