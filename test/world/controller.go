@@ -1,0 +1,342 @@
+package world
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Binaries `make build` puts in bin/.
+const (
+	BinController = "karpenter-scaleway-em"
+	BinEMImager   = "em-imager"
+)
+
+// FindBinary returns the path of a binary `make build` makes:
+// $TEST_ASSET_<NAME> (e.g. TEST_ASSET_KARPENTER_SCALEWAY_EM), else
+// <repository root>/bin/<name>. The error names the make target.
+func FindBinary(name string) (string, error) {
+	env := "TEST_ASSET_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+	path := os.Getenv(env)
+	if path == "" {
+		root, err := repoRoot()
+		if err != nil {
+			return "", fmt.Errorf("bin/%s missing: run \"make build\" (%s unset and %v)", name, env, err)
+		}
+		path = filepath.Join(root, "bin", name)
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.IsDir() || st.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("bin/%s missing or not executable at %s: run \"make build\"", name, path)
+	}
+	return path, nil
+}
+
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.Contains(string(b), "module github.com/karpenter-scaleway-em/karpenter-scaleway-em\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod of the provider module above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// ControllerOptions tune one controller process.
+type ControllerOptions struct {
+	// Env overrides or adds environment variables (KEY=VALUE) after
+	// ControllerEnv, e.g. "FEATURE_GATES=NodeRepair=true".
+	Env []string
+	// Args are extra flags.
+	Args []string
+	// LogName is the log file's name in <world>/controller (default controller.log).
+	LogName string
+}
+
+// ControllerEnv is the environment the controller runs with against this
+// world, as a deployment would set it (credentials only here, never in flags).
+func (w *World) ControllerEnv() []string {
+	env := []string{
+		"CLUSTER_NAME=" + w.ClusterName,
+		"SYSTEM_NAMESPACE=" + w.SystemNamespace,
+		"KUBECONFIG=" + w.Kube.KubeconfigPath,
+		"DISABLE_LEADER_ELECTION=true",
+		"LOG_LEVEL=debug",
+		"BATCH_MAX_DURATION=2s",
+		"BATCH_IDLE_DURATION=500ms",
+		"SCW_ACCESS_KEY=SCWSIMULATED00000000",
+		"SCW_SECRET_KEY=" + w.Sim.SecretKey(),
+		"SCW_DEFAULT_PROJECT_ID=" + w.Sim.Options().ProjectID,
+		"SCW_DEFAULT_ORGANIZATION_ID=" + w.Sim.Options().OrganizationID,
+		"SCW_DEFAULT_ZONE=fr-par-2",
+		"SCW_API_URL=" + w.SimURL,
+		"S3_ENDPOINT=" + w.S3.Endpoint,
+		"S3_REGION=" + w.S3.Region,
+		"S3_BUCKET=" + w.Bucket,
+		"AWS_ACCESS_KEY_ID=" + w.S3.AccessKey,
+		"AWS_SECRET_ACCESS_KEY=" + w.S3.SecretKey,
+		"RESCUE_SSH_PORT=" + strconv.Itoa(w.Machines.SSHPort()),
+		"TALOS_API_PORT=" + strconv.Itoa(w.Machines.TalosAPIPort()),
+	}
+	// Phase timeouts and polling scaled to the simulator's delays.
+	if w.Opts.Profile != "realistic" {
+		env = append(env,
+			"INSTALL_RETRY_INTERVAL=200ms",
+			"CATALOG_REFRESH_INTERVAL=10s",
+			"GC_GRACE_PERIOD=30s",
+			"GC_INTERVAL=5s",
+			"NODECLASS_RECHECK_INTERVAL=10s",
+			"DELIVERY_TIMEOUT=3m",
+			"RESCUE_TIMEOUT=2m",
+			"IMAGING_TIMEOUT=3m",
+			"BOOT_TIMEOUT=2m",
+		)
+	}
+	return env
+}
+
+// Controller is bin/karpenter-scaleway-em running against a world as a
+// subprocess, with its real main, flags and environment.
+type Controller struct {
+	w       *World
+	bin     string
+	opts    ControllerOptions
+	LogPath string
+	// MetricsURL and HealthURL of the running process.
+	MetricsURL, HealthURL string
+
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	done     chan struct{}
+	waitErr  error
+	starts   int
+	stopping bool
+}
+
+// NewController starts the controller; Stop ends it. It fails with the make
+// target when the binary is missing.
+func (w *World) NewController(opts ControllerOptions) (*Controller, error) {
+	bin, err := FindBinary(BinController)
+	if err != nil {
+		return nil, err
+	}
+	if opts.LogName == "" {
+		opts.LogName = "controller.log"
+	}
+	c := &Controller{w: w, bin: bin, opts: opts, LogPath: filepath.Join(w.Dir, "controller", opts.LogName)}
+	if err := c.start(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// StartController starts the controller for a test; it is stopped on
+// t.Cleanup and, if the test failed, the tail of its log goes to the test log.
+func StartController(t testing.TB, w *World, opts ControllerOptions) *Controller {
+	t.Helper()
+	c, err := w.NewController(opts)
+	if err != nil {
+		t.Fatalf("controller: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("controller log tail (%s):\n%s", c.LogPath, c.LogTail(80))
+		}
+		_ = c.Stop()
+	})
+	return c
+}
+
+func (c *Controller) start() error {
+	ports, err := freePorts(2)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(c.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.starts++
+	fmt.Fprintf(f, "=== world: start #%d at %s\n", c.starts, time.Now().UTC().Format(time.RFC3339Nano))
+	c.mu.Unlock()
+	cmd := exec.Command(c.bin, c.opts.Args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(append(append(os.Environ(), c.w.ControllerEnv()...),
+		"METRICS_PORT="+strconv.Itoa(ports[0]), "HEALTH_PROBE_PORT="+strconv.Itoa(ports[1])), c.opts.Env...)
+	// Its own process group, so a kill reaches nothing else and Ctrl-C in
+	// the demo's terminal reaches the demo, which stops it in order.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("start %s: %w", c.bin, err)
+	}
+	done := make(chan struct{})
+	c.mu.Lock()
+	c.cmd, c.done, c.stopping = cmd, done, false
+	c.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[0])
+	c.HealthURL = fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[1])
+	c.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		f.Close()
+		c.mu.Lock()
+		c.waitErr = err
+		c.mu.Unlock()
+		close(done)
+	}()
+	return nil
+}
+
+// WaitHealthy waits until the controller answers its health probe, and fails
+// early if it exits.
+func (c *Controller) WaitHealthy(ctx context.Context) error {
+	for {
+		c.mu.Lock()
+		done, url := c.done, c.HealthURL
+		c.mu.Unlock()
+		select {
+		case <-done:
+			return fmt.Errorf("controller exited: %v; log tail:\n%s", c.ExitErr(), c.LogTail(40))
+		default:
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("controller not healthy at %s: %w; log tail:\n%s", url, ctx.Err(), c.LogTail(40))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Running reports whether the process is alive.
+func (c *Controller) Running() bool {
+	c.mu.Lock()
+	done := c.done
+	c.mu.Unlock()
+	select {
+	case <-done:
+		return false
+	default:
+		return true
+	}
+}
+
+// ExitErr is the process's exit error once it ended.
+func (c *Controller) ExitErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.waitErr
+}
+
+// Pid of the running process.
+func (c *Controller) Pid() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cmd.Process.Pid
+}
+
+// Kill ends the process with SIGKILL, as a crashed or OOM-killed pod would,
+// and waits for it to be gone.
+func (c *Controller) Kill() error { return c.signal(syscall.SIGKILL, 10*time.Second) }
+
+// Stop ends the process with SIGTERM (SIGKILL after 15s).
+func (c *Controller) Stop() error {
+	if err := c.signal(syscall.SIGTERM, 15*time.Second); err != nil {
+		return c.Kill()
+	}
+	return nil
+}
+
+func (c *Controller) signal(sig syscall.Signal, wait time.Duration) error {
+	c.mu.Lock()
+	cmd, done := c.cmd, c.done
+	c.stopping = true
+	c.mu.Unlock()
+	select {
+	case <-done:
+		return nil
+	default:
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, sig)
+	select {
+	case <-done:
+		return nil
+	case <-time.After(wait):
+		return fmt.Errorf("controller (pid %d) still running %s after %s", cmd.Process.Pid, wait, sig)
+	}
+}
+
+// Restart starts a new process after Kill or Stop (a new pod).
+func (c *Controller) Restart() error {
+	if c.Running() {
+		return errors.New("controller: Restart while running: Kill or Stop it first")
+	}
+	return c.start()
+}
+
+// LogTail returns the last n lines of the controller's log.
+func (c *Controller) LogTail(n int) string { return tailFile(c.LogPath, n) }
+
+// Metrics fetches the Prometheus text exposition of the running process.
+func (c *Controller) Metrics(ctx context.Context) (string, error) {
+	c.mu.Lock()
+	url := c.MetricsURL
+	c.mu.Unlock()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	return b.String(), nil
+}
+
+// tailFile returns the last n lines of a file ("" if unreadable).
+func tailFile(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

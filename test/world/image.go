@@ -1,0 +1,66 @@
+package world
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/manifest"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/publish"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/diskimage"
+)
+
+// Image is a Talos-like image published to the world's bucket.
+type Image struct {
+	TalosVersion string
+	// RawSHA256 is what em-imager verifies and what the drift tag carries a prefix of.
+	RawSHA256 string
+	RawSize   int64
+	// ManifestKey is the manifest's key in the bucket.
+	ManifestKey string
+}
+
+// PublishImage builds a Talos-like image of the given version (see
+// test/sim/diskimage) and publishes it, zstd and xz, with the publish
+// library `em-imager publish` runs. Publishing the same version twice is a
+// no-op.
+func (w *World) PublishImage(ctx context.Context, version string) (Image, error) {
+	w.mu.Lock()
+	img, ok := w.Images[version]
+	w.mu.Unlock()
+	if ok {
+		return img, nil
+	}
+	dir := filepath.Join(w.Dir, "images", version)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return Image{}, err
+	}
+	raw := filepath.Join(dir, "metal-amd64.raw")
+	if err := diskimage.BuildTalosLikeImage(raw, w.Opts.ImageSize, diskimage.WithTalosVersion(version)); err != nil {
+		return Image{}, fmt.Errorf("build image %s: %w", version, err)
+	}
+	o := &publish.Options{
+		Input: raw, SchematicID: SchematicID, TalosVersion: version, Arch: "amd64", Prefix: w.Prefix,
+		Formats: []string{manifest.FormatZstd, manifest.FormatXZ}, BlockSize: 1 << 20, SectorSize: 512, VerifyOutput: true,
+		XZEncoder: "auto", WorkDir: dir,
+		S3: publish.S3Config{Endpoint: w.S3.Endpoint, Bucket: w.Bucket, Region: w.S3.Region,
+			AccessKey: w.S3.AccessKey, SecretKey: w.S3.SecretKey},
+	}
+	sum, err := publish.Run(ctx, o, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		return Image{}, fmt.Errorf("publish image %s: %w", version, err)
+	}
+	if sum.Manifest == nil {
+		return Image{}, fmt.Errorf("publish image %s: no manifest in the summary", version)
+	}
+	img = Image{TalosVersion: version, RawSHA256: sum.Manifest.Raw.SHA256, RawSize: sum.Manifest.Raw.Size, ManifestKey: sum.ManifestKey}
+	// The raw file is only needed for publishing; the bucket holds the image.
+	_ = os.Remove(raw)
+	w.mu.Lock()
+	w.Images[version] = img
+	w.mu.Unlock()
+	return img, nil
+}

@@ -1,0 +1,326 @@
+package world
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testenv"
+)
+
+// Defaults of a world.
+const (
+	DefaultClusterName     = "sim"
+	DefaultSystemNamespace = "karpenter"
+	DefaultBucket          = "talos-images"
+	DefaultPrefix          = "talos"
+	DefaultTalosVersion    = "v1.12.1"
+	// DefaultImageSize keeps imaging quick in tests while still going
+	// through every em-imager stage (download, decode, hash, write).
+	DefaultImageSize = 32 << 20
+	// JoinSecretName is the join Secret (in the system namespace).
+	JoinSecretName = "talos-join"
+)
+
+// SchematicID is the (made-up) Image Factory schematic of the simulated images.
+var SchematicID = func() string {
+	h := sha256.Sum256([]byte("karpenter-scaleway-em simulated schematic"))
+	return hex.EncodeToString(h[:])
+}()
+
+// Options configure a world. The zero value is a world with the "test"
+// delay profile.
+type Options struct {
+	// Profile is the simulator's delay profile: test (default), fast, realistic.
+	Profile string
+	// Sim adjusts the simulator's options after the profile is applied
+	// (stock, quotas, jitter...).
+	Sim func(*scwsim.Options)
+	// ClusterName (tag karpenter.sh/managed-by) and SystemNamespace of the controller.
+	ClusterName     string
+	SystemNamespace string
+	// TalosVersion of the image published at start; ImageSize its raw size.
+	TalosVersion string
+	ImageSize    int64
+	// Dir holds every log, disk and bucket; empty: a temporary directory
+	// (t.TempDir() under Start) removed on Stop.
+	Dir string
+	// Host tunes the simulated machines.
+	Host HostOptions
+	// Logf receives progress lines (nil: discarded; Start uses t.Logf).
+	Logf func(format string, args ...any)
+}
+
+// World is a running simulated Scaleway world with a Kubernetes control plane.
+type World struct {
+	Opts Options
+	Dir  string
+
+	Kube      *testenv.Kube
+	Clientset kubernetes.Interface
+	Scheduler *testenv.Scheduler
+	S3        *testenv.S3
+	Sim       *scwsim.Sim
+	// SimURL is the Scaleway API endpoint (SCW_API_URL).
+	SimURL string
+	// Machines plays the servers (rescue SSH, Talos API, kubelet).
+	Machines *Machines
+
+	ClusterName     string
+	SystemNamespace string
+	Bucket, Prefix  string
+	// Images published so far, by Talos version.
+	Images map[string]Image
+	// JoinSecret is the join Secret the NodeClass names.
+	JoinSecret types.NamespacedName
+
+	mu       sync.Mutex
+	tempDir  string
+	stopOnce sync.Once
+	stopErr  error
+	stops    []func() error
+}
+
+// Start builds a world for a test; it is stopped on t.Cleanup. A missing
+// binary fails the test with the make target that builds it.
+func Start(t testing.TB, opts Options) *World {
+	t.Helper()
+	if opts.Dir == "" {
+		opts.Dir = t.TempDir()
+	}
+	if opts.Logf == nil {
+		opts.Logf = t.Logf
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	w, err := New(ctx, opts)
+	if err != nil {
+		t.Fatalf("world: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("world: log tails:\n%s", w.LogTails(25))
+		}
+		if err := w.Stop(); err != nil {
+			t.Errorf("world: stop: %v", err)
+		}
+	})
+	return w
+}
+
+// New builds and starts a world; Stop releases everything. On error,
+// whatever was started is stopped.
+func New(ctx context.Context, opts Options) (w *World, err error) {
+	if opts.Profile == "" {
+		opts.Profile = scwsim.ProfileTest
+	}
+	if opts.ClusterName == "" {
+		opts.ClusterName = DefaultClusterName
+	}
+	if opts.SystemNamespace == "" {
+		opts.SystemNamespace = DefaultSystemNamespace
+	}
+	if opts.TalosVersion == "" {
+		opts.TalosVersion = DefaultTalosVersion
+	}
+	if opts.ImageSize == 0 {
+		opts.ImageSize = DefaultImageSize
+	}
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	simOpts, err := scwsim.Profile(opts.Profile)
+	if err != nil {
+		return nil, fmt.Errorf("Options.Profile: %w", err)
+	}
+	// Fail fast, before minutes of work, when a binary is missing.
+	for _, b := range []string{testenv.BinKubeAPIServer, testenv.BinEtcd, testenv.BinKubeScheduler, testenv.BinVersityGW} {
+		if _, err := testenv.FindBinary(b); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := FindBinary(BinEMImager); err != nil {
+		return nil, err
+	}
+
+	w = &World{Opts: opts, Dir: opts.Dir, ClusterName: opts.ClusterName, SystemNamespace: opts.SystemNamespace,
+		Bucket: DefaultBucket, Prefix: DefaultPrefix, Images: map[string]Image{},
+		JoinSecret: types.NamespacedName{Namespace: opts.SystemNamespace, Name: JoinSecretName}}
+	if w.Dir == "" {
+		if w.Dir, err = os.MkdirTemp("", "world-"); err != nil {
+			return nil, err
+		}
+		w.tempDir = w.Dir
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, w.Stop())
+			w = nil
+		}
+	}()
+	logf := opts.Logf
+	for _, d := range []string{"kube", "scheduler", "s3", "machines", "controller"} {
+		if err := os.MkdirAll(filepath.Join(w.Dir, d), 0o700); err != nil {
+			return w, err
+		}
+	}
+
+	// Kubernetes and S3 start side by side: both take seconds.
+	type s3res struct {
+		s3  *testenv.S3
+		err error
+	}
+	s3ch := make(chan s3res, 1)
+	go func() {
+		s3, err := testenv.NewS3(ctx, testenv.S3Options{Dir: filepath.Join(w.Dir, "s3")})
+		s3ch <- s3res{s3, err}
+	}()
+	t0 := time.Now()
+	kube, kerr := testenv.NewKube(ctx, testenv.KubeOptions{Dir: filepath.Join(w.Dir, "kube"), CRDs: apis.CRDs})
+	r := <-s3ch
+	if r.s3 != nil {
+		w.S3 = r.s3
+		w.onStop(r.s3.Stop)
+	}
+	if kube != nil {
+		w.Kube = kube
+		w.onStop(kube.Stop)
+	}
+	if kerr != nil {
+		return w, fmt.Errorf("kube-apiserver: %w", kerr)
+	}
+	if r.err != nil {
+		return w, fmt.Errorf("S3: %w", r.err)
+	}
+	logf("world: kube-apiserver %s and S3 %s up in %s", kube.Config.Host, w.S3.Endpoint, time.Since(t0).Round(time.Millisecond))
+	if w.Clientset, err = kubernetes.NewForConfig(kube.Config); err != nil {
+		return w, err
+	}
+
+	sched, err := testenv.NewScheduler(ctx, kube, testenv.SchedulerOptions{Dir: filepath.Join(w.Dir, "scheduler")})
+	if err != nil {
+		return w, fmt.Errorf("kube-scheduler: %w", err)
+	}
+	w.Scheduler = sched
+	w.onStop(sched.Stop)
+
+	if err := w.S3.CreateBucket(ctx, w.Bucket); err != nil {
+		return w, fmt.Errorf("S3 bucket %s: %w", w.Bucket, err)
+	}
+	t0 = time.Now()
+	img, err := w.PublishImage(ctx, opts.TalosVersion)
+	if err != nil {
+		return w, err
+	}
+	logf("world: published Talos-like image %s (raw sha256 %.12s, %d MiB) in %s", img.TalosVersion, img.RawSHA256,
+		opts.ImageSize>>20, time.Since(t0).Round(time.Millisecond))
+
+	if err := w.createNamespace(ctx, opts.SystemNamespace); err != nil {
+		return w, err
+	}
+	join, err := w.createJoinSecret(ctx)
+	if err != nil {
+		return w, fmt.Errorf("join Secret: %w", err)
+	}
+
+	if opts.Sim != nil {
+		opts.Sim(&simOpts)
+	}
+	if simOpts.Logf == nil {
+		simLog, err := os.OpenFile(filepath.Join(w.Dir, "scwsim.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return w, err
+		}
+		w.onStop(simLog.Close)
+		var lmu sync.Mutex
+		simOpts.Logf = func(format string, args ...any) {
+			lmu.Lock()
+			defer lmu.Unlock()
+			fmt.Fprintf(simLog, time.Now().UTC().Format("15:04:05.000 ")+format+"\n", args...)
+		}
+	}
+	if err := simOpts.Validate(); err != nil {
+		return w, err
+	}
+	w.Sim = scwsim.New(simOpts)
+	w.onStop(func() error { w.Sim.Close(); return nil })
+	machines, err := newMachines(w, join, opts.Host)
+	if err != nil {
+		return w, fmt.Errorf("machines: %w", err)
+	}
+	w.Machines = machines
+	w.onStop(machines.Close)
+	w.Sim.SetHost(machines)
+	if w.SimURL, err = w.Sim.Start(); err != nil {
+		return w, fmt.Errorf("Scaleway API simulator: %w", err)
+	}
+	logf("world: Scaleway API simulator at %s (profile %s)", w.SimURL, opts.Profile)
+	return w, nil
+}
+
+func (w *World) onStop(f func() error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stops = append(w.stops, f)
+}
+
+// Stop stops everything the world started, last started first.
+func (w *World) Stop() error {
+	w.stopOnce.Do(func() {
+		w.mu.Lock()
+		stops := w.stops
+		w.stops = nil
+		w.mu.Unlock()
+		var errs []error
+		for i := len(stops) - 1; i >= 0; i-- {
+			errs = append(errs, stops[i]())
+		}
+		if w.tempDir != "" {
+			errs = append(errs, os.RemoveAll(w.tempDir))
+		}
+		w.stopErr = errors.Join(errs...)
+	})
+	return w.stopErr
+}
+
+// LogTails returns the last n lines of each component's log.
+func (w *World) LogTails(n int) string {
+	var b strings.Builder
+	if w.Kube != nil {
+		b.WriteString(w.Kube.LogTails(n))
+	}
+	for _, p := range []string{filepath.Join(w.Dir, "scwsim.log"), filepath.Join(w.Dir, "machines", "machines.log")} {
+		fmt.Fprintf(&b, "--- %s\n%s\n", filepath.Base(p), tailFile(p, n))
+	}
+	return b.String()
+}
+
+func (w *World) createNamespace(ctx context.Context, name string) error {
+	_, err := w.Clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !strings.Contains(err.Error(), "already exists") {
+		return fmt.Errorf("namespace %s: %w", name, err)
+	}
+	return nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
