@@ -55,12 +55,40 @@ func sparseDisk(t *testing.T, size int64) string {
 	return p
 }
 
-// publish -> manifest -> presigned URL -> em-imager writes and verifies.
+// publishWithEmImager runs `em-imager publish` as an operator would.
+func publishWithEmImager(t *testing.T, e *s3env, raw []byte, args ...string) {
+	t.Helper()
+	bin, err := testenv.FindBinary("em-imager")
+	if err != nil {
+		t.Fatalf("%v (make build puts it there)", err)
+	}
+	in := filepath.Join(t.TempDir(), "metal-amd64.raw")
+	if err := os.WriteFile(in, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, append([]string{"publish", "--input", in}, args...)...)
+	cmd.Env = append(os.Environ(), "S3_ENDPOINT="+e.Endpoint, "S3_BUCKET="+bucket, "S3_REGION="+e.Region,
+		"AWS_ACCESS_KEY_ID="+e.AccessKey, "AWS_SECRET_ACCESS_KEY="+e.SecretKey)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("em-imager publish: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	var sum struct {
+		OK bool `json:"ok"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil || !sum.OK {
+		t.Fatalf("em-imager publish summary: %v\n%s", err, stdout.String())
+	}
+}
+
+// em-imager publish -> manifest -> presigned URL -> em-imager writes and
+// verifies.
 func TestEmImagerWritesFromThePresignedURL(t *testing.T) {
 	e := startS3(t)
 	e.makeBucket(t, bucket)
 	raw := makeRaw(6<<20, 11)
-	publishImage(t, e, "talos", "v1.12.0", "amd64", raw, "zstd", "xz")
+	publishWithEmImager(t, e, raw, "--schematic", schematic, "--talos-version", "v1.12.0", "--prefix", "talos", "--formats", "zst,xz", "--block-size", "1MiB")
 	s := newSource(t, e.config())
 	for _, format := range []string{"zstd", "xz"} {
 		t.Run(format, func(t *testing.T) {
