@@ -145,7 +145,9 @@ func TestRenderErrors(t *testing.T) {
 		n  Network
 	}
 
-	ok := func() input { return input{testNodeClaim("bare-metal-err"), NodeSettings{}, testReport(), testNetwork()} }
+	ok := func() input {
+		return input{testNodeClaim("bare-metal-err"), NodeSettings{}, testReport(), testNetwork()}
+	}
 
 	cases := map[string]struct {
 		mut  func(in *input)
@@ -304,6 +306,9 @@ func TestErrorsNeverContainSecrets(t *testing.T) {
 			{BootstrapToken: perNode, ConfigPatches: []string{`[{"op": "test", "path": "/cluster/token", "value": "x"}]`}},
 			{BootstrapToken: perNode, ConfigPatches: []string{`[{"op": "replace", "path": "/cluster/token", "value": "` + bundle.Cluster.Secret + `"}]`}},
 			{BootstrapToken: perNode, ConfigPatches: []string{"cluster:\n  token: " + perNode + "x\n  ca:\n    crt: " + bundle.Secrets.BootstrapToken + "\n"}},
+			// machinery quotes the bad value back: the scrubber must catch it
+			{BootstrapToken: perNode, ConfigPatches: []string{"machine:\n  type: " + perNode + "\n"}},
+			{ConfigPatches: []string{"machine:\n  type: " + bundle.TrustdInfo.Token + "\n"}},
 			{BootstrapToken: perNode + "!"},
 			{BootstrapToken: perNode, Labels: map[string]string{"node-role.kubernetes.io/x": perNode}},
 		} {
@@ -316,7 +321,13 @@ func TestErrorsNeverContainSecrets(t *testing.T) {
 		t.Fatalf("only %d of the inputs failed; the test would not prove anything", len(errs))
 	}
 
+	scrubbed := 0
+
 	for _, err := range errs {
+		if strings.Contains(err.Error(), redacted) {
+			scrubbed++
+		}
+
 		for _, s := range secretValues {
 			s = strings.TrimSpace(s)
 			if s == "" {
@@ -334,5 +345,9 @@ func TestErrorsNeverContainSecrets(t *testing.T) {
 				}
 			}
 		}
+	}
+
+	if scrubbed < 4 {
+		t.Errorf("only %d errors went through the scrubber; the machinery-quoting cases no longer fail as expected", scrubbed)
 	}
 }

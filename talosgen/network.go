@@ -130,7 +130,7 @@ func networkDocuments(hostname string, up *uplinkNIC, n *parsedNetwork) ([]confi
 		// no destination: the default route of the gateway's family
 		link.LinkRoutes = append(link.LinkRoutes, network.RouteConfig{
 			RouteGateway: network.Addr{Addr: n.gateway},
-			RouteSource:      network.Addr{Addr: n.ipv6.Addr()},
+			RouteSource:  network.Addr{Addr: n.ipv6.Addr()},
 		})
 	}
 
