@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,7 +27,7 @@ const (
 
 // env is one test's world with a running controller.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	ctx   context.Context
 	w     *world.World
 	c     *world.Controller
@@ -46,7 +45,7 @@ type setup struct {
 
 // start builds a world, starts the controller and applies a NodeClass
 // "default" and a NodePool "default" on it.
-func start(t *testing.T, s setup) *env {
+func start(t testing.TB, s setup) *env {
 	t.Helper()
 	// Binaries first, so a missing one fails with its make target at once.
 	if _, err := world.FindBinary(world.BinController); err != nil {
@@ -191,78 +190,22 @@ func (e *env) describeServers() string {
 	return b.String()
 }
 
-// workload keeps a number of pods of one app, as a ReplicaSet would: the
-// world runs no kube-controller-manager, so pods evicted by Karpenter (drift,
-// repair) are recreated by this loop.
-type workload struct {
-	e                *env
-	app, cpu, memory string
-	spread           bool
-	mu               sync.Mutex
-	want             int
-	seq              int
-}
-
-// run starts a workload of n pods requesting cpu and memory each, one per
-// node when spread; the loop ends with the test.
+// run keeps n pods of app (see world.Workload) until the test ends.
 func (e *env) run(app string, n int, cpu, memory string, spread bool) *workload {
-	wl := &workload{e: e, app: app, cpu: cpu, memory: memory, spread: spread, want: n}
-	ctx, cancel := context.WithCancel(e.ctx)
-	done := make(chan struct{})
-	e.t.Cleanup(func() { cancel(); <-done })
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			wl.reconcile(ctx)
-			select {
-			case <-ctx.Done():
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-	}()
-	return wl
+	wl := e.w.RunWorkload(namespace, app, n, cpu, memory, spread)
+	e.t.Cleanup(wl.Stop)
+	return &workload{Workload: wl, e: e}
 }
 
-func (wl *workload) reconcile(ctx context.Context) {
-	l, err := wl.e.w.Clientset.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + wl.app})
-	if err != nil {
-		return
-	}
-	alive := 0
-	for _, p := range l.Items {
-		if p.DeletionTimestamp == nil {
-			alive++
-		}
-	}
-	wl.mu.Lock()
-	want := wl.want
-	wl.mu.Unlock()
-	d := world.Deployment(namespace, wl.app, int32(want), wl.cpu, wl.memory, wl.spread)
-	for ; alive < want; alive++ {
-		wl.mu.Lock()
-		wl.seq++
-		name := fmt.Sprintf("%s-%d", wl.app, wl.seq)
-		wl.mu.Unlock()
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: d.Spec.Template.Labels},
-			Spec: d.Spec.Template.Spec}
-		_, _ = wl.e.w.Clientset.CoreV1().Pods(namespace).Create(ctx, p, metav1.CreateOptions{})
-	}
+type workload struct {
+	*world.Workload
+	e *env
 }
 
-// scale sets the number of pods; scaling down deletes every pod at once
-// (grace 0: no kubelet runs containers) and recreates the rest.
 func (wl *workload) scale(n int) {
 	wl.e.t.Helper()
-	wl.mu.Lock()
-	wl.want = n
-	wl.mu.Unlock()
-	if n == 0 {
-		zero := int64(0)
-		err := wl.e.w.Clientset.CoreV1().Pods(namespace).DeleteCollection(wl.e.ctx,
-			metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{LabelSelector: "app=" + wl.app})
-		if err != nil {
-			wl.e.t.Fatal(err)
-		}
+	if err := wl.Scale(wl.e.ctx, n); err != nil {
+		wl.e.t.Fatal(err)
 	}
 }
 

@@ -43,7 +43,7 @@ func (w *World) PublishImage(ctx context.Context, version string) (Image, error)
 		return Image{}, fmt.Errorf("build image %s: %w", version, err)
 	}
 	o := &publish.Options{
-		Input: raw, SchematicID: SchematicID, TalosVersion: version, Arch: "amd64", Prefix: w.Prefix,
+		Input: raw, SchematicID: w.Opts.SchematicID, TalosVersion: version, Arch: "amd64", Prefix: w.Prefix,
 		Formats: []string{manifest.FormatZstd, manifest.FormatXZ}, BlockSize: 1 << 20, SectorSize: 512, VerifyOutput: true,
 		XZEncoder: "auto", WorkDir: dir,
 		S3: publish.S3Config{Endpoint: w.S3.Endpoint, Bucket: w.Bucket, Region: w.S3.Region,

@@ -22,7 +22,7 @@ func (w *World) NodeClass(name string, zones ...string) *v1alpha1.ScalewayElasti
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v1alpha1.ScalewayElasticMetalNodeClassSpec{
 			Zones: zones,
-			Image: v1alpha1.ImageSpec{Bucket: w.Bucket, Prefix: w.Prefix, SchematicID: SchematicID,
+			Image: v1alpha1.ImageSpec{Bucket: w.Bucket, Prefix: w.Prefix, SchematicID: w.Opts.SchematicID,
 				TalosVersion: w.Opts.TalosVersion, Formats: []string{"zst", "xz"}, Architecture: "amd64"},
 			Talos: v1alpha1.TalosSpec{JoinSecretRef: v1alpha1.SecretReference{Name: w.JoinSecret.Name, Namespace: w.JoinSecret.Namespace}},
 		},

@@ -56,7 +56,13 @@ type Options struct {
 	ClusterName     string
 	SystemNamespace string
 	// TalosVersion of the image published at start; ImageSize its raw size.
+	// SchematicID (default SchematicID), Bucket and Prefix say where it goes.
 	TalosVersion string
+	SchematicID  string
+	Bucket       string
+	Prefix       string
+	// JoinSecretName in the system namespace (default JoinSecretName).
+	JoinSecretName string
 	ImageSize    int64
 	// Dir holds every log, disk and bucket; empty: a temporary directory
 	// (t.TempDir() under Start) removed on Stop.
@@ -139,6 +145,18 @@ func New(ctx context.Context, opts Options) (w *World, err error) {
 	if opts.TalosVersion == "" {
 		opts.TalosVersion = DefaultTalosVersion
 	}
+	if opts.SchematicID == "" {
+		opts.SchematicID = SchematicID
+	}
+	if opts.Bucket == "" {
+		opts.Bucket = DefaultBucket
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
+	if opts.JoinSecretName == "" {
+		opts.JoinSecretName = JoinSecretName
+	}
 	if opts.ImageSize == 0 {
 		opts.ImageSize = DefaultImageSize
 	}
@@ -160,8 +178,8 @@ func New(ctx context.Context, opts Options) (w *World, err error) {
 	}
 
 	w = &World{Opts: opts, Dir: opts.Dir, ClusterName: opts.ClusterName, SystemNamespace: opts.SystemNamespace,
-		Bucket: DefaultBucket, Prefix: DefaultPrefix, Images: map[string]Image{},
-		JoinSecret: types.NamespacedName{Namespace: opts.SystemNamespace, Name: JoinSecretName}}
+		Bucket: opts.Bucket, Prefix: opts.Prefix, Images: map[string]Image{},
+		JoinSecret: types.NamespacedName{Namespace: opts.SystemNamespace, Name: opts.JoinSecretName}}
 	if w.Dir == "" {
 		if w.Dir, err = os.MkdirTemp("", "world-"); err != nil {
 			return nil, err

@@ -1,0 +1,125 @@
+package world
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Workload keeps a number of pause pods of one app, as a ReplicaSet would:
+// the world runs no kube-controller-manager, so pods evicted by Karpenter
+// (drift, repair, consolidation) are recreated by this loop and left
+// pending until a node fits them.
+type Workload struct {
+	w                           *World
+	Namespace, App, CPU, Memory string
+	Spread                      bool
+
+	mu     sync.Mutex
+	want   int
+	seq    int
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// RunWorkload starts keeping n pods of app requesting cpu and memory each
+// (one per node when spread) in namespace; Stop ends the loop.
+func (w *World) RunWorkload(namespace, app string, n int, cpu, memory string, spread bool) *Workload {
+	ctx, cancel := context.WithCancel(context.Background())
+	wl := &Workload{w: w, Namespace: namespace, App: app, CPU: cpu, Memory: memory, Spread: spread, want: n,
+		cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(wl.done)
+		for ctx.Err() == nil {
+			wl.reconcile(ctx)
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	return wl
+}
+
+// Stop ends the loop (the pods stay).
+func (wl *Workload) Stop() {
+	wl.cancel()
+	<-wl.done
+}
+
+func (wl *Workload) reconcile(ctx context.Context) {
+	pods := wl.w.Clientset.CoreV1().Pods(wl.Namespace)
+	l, err := pods.List(ctx, metav1.ListOptions{LabelSelector: "app=" + wl.App})
+	if err != nil {
+		return
+	}
+	alive := 0
+	for _, p := range l.Items {
+		if p.DeletionTimestamp == nil {
+			alive++
+		}
+	}
+	wl.mu.Lock()
+	want := wl.want
+	wl.mu.Unlock()
+	d := Deployment(wl.Namespace, wl.App, int32(want), wl.CPU, wl.Memory, wl.Spread)
+	for ; alive < want; alive++ {
+		wl.mu.Lock()
+		wl.seq++
+		name := fmt.Sprintf("%s-%d", wl.App, wl.seq)
+		wl.mu.Unlock()
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: wl.Namespace, Labels: d.Spec.Template.Labels},
+			Spec: d.Spec.Template.Spec}
+		_, _ = pods.Create(ctx, p, metav1.CreateOptions{})
+	}
+}
+
+// Scale sets the number of pods. Scaling down deletes pods at once (grace
+// 0: no kubelet runs their containers), newest first.
+func (wl *Workload) Scale(ctx context.Context, n int) error {
+	wl.mu.Lock()
+	wl.want = n
+	wl.mu.Unlock()
+	pods := wl.w.Clientset.CoreV1().Pods(wl.Namespace)
+	l, err := pods.List(ctx, metav1.ListOptions{LabelSelector: "app=" + wl.App})
+	if err != nil {
+		return err
+	}
+	zero := int64(0)
+	alive := 0
+	for i := len(l.Items) - 1; i >= 0; i-- {
+		p := l.Items[i]
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		alive++
+		if alive > n {
+			if err := pods.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+				return fmt.Errorf("delete pod %s: %w", p.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Bound returns how many of the workload's pods are bound to a node, and how many exist.
+func (wl *Workload) Bound(ctx context.Context) (bound, total int, err error) {
+	l, err := wl.w.Clientset.CoreV1().Pods(wl.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + wl.App})
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, p := range l.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		total++
+		if p.Spec.NodeName != "" {
+			bound++
+		}
+	}
+	return bound, total, nil
+}
