@@ -63,7 +63,7 @@ type Options struct {
 	Prefix       string
 	// JoinSecretName in the system namespace (default JoinSecretName).
 	JoinSecretName string
-	ImageSize    int64
+	ImageSize      int64
 	// Dir holds every log, disk and bucket; empty: a temporary directory
 	// (t.TempDir() under Start) removed on Stop.
 	Dir string
