@@ -24,7 +24,7 @@ export TEST_ASSET_KUBE_SCHEDULER := $(BIN)/kube-scheduler
 export TEST_ASSET_VERSITYGW := $(BIN)/versitygw
 export TEST_ASSET_EM_IMAGER := $(BIN)/em-imager
 
-.PHONY: all build test bench demo tools deps vet fmt-check tidy-check clean chart-crds docs
+.PHONY: all build test bench demo e2e tools deps vet fmt-check tidy-check clean chart-crds docs
 
 all: build
 
@@ -74,9 +74,16 @@ test: deps fmt-check vet build tools
 bench: deps build tools
 	$(GO) run ./imager/bench -imager $(BIN)/em-imager -cache $(ROOT)/.cache/imager-bench
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./imager/...
+	$(GO) test -run '^$$' -bench Scale -benchtime 1x -timeout 30m ./test/e2e/
 
-demo: build tools
-	@echo "demo: not available yet"; exit 1
+# The whole provider against the simulated world (test/demo); DEMO_PROFILE=realistic for Scaleway-like delays.
+demo: deps build tools
+	$(GO) build -o $(BIN)/demo ./test/demo/cmd/demo
+	$(BIN)/demo
+
+# The end-to-end suite alone (it also runs in `make test`).
+e2e: deps build tools
+	$(GO) test -count=1 -timeout 30m -v ./test/e2e/
 
 ## ---- charts and docs -----------------------------------------------------
 
