@@ -28,6 +28,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagesource"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeclass"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
@@ -38,38 +39,9 @@ import (
 // Name of this cloud provider.
 const Name = "scaleway-em"
 
-// ProviderIDPrefix starts every provider ID: scaleway-em://<zone>/<server-id>.
-const ProviderIDPrefix = "scaleway-em://"
-
-// ProviderID of a server.
-func ProviderID(zone scw.Zone, id string) string { return ProviderIDPrefix + string(zone) + "/" + id }
-
-// ParseProviderID splits a provider ID into zone and server ID.
-func ParseProviderID(pid string) (scw.Zone, string, error) {
-	rest, ok := strings.CutPrefix(pid, ProviderIDPrefix)
-	zone, id, ok2 := strings.Cut(rest, "/")
-	if !ok || !ok2 || zone == "" || id == "" || strings.Contains(id, "/") {
-		return "", "", fmt.Errorf("provider ID %q is not %s<zone>/<server-id>", pid, ProviderIDPrefix)
-	}
-	z, err := scw.ParseZone(zone)
-	if err != nil {
-		return "", "", fmt.Errorf("provider ID %q: %w", pid, err)
-	}
-	return z, id, nil
-}
-
-// ImageSource resolves a NodeClass's image to what em-imager needs.
+// ImageSource resolves a NodeClass's image to what em-imager needs (*imagesource.Source).
 type ImageSource interface {
-	Resolve(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass) (*ResolvedImage, error)
-}
-
-// ResolvedImage is an image em-imager can fetch from rescue.
-type ResolvedImage struct {
-	URL          string // public or presigned; never logged
-	Format       string
-	RawSHA256    string
-	TalosVersion string
-	SchematicID  string
+	Resolve(ctx context.Context, s imagesource.Settings) (*imagesource.Image, error)
 }
 
 // RescueKeys gives the IAM SSH key IDs rescue systems must accept.
@@ -90,6 +62,7 @@ type Options struct {
 // CloudProvider is Karpenter's CloudProvider for Elastic Metal.
 type CloudProvider struct {
 	kube      client.Client
+	secrets   client.Reader // join Secrets, read directly (see nodeclass.StatusController)
 	recorder  events.Recorder
 	catalog   *catalog.Catalog
 	api       *scaleway.Client
@@ -107,10 +80,10 @@ type CloudProvider struct {
 }
 
 // New returns the CloudProvider.
-func New(kube client.Client, recorder events.Recorder, cat *catalog.Catalog, api *scaleway.Client, inst *install.Installer,
+func New(kube client.Client, secrets client.Reader, recorder events.Recorder, cat *catalog.Catalog, api *scaleway.Client, inst *install.Installer,
 	images ImageSource, keys RescueKeys, opts Options, log logr.Logger) *CloudProvider {
 	return &CloudProvider{
-		kube: kube, recorder: recorder, catalog: cat, api: api, installer: inst, images: images, keys: keys,
+		kube: kube, secrets: secrets, recorder: recorder, catalog: cat, api: api, installer: inst, images: images, keys: keys,
 		opts: opts, log: log, inflight: map[string]context.CancelFunc{},
 	}
 }
@@ -275,7 +248,7 @@ func (c *CloudProvider) serverTags(claim *karpv1.NodeClaim, nc *v1alpha1.Scalewa
 
 // install runs the pipeline; a phase that cannot go on releases the server.
 func (c *CloudProvider) install(ctx context.Context, claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalNodeClass, srv *baremetal.Server) error {
-	img, err := c.images.Resolve(ctx, nc)
+	img, err := c.images.Resolve(ctx, nodeclass.ImageSettings(nc))
 	if err != nil {
 		return cloudprovider.NewNodeClassNotReadyError(fmt.Errorf("resolving the image: %w", err))
 	}
@@ -294,7 +267,9 @@ func (c *CloudProvider) install(ctx context.Context, claim *karpv1.NodeClaim, nc
 		Progress: func(p install.Phase, msg string) {
 			c.publish(claim, corev1.EventTypeNormal, "Install"+phaseReason(p), msg)
 		},
-		Joined: func(ctx context.Context) (bool, error) { return c.nodeRegistered(ctx, ProviderID(srv.Zone, srv.ID)) },
+		Joined: func(ctx context.Context) (bool, error) {
+			return c.nodeRegistered(ctx, scaleway.ProviderID(srv.Zone, srv.ID))
+		},
 	}
 	_, err = c.installer.Run(ctx, job)
 	if err == nil {
@@ -316,7 +291,7 @@ func (c *CloudProvider) install(ctx context.Context, claim *karpv1.NodeClaim, nc
 
 func (c *CloudProvider) render(ctx context.Context, claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalNodeClass, srv *baremetal.Server,
 	hw *report.Report, network talosgen.Network) ([]byte, error) {
-	join, err := nodeclass.JoinMaterial(ctx, c.kube, nc)
+	join, err := nodeclass.JoinMaterial(ctx, c.secrets, nc)
 	if err != nil {
 		return nil, err
 	}
@@ -333,7 +308,7 @@ func (c *CloudProvider) render(ctx context.Context, claim *karpv1.NodeClaim, nc 
 	network.PrivateNetworks = vlans
 	// talosgen reads the provider ID from the NodeClaim's status.
 	withID := claim.DeepCopy()
-	withID.Status.ProviderID = ProviderID(srv.Zone, srv.ID)
+	withID.Status.ProviderID = scaleway.ProviderID(srv.Zone, srv.ID)
 	out, err := talosgen.Render(join, withID, nodeclass.Settings(nc), hw, network)
 	if err != nil {
 		return nil, err
@@ -414,7 +389,7 @@ func (c *CloudProvider) Delete(ctx context.Context, claim *karpv1.NodeClaim) err
 // NodeClaim deleted while Create was running has no provider ID yet).
 func (c *CloudProvider) serverOf(ctx context.Context, claim *karpv1.NodeClaim) (*baremetal.Server, error) {
 	if claim.Status.ProviderID != "" {
-		zone, id, err := ParseProviderID(claim.Status.ProviderID)
+		zone, id, err := scaleway.ParseProviderID(claim.Status.ProviderID)
 		if err != nil {
 			return nil, err
 		}
@@ -453,7 +428,7 @@ func (c *CloudProvider) serverOf(ctx context.Context, claim *karpv1.NodeClaim) (
 
 // Get implements cloudprovider.CloudProvider.
 func (c *CloudProvider) Get(ctx context.Context, providerID string) (*karpv1.NodeClaim, error) {
-	zone, id, err := ParseProviderID(providerID)
+	zone, id, err := scaleway.ParseProviderID(providerID)
 	if err != nil {
 		return nil, cloudprovider.NewNodeClaimNotFoundError(err)
 	}
@@ -474,7 +449,7 @@ func (c *CloudProvider) Get(ctx context.Context, providerID string) (*karpv1.Nod
 // listed (an errored server is a node with a problem, not a missing one); any
 // API failure is an error, never a shorter list.
 func (c *CloudProvider) List(ctx context.Context) ([]*karpv1.NodeClaim, error) {
-	zones, err := c.zonesInUse(ctx)
+	zones, err := c.ZonesInUse(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -494,8 +469,8 @@ func (c *CloudProvider) List(ctx context.Context) ([]*karpv1.NodeClaim, error) {
 	return out, nil
 }
 
-// zonesInUse: the default zone plus every NodeClass's zones.
-func (c *CloudProvider) zonesInUse(ctx context.Context) ([]string, error) {
+// ZonesInUse are the default zone plus every NodeClass's zones.
+func (c *CloudProvider) ZonesInUse(ctx context.Context) ([]string, error) {
 	set := map[string]bool{string(c.opts.DefaultZone): true}
 	list := &v1alpha1.ScalewayElasticMetalNodeClassList{}
 	if err := c.kube.List(ctx, list); err != nil {
@@ -532,7 +507,7 @@ func (c *CloudProvider) fromServer(s *baremetal.Server) *karpv1.NodeClaim {
 			Name:   tags[scaleway.TagNodeClaim],
 			Labels: labels,
 		},
-		Status: karpv1.NodeClaimStatus{ProviderID: ProviderID(s.Zone, s.ID)},
+		Status: karpv1.NodeClaimStatus{ProviderID: scaleway.ProviderID(s.Zone, s.ID)},
 	}
 	if s.CreatedAt != nil {
 		nc.CreationTimestamp = metav1.NewTime(*s.CreatedAt)

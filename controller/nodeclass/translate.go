@@ -14,11 +14,12 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagesource"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/talosgen"
 )
 
 // Get returns the NodeClass a NodeClaim (or NodePool template) refers to.
-func Get(ctx context.Context, kube client.Client, ref *karpv1.NodeClassReference) (*v1alpha1.ScalewayElasticMetalNodeClass, error) {
+func Get(ctx context.Context, kube client.Reader, ref *karpv1.NodeClassReference) (*v1alpha1.ScalewayElasticMetalNodeClass, error) {
 	if ref == nil {
 		return nil, fmt.Errorf("no nodeClassRef")
 	}
@@ -68,8 +69,17 @@ func Settings(nc *v1alpha1.ScalewayElasticMetalNodeClass) talosgen.NodeSettings 
 	return s
 }
 
+// ImageSettings are the imagesource settings of a NodeClass.
+func ImageSettings(nc *v1alpha1.ScalewayElasticMetalNodeClass) imagesource.Settings {
+	i := nc.Spec.Image
+	return imagesource.Settings{
+		Bucket: i.Bucket, Prefix: i.Prefix, SchematicID: i.SchematicID, TalosVersion: i.TalosVersion,
+		Arch: i.Architecture, FormatPreference: i.Formats, ManifestURL: i.ManifestURL,
+	}
+}
+
 // JoinMaterial reads and parses the join Secret a NodeClass names.
-func JoinMaterial(ctx context.Context, kube client.Client, nc *v1alpha1.ScalewayElasticMetalNodeClass) (*talosgen.JoinMaterial, error) {
+func JoinMaterial(ctx context.Context, kube client.Reader, nc *v1alpha1.ScalewayElasticMetalNodeClass) (*talosgen.JoinMaterial, error) {
 	ref := nc.Spec.Talos.JoinSecretRef
 	name := ref.Namespace + "/" + ref.Name
 	sec := &corev1.Secret{}

@@ -1,0 +1,155 @@
+package nodeclass
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/awslabs/operatorpkg/status"
+	"github.com/scaleway/scaleway-sdk-go/scw"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	controllerruntime "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagesource"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/report"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/talosgen"
+)
+
+// ImageChecker reads and validates a NodeClass's image manifest (*imagesource.Source).
+type ImageChecker interface {
+	Resolve(ctx context.Context, s imagesource.Settings) (*imagesource.Image, error)
+}
+
+// CredentialsChecker proves the Scaleway credentials work in a zone.
+type CredentialsChecker interface {
+	CheckCredentials(ctx context.Context, zone scw.Zone) error
+}
+
+// StatusController keeps NodeClass status current: each sub-condition of
+// Ready, the resolved image, and the hash annotation used for drift.
+type StatusController struct {
+	Kube client.Client
+	// Secrets reads join Secrets directly (not through the informer cache,
+	// which would need list/watch on every Secret of the cluster).
+	Secrets     client.Reader
+	Images      ImageChecker
+	Credentials CredentialsChecker
+	DefaultZone string
+	// Interval between checks of a Ready NodeClass (a NodeClass that is not
+	// Ready is checked sooner).
+	Interval time.Duration
+}
+
+// Reconcile implements reconcile.ObjectReconciler.
+func (c *StatusController) Reconcile(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass) (reconcile.Result, error) {
+	stored := nc.DeepCopy()
+	if nc.Annotations == nil {
+		nc.Annotations = map[string]string{}
+	}
+	nc.Annotations[v1alpha1.AnnotationNodeClassHash] = nc.Hash()
+	nc.Annotations[v1alpha1.AnnotationNodeClassHashVersion] = v1alpha1.NodeClassHashVersion
+	if !equality.Semantic.DeepEqual(stored.Annotations, nc.Annotations) {
+		if err := c.Kube.Patch(ctx, nc, client.MergeFrom(stored)); err != nil {
+			return reconcile.Result{}, client.IgnoreNotFound(err)
+		}
+		stored = nc.DeepCopy()
+	}
+
+	conds := nc.StatusConditions()
+	nc.Status.Zones = nc.ZonesOr(c.DefaultZone)
+
+	credErr := error(nil)
+	for _, z := range nc.Status.Zones {
+		if err := c.Credentials.CheckCredentials(ctx, scw.Zone(z)); err != nil {
+			credErr = fmt.Errorf("zone %s: %w", z, err)
+			break
+		}
+	}
+	setCondition(conds, v1alpha1.ConditionTypeCredentialsReady, "ScalewayAPIUnavailable", credErr)
+
+	img, imgErr := c.Images.Resolve(ctx, ImageSettings(nc))
+	if imgErr == nil {
+		nc.Status.Image = &v1alpha1.ResolvedImage{
+			SchematicID: img.SchematicID, TalosVersion: img.TalosVersion, Architecture: img.Arch,
+			Format: img.Format, RawSHA256: img.RawSHA256, RawSize: img.RawSize,
+		}
+	}
+	setCondition(conds, v1alpha1.ConditionTypeImageReady, string(imagesource.ReasonOf(imgErr)), imgErr)
+
+	setCondition(conds, v1alpha1.ConditionTypeJoinConfigReady, "JoinConfigInvalid", c.checkJoinConfig(ctx, nc))
+
+	if !equality.Semantic.DeepEqual(stored.Status, nc.Status) {
+		if err := c.Kube.Status().Patch(ctx, nc, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})); err != nil {
+			return reconcile.Result{}, client.IgnoreNotFound(err)
+		}
+	}
+	interval := c.Interval
+	if interval == 0 {
+		interval = 5 * time.Minute
+	}
+	if !conds.Root().IsTrue() {
+		log.FromContext(ctx).Info("nodeclass not ready", "nodeclass", nc.Name, "reason", conds.Root().Reason, "message", conds.Root().Message)
+		interval = min(interval, 30*time.Second)
+	}
+	return reconcile.Result{RequeueAfter: interval}, nil
+}
+
+func setCondition(conds status.ConditionSet, typ, reason string, err error) {
+	if err == nil {
+		conds.SetTrue(typ)
+		return
+	}
+	conds.SetFalse(typ, reason, err.Error())
+}
+
+// checkJoinConfig renders a config for a made-up node, so a broken Secret or
+// patch shows on the NodeClass before any server is ordered.
+func (c *StatusController) checkJoinConfig(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass) error {
+	join, err := JoinMaterial(ctx, c.Secrets, nc)
+	if err != nil {
+		return err
+	}
+	_, err = talosgen.Render(join, sampleNodeClaim(nc), Settings(nc), sampleReport(), talosgen.Network{})
+	return err
+}
+
+func sampleNodeClaim(nc *v1alpha1.ScalewayElasticMetalNodeClass) *karpv1.NodeClaim {
+	return &karpv1.NodeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "validation-node", Labels: map[string]string{
+			karpv1.NodePoolLabelKey:        "validation",
+			corev1.LabelInstanceTypeStable: "EM-VALIDATION",
+			corev1.LabelTopologyZone:       "fr-par-2",
+			karpv1.CapacityTypeLabelKey:    karpv1.CapacityTypeOnDemand,
+		}},
+		Spec:   karpv1.NodeClaimSpec{NodeClassRef: &karpv1.NodeClassReference{Name: nc.Name}},
+		Status: karpv1.NodeClaimStatus{ProviderID: "scaleway-em://fr-par-2/00000000-0000-0000-0000-000000000000"},
+	}
+}
+
+func sampleReport() *report.Report {
+	return &report.Report{
+		Version: report.Version, Command: "write", OK: true,
+		Disk: &report.Disk{Path: "/dev/nvme0n1", LogicalSectorSize: 512},
+		NICs: []report.NIC{{Name: "eth0", MAC: "02:00:00:00:00:01", LinkUp: true, HasDefaultRoute: true}},
+	}
+}
+
+// Register adds the controller to the manager. NodeClasses are reconciled on
+// change and periodically (Secrets are not watched: see Secrets).
+func (c *StatusController) Register(_ context.Context, m manager.Manager) error {
+	return controllerruntime.NewControllerManagedBy(m).
+		Named("nodeclass.status").
+		For(&v1alpha1.ScalewayElasticMetalNodeClass{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		Complete(reconcile.AsReconciler(m.GetClient(), c))
+}

@@ -1,0 +1,110 @@
+// Package options holds the provider's settings, registered with Karpenter's
+// options injection so they parse like Karpenter core's: a flag each, with an
+// environment variable as default. Credentials are not options: they come
+// from the environment only (scaleway.ConfigFromEnv, imagesource.ConfigFromEnv),
+// so they never appear in a process listing.
+package options
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	coreoptions "sigs.k8s.io/karpenter/pkg/operator/options"
+	"sigs.k8s.io/karpenter/pkg/utils/env"
+)
+
+func init() {
+	coreoptions.Injectables = append(coreoptions.Injectables, &Options{})
+}
+
+type optionsKey struct{}
+
+// Options of the provider.
+type Options struct {
+	ClusterName      string
+	SystemNamespace  string
+	RescueSSHUser    string
+	RescueSSHPort    int
+	RescueKeySecret  string
+	TalosAPIPort     int
+	IPv6Gateway      string
+	DeliveryTimeout  time.Duration
+	RescueTimeout    time.Duration
+	ImagingTimeout   time.Duration
+	BootTimeout      time.Duration
+	RetryInterval    time.Duration
+	CatalogRefresh   time.Duration
+	GCGracePeriod    time.Duration
+	GCInterval       time.Duration
+	NodeClassRecheck time.Duration
+}
+
+// AddFlags implements Karpenter's options.Injectable.
+func (o *Options) AddFlags(fs *coreoptions.FlagSet) {
+	fs.StringVar(&o.ClusterName, "cluster-name", env.WithDefaultString("CLUSTER_NAME", ""), "[REQUIRED] Name of the cluster: scopes the servers this controller manages (tag karpenter.sh/managed-by).")
+	fs.StringVar(&o.SystemNamespace, "system-namespace", env.WithDefaultString("SYSTEM_NAMESPACE", "karpenter"), "Namespace of the controller (holds the rescue SSH key Secret).")
+	fs.StringVar(&o.RescueSSHUser, "rescue-ssh-user", env.WithDefaultString("RESCUE_SSH_USER", "rescue"), "User of Scaleway's rescue system.")
+	fs.IntVar(&o.RescueSSHPort, "rescue-ssh-port", env.WithDefaultInt("RESCUE_SSH_PORT", 22), "SSH port of the rescue system.")
+	fs.StringVar(&o.RescueKeySecret, "rescue-ssh-key-secret", env.WithDefaultString("RESCUE_SSH_KEY_SECRET", "karpenter-scaleway-em-rescue-ssh"), "Secret (in the system namespace) holding the controller's rescue SSH key; created if missing.")
+	fs.IntVar(&o.TalosAPIPort, "talos-api-port", env.WithDefaultInt("TALOS_API_PORT", 50000), "Port of the Talos API.")
+	fs.StringVar(&o.IPv6Gateway, "ipv6-gateway", env.WithDefaultString("IPV6_GATEWAY", ""), "IPv6 gateway for the nodes' static /128; empty leaves IPv6 routing to router advertisements.")
+	fs.DurationVar(&o.DeliveryTimeout, "delivery-timeout", env.WithDefaultDuration("DELIVERY_TIMEOUT", 30*time.Minute), "How long an ordered server may take to be delivered.")
+	fs.DurationVar(&o.RescueTimeout, "rescue-timeout", env.WithDefaultDuration("RESCUE_TIMEOUT", 15*time.Minute), "How long the reboot into rescue and its SSH may take.")
+	fs.DurationVar(&o.ImagingTimeout, "imaging-timeout", env.WithDefaultDuration("IMAGING_TIMEOUT", 20*time.Minute), "How long em-imager may take.")
+	fs.DurationVar(&o.BootTimeout, "boot-timeout", env.WithDefaultDuration("BOOT_TIMEOUT", 15*time.Minute), "How long the reboot into Talos and the config apply may take.")
+	fs.DurationVar(&o.RetryInterval, "install-retry-interval", env.WithDefaultDuration("INSTALL_RETRY_INTERVAL", 5*time.Second), "Interval between SSH/Talos API connection attempts.")
+	fs.DurationVar(&o.CatalogRefresh, "catalog-refresh-interval", env.WithDefaultDuration("CATALOG_REFRESH_INTERVAL", 5*time.Minute), "Interval between refreshes of the offer catalogue (stock, prices).")
+	fs.DurationVar(&o.GCGracePeriod, "gc-grace-period", env.WithDefaultDuration("GC_GRACE_PERIOD", 10*time.Minute), "Age under which a server without a NodeClaim is never released (covers an order in flight).")
+	fs.DurationVar(&o.GCInterval, "gc-interval", env.WithDefaultDuration("GC_INTERVAL", 2*time.Minute), "Interval between garbage collection sweeps.")
+	fs.DurationVar(&o.NodeClassRecheck, "nodeclass-recheck-interval", env.WithDefaultDuration("NODECLASS_RECHECK_INTERVAL", 5*time.Minute), "Interval between checks of a Ready NodeClass (credentials, image manifest, join Secret).")
+}
+
+// Parse implements options.Injectable.
+func (o *Options) Parse(fs *coreoptions.FlagSet, args ...string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		return fmt.Errorf("parsing flags, %w", err)
+	}
+	return o.Validate()
+}
+
+// Validate checks the options.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.ClusterName == "" {
+		errs = append(errs, errors.New("CLUSTER_NAME (--cluster-name) is required"))
+	}
+	for name, p := range map[string]int{"RESCUE_SSH_PORT": o.RescueSSHPort, "TALOS_API_PORT": o.TalosAPIPort} {
+		if p <= 0 || p > 65535 {
+			errs = append(errs, fmt.Errorf("%s: %d is not a port", name, p))
+		}
+	}
+	for name, d := range map[string]time.Duration{"DELIVERY_TIMEOUT": o.DeliveryTimeout, "RESCUE_TIMEOUT": o.RescueTimeout,
+		"IMAGING_TIMEOUT": o.ImagingTimeout, "BOOT_TIMEOUT": o.BootTimeout, "INSTALL_RETRY_INTERVAL": o.RetryInterval,
+		"CATALOG_REFRESH_INTERVAL": o.CatalogRefresh, "GC_INTERVAL": o.GCInterval, "NODECLASS_RECHECK_INTERVAL": o.NodeClassRecheck} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive", name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ToContext implements options.Injectable.
+func (o *Options) ToContext(ctx context.Context) context.Context {
+	return context.WithValue(ctx, optionsKey{}, o)
+}
+
+// FromContext returns the options injected in ctx.
+func FromContext(ctx context.Context) *Options {
+	v := ctx.Value(optionsKey{})
+	if v == nil {
+		return nil
+	}
+	return v.(*Options)
+}
