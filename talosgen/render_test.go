@@ -2,6 +2,7 @@ package talosgen
 
 import (
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -496,5 +497,33 @@ func TestInputsHash(t *testing.T) {
 
 	if out.Hash != h {
 		t.Error("Output.Hash != InputsHash")
+	}
+}
+
+// BenchmarkRender measures one node's render + validation (what the
+// controller pays per Create), with a secrets bundle and a private VLAN.
+func BenchmarkRender(b *testing.B) {
+	raw, err := os.ReadFile(fixedBundlePath)
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	join, err := ParseJoinSecret("karpenter/join", bundleSecretData(raw))
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	nc := testNodeClaim("bare-metal-bench")
+	hw := testReport()
+	n := testNetwork()
+	n.PrivateNetworks = []PrivateNetwork{{VLAN: 3001, DHCP: true}}
+	s := NodeSettings{Kubelet: KubeletSettings{MaxPods: int32p(110)}}
+
+	b.ReportAllocs()
+
+	for b.Loop() {
+		if _, err := Render(join, nc, s, hw, n); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
