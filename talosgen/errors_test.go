@@ -163,6 +163,9 @@ func TestRenderErrors(t *testing.T) {
 		"patch removes unregistered taint": {func(in *input) {
 			in.s.ConfigPatches = []string{`[{"op": "remove", "path": "/machine/kubelet/extraConfig/registerWithTaints"}]`}
 		}, "registerWithTaints lacks karpenter.sh/unregistered:NoExecute"},
+		"patch adds nodeTaints": {func(in *input) {
+			in.s.ConfigPatches = []string{"machine:\n  nodeTaints:\n    dedicated: gpu:NoSchedule\n"}
+		}, "machine.nodeTaints is set"},
 		"patch makes config invalid": {func(in *input) {
 			in.s.ConfigPatches = []string{`[{"op": "replace", "path": "/machine/type", "value": "bogus"}]`}
 		}, "metal mode"},

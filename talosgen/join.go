@@ -199,7 +199,11 @@ func missingKey(secret, key string) error {
 	return &JoinError{Secret: secret, Reason: "missing key " + key}
 }
 
-var bootstrapTokenRE = regexp.MustCompile(`^[a-z0-9]{6}\.[a-z0-9]{16}$`)
+var (
+	bootstrapTokenRE = regexp.MustCompile(`^[a-z0-9]{6}\.[a-z0-9]{16}$`)
+	k8sVersionRE     = regexp.MustCompile(`^v?\d+\.\d+\.\d+$`)
+	dnsDomainRE      = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$`)
+)
 
 // validBootstrapToken checks the kubeadm token format without echoing it.
 func validBootstrapToken(tok string) bool { return bootstrapTokenRE.MatchString(tok) }
@@ -610,14 +614,14 @@ func (j *JoinMaterial) parseOverrides(data map[string][]byte) error {
 			return joinErr(j.secretName, KeyKubernetesVersion, "not used with %s: set the kubelet image in the config", KeyWorkerConfig)
 		}
 
-		if !regexp.MustCompile(`^v?\d+\.\d+\.\d+$`).MatchString(v) {
+		if !k8sVersionRE.MatchString(v) {
 			return joinErr(j.secretName, KeyKubernetesVersion, "%q is not a version like 1.35.1", v)
 		}
 
 		j.kubernetesVersion = strings.TrimPrefix(v, "v")
 	}
 
-	if j.dnsDomain != "" && !regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$`).MatchString(j.dnsDomain) {
+	if j.dnsDomain != "" && !dnsDomainRE.MatchString(j.dnsDomain) {
 		return joinErr(j.secretName, KeyDNSDomain, "%q is not a DNS domain", j.dnsDomain)
 	}
 

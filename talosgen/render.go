@@ -577,6 +577,10 @@ func checkInvariants(cfg coreconfig.Provider, nc *karpv1.NodeClaim, labels map[s
 		return fmt.Errorf("kubelet provider-id is %q, must be %q", facts.ProviderID, nc.Status.ProviderID)
 	}
 
+	if len(cfg.Machine().NodeTaints()) > 0 {
+		return errors.New("machine.nodeTaints is set; Talos applies it after registration and NodeRestriction refuses it from a worker: put taints on the NodePool")
+	}
+
 	if facts.Hostname != nc.Name {
 		return fmt.Errorf("hostname is %q, must be %q", facts.Hostname, nc.Name)
 	}

@@ -1,11 +1,14 @@
 package talosgen
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 
 	corev1 "k8s.io/api/core/v1"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
@@ -525,5 +528,67 @@ func BenchmarkRender(b *testing.B) {
 		if _, err := Render(join, nc, s, hw, n); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// The controller renders nodes concurrently from one JoinMaterial; renders
+// must not share state (base config, bundle).
+func TestRenderConcurrent(t *testing.T) {
+	bundle, _ := freshBundle(t)
+
+	join, err := ParseJoinSecret("karpenter/join", map[string][]byte{KeyWorkerConfig: workerConfigFrom(t, bundle)})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const n = 8
+
+	errs := make(chan error, n)
+
+	for i := range n {
+		go func() {
+			nc := testNodeClaim(fmt.Sprintf("bare-metal-c%d", i))
+			nc.Status.ProviderID = fmt.Sprintf("scaleway-em://fr-par-2/server-%d", i)
+
+			out, err := Render(join, nc, NodeSettings{Labels: map[string]string{"example.com/i": fmt.Sprint(i)}}, testReport(), Network{})
+			if err != nil {
+				errs <- err
+
+				return
+			}
+
+			cfg, err := configloader.NewFromBytes(out.Config)
+			if err != nil {
+				errs <- err
+
+				return
+			}
+
+			f, err := ReadFacts(cfg)
+			if err != nil {
+				errs <- err
+
+				return
+			}
+
+			if f.Hostname != nc.Name || f.ProviderID != nc.Status.ProviderID || f.NodeLabels["example.com/i"] != fmt.Sprint(i) || len(f.NodeLabels) != 6 {
+				errs <- fmt.Errorf("node %d got another node's facts: %+v", i, f)
+
+				return
+			}
+
+			errs <- nil
+		}()
+	}
+
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+
+	// the shared base config was not modified by the renders
+	if _, ok := join.base.Machine().NodeLabels()["example.com/i"]; ok {
+		t.Error("Render modified the join material's base config")
 	}
 }
