@@ -1,0 +1,98 @@
+package chart
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+var (
+	metricLiteral = regexp.MustCompile(`"(karpenter_scaleway_em_[a-z0-9_]+)"`)
+	prefixConst   = regexp.MustCompile(`metricPrefix\s*=\s*"(karpenter_scaleway_em_[a-z0-9_]*)"`)
+	prefixUse     = regexp.MustCompile(`metricPrefix\s*\+\s*"([a-z0-9_]+)"`)
+)
+
+// providerMetrics finds the metric names the provider's code registers: full
+// names in string literals, and metricPrefix + "suffix" where a file set the
+// prefix.
+func providerMetrics(t *testing.T) []string {
+	t.Helper()
+	var names []string
+	for _, dir := range []string{"controller", "catalog"} {
+		err := filepath.WalkDir(repoPath(t, dir), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			src := string(b)
+			for _, m := range metricLiteral.FindAllStringSubmatch(src, -1) {
+				if !strings.HasSuffix(m[1], "_") { // a prefix, not a name
+					names = append(names, m[1])
+				}
+			}
+			if p := prefixConst.FindStringSubmatch(src); p != nil {
+				for _, m := range prefixUse.FindAllStringSubmatch(src, -1) {
+					names = append(names, p[1]+m[1])
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+func TestMetricsReferenceCoversEveryMetric(t *testing.T) {
+	names := providerMetrics(t)
+	// The scan itself must find the families the docs describe.
+	for _, family := range []string{"karpenter_scaleway_em_api_", "karpenter_scaleway_em_catalog_", "karpenter_scaleway_em_install_", "karpenter_scaleway_em_leaked_"} {
+		if !slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, family) }) {
+			t.Errorf("no %s* metric found in the code; the scan is broken", family)
+		}
+	}
+	doc, err := os.ReadFile(repoPath(t, "docs/metrics.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if !strings.Contains(string(doc), "`"+n+"`") {
+			t.Errorf("docs/metrics.md does not describe %s", n)
+		}
+	}
+}
+
+// TestDocsLinksResolve: relative links in docs/ point at files that exist.
+func TestDocsLinksResolve(t *testing.T) {
+	link := regexp.MustCompile(`\]\(([^)#\s]+)(#[^)]*)?\)`)
+	// Code (fenced blocks, inline spans) holds regexps, not links.
+	code := regexp.MustCompile("(?s)```.*?```|`[^`\n]*`")
+	files, err := filepath.Glob(repoPath(t, "docs/*.md"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no docs: %v", err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(code.ReplaceAllString(string(b), ""), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(filepath.Dir(f), target)); err != nil {
+				t.Errorf("%s links to %s, which does not exist", filepath.Base(f), target)
+			}
+		}
+	}
+}
