@@ -1,3 +1,4 @@
+# syntax=docker/dockerfile:1
 # karpenter-scaleway-em controller image: the static controller binary with the
 # static em-imager embedded (it uploads em-imager into each server's rescue
 # system), on distroless static, non-root. Same steps as `make build`.
