@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/scaleway/scaleway-sdk-go/scw"
 	"golang.org/x/crypto/ssh"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -17,6 +19,7 @@ import (
 	"sigs.k8s.io/karpenter/pkg/controllers"
 	"sigs.k8s.io/karpenter/pkg/controllers/nodeclaim/lifecycle"
 	"sigs.k8s.io/karpenter/pkg/controllers/state"
+	"sigs.k8s.io/karpenter/pkg/events"
 	coreoperator "sigs.k8s.io/karpenter/pkg/operator"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
@@ -37,43 +40,76 @@ import (
 // Run builds the operator and runs it until the process is stopped.
 func Run() error {
 	ctx, op := coreoperator.NewOperator()
-	_ = v1alpha1.SchemeGroupVersion // registers the NodeClass types with the scheme
 	opts := options.FromContext(ctx)
-	logger := log.FromContext(ctx).WithName("scaleway-em")
-
-	scwCfg, err := scaleway.ConfigFromEnv()
-	if err != nil {
-		return fmt.Errorf("scaleway settings: %w", err)
-	}
-	api, err := scaleway.New(scwCfg, scaleway.WithLogger(logger.WithName("api")), scaleway.WithRegisterer(crmetrics.Registry))
-	if err != nil {
-		return fmt.Errorf("scaleway client: %w", err)
-	}
-	imgCfg, err := imagesource.ConfigFromEnv(os.Getenv)
-	if err != nil {
-		return fmt.Errorf("image bucket settings: %w", err)
-	}
-	images, err := imagesource.New(imgCfg)
-	if err != nil {
-		return fmt.Errorf("image source: %w", err)
-	}
-	cat := catalog.New(catalog.Options{
-		Client:          api.SDK(),
-		RefreshInterval: opts.CatalogRefresh,
-		Logger:          logger.WithName("catalog"),
-		Registerer:      crmetrics.Registry,
-	})
-	// The rescue key Secret is read and created directly: a cached client
+	// The rescue key and join Secrets are read directly: a cached client
 	// would watch every Secret of the cluster.
 	direct, err := client.New(op.GetConfig(), client.Options{Scheme: op.GetScheme()})
 	if err != nil {
 		return err
 	}
+	p, err := NewProvider(ctx, opts, op.GetClient(), direct, op.EventRecorder, crmetrics.Registry, log.FromContext(ctx).WithName("scaleway-em"))
+	if err != nil {
+		return err
+	}
+	// Create blocks through ordering, rescue and imaging: Karpenter must not
+	// give up on a launch before the pipeline's own timeouts do.
+	lifecycle.LaunchTimeout = p.Installer.Timeouts.Total()
+
+	decorated := overlay.Decorate(p.CloudProvider, op.GetClient(), op.InstanceTypeStore)
+	clusterState := state.NewCluster(op.Clock, op.GetClient(), decorated)
+	go p.Catalog.Start(ctx)
+	op.
+		WithControllers(ctx, controllers.NewControllers(ctx, op.Manager, op.Clock, op.GetClient(), op.EventRecorder,
+			decorated, p.CloudProvider, clusterState, op.InstanceTypeStore)...).
+		WithControllers(ctx, p.NodeClassStatus, p.GarbageCollection).
+		Start(ctx)
+	return nil
+}
+
+// Provider is the provider's part of the operator, built from the options
+// and the environment (credentials).
+type Provider struct {
+	API               *scaleway.Client
+	Catalog           *catalog.Catalog
+	Images            *imagesource.Source
+	RescueKeys        *rescuekey.Store
+	Installer         *install.Installer
+	CloudProvider     *cloudprovider.CloudProvider
+	NodeClassStatus   *nodeclass.StatusController
+	GarbageCollection *garbagecollection.Controller
+}
+
+// NewProvider builds the provider. kube may be cached; direct must not be
+// (it reads Secrets). Credentials come from the environment.
+func NewProvider(ctx context.Context, opts *options.Options, kube, direct client.Client, recorder events.Recorder,
+	reg prometheus.Registerer, logger logr.Logger) (*Provider, error) {
+	_ = v1alpha1.SchemeGroupVersion // registers the NodeClass types with the scheme
+	scwCfg, err := scaleway.ConfigFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("scaleway settings: %w", err)
+	}
+	api, err := scaleway.New(scwCfg, scaleway.WithLogger(logger.WithName("api")), scaleway.WithRegisterer(reg))
+	if err != nil {
+		return nil, fmt.Errorf("scaleway client: %w", err)
+	}
+	imgCfg, err := imagesource.ConfigFromEnv(os.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("image bucket settings: %w", err)
+	}
+	images, err := imagesource.New(imgCfg)
+	if err != nil {
+		return nil, fmt.Errorf("image source: %w", err)
+	}
+	cat := catalog.New(catalog.Options{
+		Client:          api.SDK(),
+		RefreshInterval: opts.CatalogRefresh,
+		Logger:          logger.WithName("catalog"),
+		Registerer:      reg,
+	})
 	keys := &rescuekey.Store{
 		Kube: direct, Namespace: opts.SystemNamespace, Name: opts.RescueKeySecret,
 		KeyName: "karpenter-scaleway-em-" + opts.ClusterName, IAM: api,
 	}
-	timeouts := install.Timeouts{Delivery: opts.DeliveryTimeout, Rescue: opts.RescueTimeout, Imaging: opts.ImagingTimeout, Boot: opts.BootTimeout}
 	installer := &install.Installer{
 		API:    api,
 		Poller: api.NewPoller(scaleway.Tag(scaleway.TagManagedBy, opts.ClusterName)),
@@ -86,41 +122,30 @@ func Run() error {
 		}},
 		Talos:         talosapi.Applier{Port: opts.TalosAPIPort},
 		Imager:        imagerbin.Binary(),
-		Timeouts:      timeouts,
+		Timeouts:      install.Timeouts{Delivery: opts.DeliveryTimeout, Rescue: opts.RescueTimeout, Imaging: opts.ImagingTimeout, Boot: opts.BootTimeout},
 		RetryInterval: opts.RetryInterval,
 		Log:           logger.WithName("install"),
-		Metrics:       install.NewMetrics(crmetrics.Registry),
+		Metrics:       install.NewMetrics(reg),
 	}
 	if len(installer.Imager) == 0 {
 		logger.Info("WARNING: this build has no embedded em-imager (build with `make build`); servers cannot be imaged")
 	}
-	// Create blocks through ordering, rescue and imaging: Karpenter must not
-	// give up on a launch before the pipeline's own timeouts do.
-	lifecycle.LaunchTimeout = timeouts.Total()
-
-	cp := cloudprovider.New(op.GetClient(), direct, op.EventRecorder, cat, api, installer, images, keys, cloudprovider.Options{
+	cp := cloudprovider.New(kube, direct, recorder, cat, api, installer, images, keys, cloudprovider.Options{
 		ClusterName: opts.ClusterName, DefaultZone: scwCfg.DefaultZone, ProjectID: scwCfg.ProjectID, IPv6Gateway: opts.IPv6Gateway,
 	}, logger.WithName("cloudprovider"))
-	decorated := overlay.Decorate(cp, op.GetClient(), op.InstanceTypeStore)
-	clusterState := state.NewCluster(op.Clock, op.GetClient(), decorated)
-
-	go cat.Start(ctx)
-	op.
-		WithControllers(ctx, controllers.NewControllers(ctx, op.Manager, op.Clock, op.GetClient(), op.EventRecorder,
-			decorated, cp, clusterState, op.InstanceTypeStore)...).
-		WithControllers(ctx,
-			&nodeclass.StatusController{
-				Kube: op.GetClient(), Secrets: direct, Images: images,
-				Credentials: credentialsChecker{api: api, keys: keys, cluster: opts.ClusterName},
-				DefaultZone: string(scwCfg.DefaultZone), Interval: opts.NodeClassRecheck,
-			},
-			&garbagecollection.Controller{
-				Kube: op.GetClient(), API: api, ClusterName: opts.ClusterName, Zones: cp.ZonesInUse,
-				GracePeriod: opts.GCGracePeriod, Interval: opts.GCInterval, Clock: op.Clock,
-				Log: logger.WithName("garbagecollection"), Collected: garbagecollection.NewCollectedCounter(crmetrics.Registry),
-			},
-		).Start(ctx)
-	return nil
+	return &Provider{
+		API: api, Catalog: cat, Images: images, RescueKeys: keys, Installer: installer, CloudProvider: cp,
+		NodeClassStatus: &nodeclass.StatusController{
+			Kube: kube, Secrets: direct, Images: images,
+			Credentials: credentialsChecker{api: api, keys: keys, cluster: opts.ClusterName},
+			DefaultZone: string(scwCfg.DefaultZone), Interval: opts.NodeClassRecheck,
+		},
+		GarbageCollection: &garbagecollection.Controller{
+			Kube: kube, API: api, ClusterName: opts.ClusterName, Zones: cp.ZonesInUse,
+			GracePeriod: opts.GCGracePeriod, Interval: opts.GCInterval,
+			Log: logger.WithName("garbagecollection"), Collected: garbagecollection.NewCollectedCounter(reg),
+		},
+	}, nil
 }
 
 // credentialsChecker proves the credentials by what the provider needs them
