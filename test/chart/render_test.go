@@ -204,9 +204,11 @@ func envVar(c map[string]any, name string) (value, secretRef string, ok bool) {
 			s, _ := v.(string)
 			return s, "", true
 		}
-		ref, _, _ := unstructured.NestedStringMap(m, "valueFrom", "secretKeyRef")
+		ref, _, _ := unstructured.NestedMap(m, "valueFrom", "secretKeyRef")
 		if ref != nil {
-			return "", ref["name"] + "/" + ref["key"], true
+			name, _ := ref["name"].(string)
+			key, _ := ref["key"].(string)
+			return "", name + "/" + key, true
 		}
 		return "", "", true
 	}
