@@ -1,0 +1,162 @@
+package garbagecollection
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+	"github.com/scaleway/scaleway-sdk-go/scw"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
+)
+
+const zone = scw.Zone("fr-par-2")
+
+type fixture struct {
+	api *scaleway.Client
+	sim *scwsim.Sim
+	gc  *Controller
+	clk *clocktesting.FakeClock
+}
+
+func setup(t *testing.T, objs ...client.Object) *fixture {
+	opts, err := scwsim.Profile("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim := scwsim.New(opts)
+	url, err := sim.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sim.Close)
+	api, err := scaleway.New(scaleway.Config{
+		AccessKey: "SCWSIMULATED00000000", SecretKey: sim.SecretKey(), ProjectID: opts.ProjectID,
+		OrganizationID: opts.OrganizationID, APIURL: url, DefaultZone: zone,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Karpenter's and our types register with client-go's scheme.
+	_ = v1alpha1.SchemeGroupVersion
+	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(objs...).Build()
+	clk := clocktesting.NewFakeClock(time.Now())
+	return &fixture{api: api, sim: sim, clk: clk, gc: &Controller{
+		Kube: kube, API: api, ClusterName: "c1", GracePeriod: 10 * time.Minute, Clock: clk, Log: testr.New(t),
+		Zones:     func(context.Context) ([]string, error) { return []string{string(zone)}, nil },
+		Collected: NewCollectedCounter(prometheus.NewRegistry()),
+	}}
+}
+
+func (f *fixture) order(t *testing.T, tags ...string) *baremetal.Server {
+	t.Helper()
+	offerID, ok := f.sim.OfferID(string(zone), "EM-A116X-SSD", "hourly")
+	if !ok {
+		t.Fatal("no EM-A116X-SSD offer in the simulator")
+	}
+	tags = append([]string{scaleway.Tag(scaleway.TagManagedBy, "c1")}, tags...)
+	srv, _, err := f.api.CreateServer(context.Background(), scaleway.CreateServerRequest{
+		Zone: zone, OfferID: offerID, Name: "n", Tags: tags, IdempotencyTag: tags[len(tags)-1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv
+}
+
+func (f *fixture) live(t *testing.T) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, s := range f.sim.Servers() {
+		if s.Status != string(baremetal.ServerStatusDeleting) {
+			out[s.ID] = true
+		}
+	}
+	return out
+}
+
+func claim(name, providerID string) *karpv1.NodeClaim {
+	return &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: karpv1.NodeClaimStatus{ProviderID: providerID}}
+}
+
+func TestCollectsOnlyWhatNoNodeClaimUses(t *testing.T) {
+	kept := claim("kept", "")
+	f := setup(t, kept)
+	keptSrv := f.order(t, scaleway.Tag(scaleway.TagNodeClaim, "kept"))
+	orphan := f.order(t, scaleway.Tag(scaleway.TagNodeClaim, "gone"))
+	untagged := f.order(t, "owner=someone")
+	foreign, _, err := f.api.CreateServer(context.Background(), scaleway.CreateServerRequest{Zone: zone,
+		OfferID: keptSrv.OfferID, Name: "other", Tags: []string{scaleway.Tag(scaleway.TagManagedBy, "other-cluster"), "x=1"}, IdempotencyTag: "x=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Within the grace period nothing is touched: an order may be in flight.
+	if _, err := f.gc.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if live := f.live(t); len(live) != 4 {
+		t.Fatalf("collected within the grace period: %v", live)
+	}
+
+	f.clk.Step(11 * time.Minute)
+	if _, err := f.gc.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	live := f.live(t)
+	if !live[keptSrv.ID] || !live[foreign.ID] {
+		t.Fatalf("collected a server in use or of another cluster: %v", live)
+	}
+	if live[orphan.ID] || live[untagged.ID] {
+		t.Fatalf("leaked servers still live: %v", live)
+	}
+	if got := testutil.ToFloat64(f.gc.Collected.WithLabelValues(ReasonNoNodeClaim)); got != 1 {
+		t.Errorf("no_nodeclaim collected = %v", got)
+	}
+	if got := testutil.ToFloat64(f.gc.Collected.WithLabelValues(ReasonUntagged)); got != 1 {
+		t.Errorf("no_nodeclaim_tag collected = %v", got)
+	}
+}
+
+func TestDuplicateKeepsTheServerTheNodeClaimUses(t *testing.T) {
+	f := setup(t)
+	first := f.order(t, scaleway.Tag(scaleway.TagNodeClaim, "dup"), "order=1")
+	second := f.order(t, scaleway.Tag(scaleway.TagNodeClaim, "dup"), "order=2")
+	// The NodeClaim points at the second (newer) server: the first goes.
+	if err := f.gc.Kube.Create(context.Background(), claim("dup", scaleway.ProviderID(zone, second.ID))); err != nil {
+		t.Fatal(err)
+	}
+	f.clk.Step(11 * time.Minute)
+	if _, err := f.gc.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	live := f.live(t)
+	if !live[second.ID] || live[first.ID] {
+		t.Fatalf("kept %v, want only %s", live, second.ID)
+	}
+}
+
+// A failing list must stop the sweep: acting on a partial view deletes nodes.
+func TestListFailureCollectsNothing(t *testing.T) {
+	f := setup(t)
+	orphan := f.order(t, scaleway.Tag(scaleway.TagNodeClaim, "gone"))
+	f.clk.Step(11 * time.Minute)
+	f.sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStatus, Method: "GET", Path: `/servers$`, Status: 500, Times: 100})
+	if _, err := f.gc.Reconcile(context.Background()); err == nil {
+		t.Fatal("sweep succeeded with the API failing")
+	}
+	if !f.live(t)[orphan.ID] {
+		t.Fatal("collected while the list failed")
+	}
+}
