@@ -1,0 +1,170 @@
+package rescue
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/report"
+	simrescue "github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/rescue"
+)
+
+// The rescue side is the simulated rescue host: a real SSH/SFTP server that
+// runs commands with /bin/sh, as rescue@ with a sudo shim.
+
+func newKey(t *testing.T) ssh.Signer {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func startHost(t *testing.T, key ssh.Signer) (*Dialer, string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	home := filepath.Join(dir, "home")
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := simrescue.Start(simrescue.Options{Addr: "127.0.0.1:0", Home: home, BinDir: filepath.Join(dir, "bin"),
+		AuthorizedKeys: []string{string(ssh.MarshalAuthorizedKey(key.PublicKey()))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	host, port, _ := strings.Cut(srv.Addr(), ":")
+	var p int
+	fmt.Sscan(port, &p)
+	return &Dialer{User: "rescue", Port: p, Timeout: 5 * time.Second,
+		Signers: func() ([]ssh.Signer, error) { return []ssh.Signer{key}, nil }}, host, home
+}
+
+// fakeImager is a shell script standing in for em-imager: progress lines on
+// stderr, the report on stdout, an exit status.
+func fakeImager(progress, stdout string, exit int) []byte {
+	return []byte(fmt.Sprintf("#!/bin/sh\necho %q 1>&2\necho 'not json noise' 1>&2\nprintf '%%s' %q\nexit %d\n", progress, stdout, exit))
+}
+
+func TestRunImagerRelaysProgressAndReport(t *testing.T) {
+	key := newKey(t)
+	d, host, home := startHost(t, key)
+	s, err := d.WaitDial(context.Background(), host, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ok := `{"version":1,"command":"write","ok":true,"imager":"t","nics":[],"disk":{"path":"/dev/nvme0n1","sizeBytes":1,"logicalSectorSize":512,"rotational":false,"reason":"x"}}`
+	var got []report.Progress
+	rep, err := RunImager(context.Background(), s, ImagerArgs{
+		Binary:   fakeImager(`{"phase":"write","bytesIn":50,"bytesOut":100,"totalIn":100,"rawMBps":12}`, ok, 0),
+		ImageURL: "https://bucket/img?X-Amz-Signature=secret", SHA256: "ab", Disk: "auto",
+	}, func(p report.Progress) { got = append(got, p) })
+	if err != nil {
+		t.Fatalf("RunImager: %v", err)
+	}
+	if rep.Disk.Path != "/dev/nvme0n1" {
+		t.Errorf("report disk %+v", rep.Disk)
+	}
+	if len(got) != 1 || got[0].BytesIn != 50 || got[0].TotalIn != 100 {
+		t.Errorf("progress relayed: %+v", got)
+	}
+	st, err := os.Stat(filepath.Join(home, ImagerName))
+	if err != nil || st.Mode()&0o111 == 0 {
+		t.Fatalf("uploaded binary not executable: %v %v", st, err)
+	}
+	if _, err := os.Stat(filepath.Join(home, ImagerName+".part")); !os.IsNotExist(err) {
+		t.Errorf("temporary upload left behind: %v", err)
+	}
+}
+
+func TestRunImagerFailures(t *testing.T) {
+	key := newKey(t)
+	d, host, _ := startHost(t, key)
+	s, err := d.Dial(context.Background(), host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	failed := `{"version":1,"command":"write","ok":false,"imager":"t","nics":[],"error":{"code":"digest_mismatch","message":"sha256 differs"}}`
+	_, err = RunImager(context.Background(), s, ImagerArgs{Binary: fakeImager("{}", failed, 4), SHA256: "ab"}, nil)
+	var re *report.Error
+	if !errors.As(err, &re) || re.Code != report.CodeDigestMismatch {
+		t.Fatalf("failed report: err = %v, want a *report.Error digest_mismatch", err)
+	}
+	_, err = RunImager(context.Background(), s, ImagerArgs{Binary: fakeImager("{}", "segfault", 139), SHA256: "ab"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "without a report") || !strings.Contains(err.Error(), "not json noise") {
+		t.Fatalf("no report: err = %v, want the exit and stderr tail", err)
+	}
+	_, err = RunImager(context.Background(), s, ImagerArgs{SHA256: "ab"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "no embedded em-imager") {
+		t.Fatalf("no binary: err = %v", err)
+	}
+}
+
+func TestRunIsKilledWithItsContext(t *testing.T) {
+	key := newKey(t)
+	d, host, _ := startHost(t, key)
+	s, err := d.Dial(context.Background(), host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := s.Run(ctx, "sleep 30", nil, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Run = %v, want the context's error", err)
+	}
+	if time.Since(start) > 20*time.Second {
+		t.Fatal("Run waited for the command instead of its context")
+	}
+}
+
+func TestWrongKeyIsRefusedAndHostKeyPinnedPerBoot(t *testing.T) {
+	key := newKey(t)
+	d, host, _ := startHost(t, key)
+	other := &Dialer{User: d.User, Port: d.Port, Timeout: d.Timeout,
+		Signers: func() ([]ssh.Signer, error) { return []ssh.Signer{newKey(t)}, nil }}
+	if _, err := other.Dial(context.Background(), host); err == nil {
+		t.Fatal("a key rescue was not given logged in")
+	}
+	// First contact pins the host key; a different one in the same boot is refused.
+	s, err := d.Dial(context.Background(), host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	d.hostKeys[host] = "SHA256:someone-else"
+	if _, err := d.Dial(context.Background(), host); err == nil || !strings.Contains(err.Error(), "changed its host key") {
+		t.Fatalf("Dial with a changed host key = %v", err)
+	}
+	d.Forget(host) // a reboot
+	if s, err := d.Dial(context.Background(), host); err != nil {
+		t.Fatalf("Dial after Forget: %v", err)
+	} else {
+		s.Close()
+	}
+}
+
+func TestWriteCommandQuotesArguments(t *testing.T) {
+	cmd := WriteCommand(ImagerArgs{ImageURL: "https://x/y?a=1&b='2'", SHA256: "ab", VerifyReadback: true})
+	for _, want := range []string{`'https://x/y?a=1&b='\''2'\'''`, "'--verify-readback'", "'--disk' 'auto'", "sudo -n"} {
+		if !strings.Contains(cmd, want) {
+			t.Errorf("command %q lacks %q", cmd, want)
+		}
+	}
+}
