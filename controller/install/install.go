@@ -15,7 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"time"
 
@@ -436,29 +435,17 @@ func HardwareFromTags(tags []string) *report.Report {
 	}
 }
 
-// NetworkOf is the server's addressing as the API reports it.
+// NetworkOf is the server's addressing as the API reports it. The API does
+// not give the IPv6 gateway: the caller adds it (IPV6_GATEWAY) or leaves IPv6
+// routing to router advertisements.
 func NetworkOf(s *baremetal.Server) talosgen.Network {
 	var n talosgen.Network
 	for _, ip := range s.IPs {
 		if ip.Version == baremetal.IPVersionIPv6 && ip.Address != nil {
 			n.IPv6Address = ip.Address.String()
-			n.IPv6Gateway = ipv6Gateway(ip.Address)
 		}
 	}
 	return n
-}
-
-// ipv6Gateway: Scaleway's Elastic Metal IPv6 gateway is the first address of
-// the server's /64 (documented for the v6 setup of dedicated servers).
-func ipv6Gateway(a net.IP) string {
-	a16 := a.To16()
-	if a16 == nil || a.To4() != nil {
-		return ""
-	}
-	gw := make(net.IP, net.IPv6len)
-	copy(gw, a16[:8])
-	gw[15] = 1
-	return gw.String()
 }
 
 func ipv4(s *baremetal.Server) (string, error) {
