@@ -31,8 +31,9 @@ type Settings struct {
 	TalosVersion string
 	// Arch defaults to amd64.
 	Arch string
-	// FormatPreference lists formats best first ("zstd"/"zst", "xz");
-	// default DefaultFormatPreference.
+	// FormatPreference lists formats best first ("zstd"/"zst", "xz";
+	// "raw" is accepted and matches nothing, as manifests list only
+	// compressed files); default DefaultFormatPreference.
 	FormatPreference []string
 	// ManifestURL names the manifest explicitly instead of by layout:
 	// s3://bucket/key (read with the controller's credentials) or an
@@ -195,6 +196,11 @@ func (s *Source) normalize(in Settings) (*normalized, error) {
 	}
 	for _, p := range prefs {
 		f, err := manifest.NormalizeFormat(p)
+		if strings.EqualFold(strings.TrimSpace(p), "raw") {
+			// The NodeClass API allows "raw"; publish never uploads an
+			// uncompressed image, so it only matches nothing.
+			f, err = "raw", nil
+		}
 		if err != nil {
 			return nil, bad("formatPreference: %v", err)
 		}

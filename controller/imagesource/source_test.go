@@ -168,9 +168,10 @@ func TestResolvePresignedURLFetchesTheImage(t *testing.T) {
 		t.Fatal("downloaded image does not decode to the manifest's raw digest")
 	}
 
-	// Preference picks xz when asked.
+	// Preference picks xz when asked ("raw", allowed by the NodeClass API,
+	// matches nothing).
 	st := settings("talos", "v1.12.0")
-	st.FormatPreference = []string{"xz", "zst"}
+	st.FormatPreference = []string{"raw", "xz", "zst"}
 	img2, err := s.Resolve(context.Background(), st)
 	if err != nil || img2.Format != "xz" || !strings.HasSuffix(img2.Key, ".raw.xz") {
 		t.Fatalf("xz preference: %v %v", img2, err)
@@ -246,6 +247,7 @@ func TestResolveFailures(t *testing.T) {
 		{"bucket missing", good, Settings{Bucket: "absent", SchematicID: schematic, TalosVersion: "v1.12.0"}, ErrBucketMissing},
 		{"wrong architecture", good, settings("arm", "v1.12.0"), ErrWrongArchitecture},
 		{"format unavailable", good, Settings{Prefix: "xzonly", SchematicID: schematic, TalosVersion: "v1.12.0", FormatPreference: []string{"zstd"}}, ErrFormatUnavailable},
+		{"only raw accepted", good, Settings{Prefix: "ok", SchematicID: schematic, TalosVersion: "v1.12.0", FormatPreference: []string{"raw"}}, ErrFormatUnavailable},
 		{"object missing", good, settings("gone", "v1.12.0"), ErrObjectMissing},
 		{"digest metadata mismatch", good, settings("tampered", "v1.12.0"), ErrDigestMismatch},
 		{"size mismatch", good, settings("resized", "v1.12.0"), ErrDigestMismatch},

@@ -3,6 +3,7 @@ package publish
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os/exec"
@@ -176,6 +177,12 @@ func (z *zstdFrames) finish() error {
 }
 
 func (z *zstdFrames) Close() error {
+	z.mu.Lock()
+	aborted := z.aborted
+	z.mu.Unlock()
+	if aborted {
+		return errors.New("zstd encoder aborted")
+	}
 	if len(z.buf) > 0 {
 		if err := z.submit(); err != nil {
 			z.Abort()
