@@ -29,6 +29,11 @@
 // controller uses a cluster-internal one), IMAGE_URL_EXPIRY (default 1h: it
 // must cover the download, resumes included), IMAGE_MANIFEST_TTL (default 5m).
 //
+// Garage serves anonymous reads only on its web endpoint, not on the S3 API:
+// for a public Garage bucket set S3_PUBLIC=true and S3_PUBLIC_URL to the web
+// endpoint (the controller still reads manifests through the S3 API with its
+// key), or point the NodeClass at the manifest's web URL (ManifestURL).
+//
 // Tests run against a real S3 server (bin/versitygw):
 //
 //	go test -count=1 ./controller/imagesource/...

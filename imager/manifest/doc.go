@@ -23,7 +23,7 @@
 //	  "raw": {"size": 1306525696, "sha256": "9f86d0…"},
 //	  "files": [
 //	    {"name": "metal-amd64.raw.zst", "format": "zstd", "size": 93112301, "sha256": "2c26b4…",
-//	     "blockSize": 4194304, "encoder": "klauspost/compress"},
+//	     "blockSize": 4194304, "encoder": "klauspost/compress zstd"},
 //	    {"name": "metal-amd64.raw.xz", "format": "xz", "size": 80211345, "sha256": "fcde2b…",
 //	     "blockSize": 4194304, "encoder": "xz (XZ Utils) 5.4.1"}
 //	  ],
