@@ -218,14 +218,24 @@ func TestLabelsAndCapacity(t *testing.T) {
 	}
 }
 
-// Karpenter's own compatibility checks can select on our labels.
+// NodePool requirements on our labels select instance types the way Karpenter's scheduler does
+// (instance type requirements intersect, and some offering is compatible).
 func TestNodePoolSelection(t *testing.T) {
 	e := newEnv(t, false)
-	its := cloudprovider.InstanceTypes(mustTypes(t, e.cat, Filter{}))
+	its := mustTypes(t, e.cat, Filter{})
 	sel := func(reqs ...*scheduling.Requirement) []string {
+		r := scheduling.NewRequirements(reqs...)
 		var names []string
-		for _, it := range its.Compatible(scheduling.NewRequirements(reqs...)) {
-			names = append(names, it.Name)
+		for _, it := range its {
+			if it.Requirements.Intersects(r) != nil {
+				continue
+			}
+			for _, o := range it.Offerings {
+				if r.IsCompatible(o.Requirements, scheduling.AllowUndefinedWellKnownLabels) {
+					names = append(names, it.Name)
+					break
+				}
+			}
 		}
 		return names
 	}
@@ -248,6 +258,21 @@ func TestNodePoolSelection(t *testing.T) {
 	}
 	if got := sel(scheduling.NewRequirement(LabelBillingPeriod, corev1.NodeSelectorOpIn, "monthly")); len(got) != 0 {
 		t.Errorf("default filter offers monthly: %v", got)
+	}
+
+	// The same selection done early by the catalogue through Filter.Requirements.
+	nodePool := scheduling.NewRequirements(
+		scheduling.NewRequirement(LabelGPUModel, corev1.NodeSelectorOpIn, "l40s", "h100"),
+		scheduling.NewRequirement(LabelMemoryGiB, corev1.NodeSelectorOpGt, "300"),
+	)
+	early := mustTypes(t, e.cat, Filter{Requirements: nodePool})
+	if len(early) != 1 || early[0].Name != "EM-T620E-H100" {
+		t.Errorf("Filter.Requirements gpu-model In [l40s h100], memory-gib Gt 300 gives %d types", len(early))
+	}
+	other := mustTypes(t, e.cat, Filter{Requirements: scheduling.NewRequirements(
+		scheduling.NewRequirement(LabelGPUModel, corev1.NodeSelectorOpIn, "l40s"))})
+	if len(other) != 1 || other[0].Name != "EM-T220E-L40S" {
+		t.Errorf("a different requirement reused the cached answer: %d types", len(other))
 	}
 }
 

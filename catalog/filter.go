@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,6 +45,9 @@ type Filter struct {
 	CommitmentMonths int
 	// Kubelet settings of the NodeClass, as rendered into the node's machine config.
 	Kubelet KubeletSettings
+	// Requirements, when set (a NodePool's), drop instance types whose requirements do not intersect them,
+	// so Karpenter never sees offers the NodePool cannot use.
+	Requirements scheduling.Requirements
 }
 
 // KubeletSettings are the kubelet knobs that change allocatable resources. Keys of the maps are resource names
@@ -68,6 +72,7 @@ type normalized struct {
 	kubeRes    corev1.ResourceList
 	sysRes     corev1.ResourceList
 	evictHard  map[string]string
+	reqs       scheduling.Requirements
 	key        string
 }
 
@@ -118,6 +123,9 @@ func (f Filter) normalize() (*normalized, error) {
 		}
 	}
 	n.evictHard = f.Kubelet.EvictionHard
+	if len(f.Requirements) > 0 {
+		n.reqs = f.Requirements
+	}
 	n.key = n.cacheKey()
 	return n, nil
 }
@@ -172,6 +180,11 @@ func (n *normalized) cacheKey() string {
 		for _, k := range keys {
 			b.WriteString(k + ":" + part.m[k] + ",")
 		}
+	}
+	// Requirement.String abbreviates long value lists, so the full sorted values go in as well.
+	for _, k := range slices.Sorted(maps.Keys(n.reqs)) {
+		r := n.reqs.Get(k)
+		fmt.Fprintf(&b, ";r=%s|%v", r.String(), r.Values())
 	}
 	return b.String()
 }

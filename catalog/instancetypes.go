@@ -103,10 +103,14 @@ func (c *Catalog) buildLocked(n *normalized) []*cloudprovider.InstanceType {
 			continue
 		}
 		sp := c.specs[name]
+		reqs := requirements(sp, itZones, itRegions, itPeriods)
+		if n.reqs != nil && reqs.Intersects(n.reqs) != nil {
+			continue
+		}
 		capacity := sp.capacity(n.maxPods, c.observed[name])
 		its = append(its, &cloudprovider.InstanceType{
 			Name:         name,
-			Requirements: requirements(sp, itZones, itRegions, itPeriods),
+			Requirements: reqs,
 			Offerings:    offerings,
 			Capacity:     capacity,
 			Overhead:     overhead(capacity, n),
