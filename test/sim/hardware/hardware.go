@@ -15,7 +15,7 @@
 //	  wwid, dev, holders/, slaves/
 //	sys/class/block/<disk>             same target as sys/block/<disk>
 //	sys/class/net/<nic> -> ../../devices/<pci path>/net/<nic>
-//	  address, addr_assign_type (0: permanent), operstate, carrier, speed, mtu, type, ifindex
+//	  address, permaddr (fake-tree only: the permanent MAC), addr_assign_type, operstate, carrier, speed, mtu, type, ifindex
 //	  device -> the PCI function, whose driver -> sys/bus/pci/drivers/<driver>
 //	sys/class/net/lo -> ../../devices/virtual/net/lo   (no device link)
 //	proc/mounts                         the rescue system's mounts (never a data disk)
@@ -347,6 +347,9 @@ func (w *writer) nic(i int, n NIC) {
 	w.linkAbs(filepath.Join(netDir, "device"), pci)
 	w.file(filepath.Join(netDir, "address"), n.MAC)
 	w.file(filepath.Join(netDir, "addr_assign_type"), "0")
+	// The kernel gives the permanent MAC through ethtool/netlink, not sysfs;
+	// fake trees carry it in this file (em-imager's hwinfo reads it).
+	w.file(filepath.Join(netDir, "permaddr"), n.MAC)
 	operstate, carrier, speed := "down", "0", "-1"
 	if n.LinkUp {
 		operstate, carrier, speed = "up", "1", strconv.Itoa(n.SpeedMbps)

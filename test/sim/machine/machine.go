@@ -1,0 +1,493 @@
+// Package machine implements scwsim.Host: the machine side of simulated
+// Elastic Metal servers. The EM API simulator calls Boot, PowerOff and
+// Delete at the edges of a server's state machine; this package then plays
+// the hardware (test/sim/hardware), the rescue system (test/sim/rescue), the
+// firmware's boot check (test/sim/diskimage) and Talos (test/sim/talosapi).
+//
+// Per server, under Options.Dir/<server-id>/:
+//
+//	sysroot/   fake /sys, /proc and /dev with the file-backed disks (EM_IMAGER_SYSROOT)
+//	home/      the rescue user's home (emptied at every rescue boot: rescue runs from RAM)
+//	bin/       the `sudo` shim put first on PATH
+//
+// Boot(rescue) starts an SSH server on <ipv4>:SSHPort (user "rescue", only
+// the keys given to Boot). Boot(normal) checks the disks in order for a
+// bootable Talos-like image: none -> nothing listens (a server with no OS);
+// an image whose STATE holds a config -> Talos boots installed and the
+// kubelet registers the Node straight away; an image without config ->
+// the maintenance Talos API on <ipv4>:TalosPort, which stores the applied
+// config in STATE and starts the kubelet. PowerOff stops every listener,
+// command and heartbeat (and, with NotReadyAfter, marks the Node Unknown as
+// the node lifecycle controller would); Delete also removes the disks.
+//
+//	hosts, err := machine.New(machine.Options{Dir: dir, Kube: clientset})
+//	sim := scwsim.New(..., hosts) // the EM API simulator drives it
+//	defer hosts.Close()
+package machine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/diskimage"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/hardware"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/rescue"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/talosapi"
+	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+	"golang.org/x/crypto/ssh"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Default ports. 22 would clash with the host's own sshd on loopback, so the
+// simulated rescue SSH listens on 2222 unless told otherwise.
+const (
+	DefaultSSHPort         = 2222
+	DefaultTalosPort       = 50000
+	DefaultDiskSizeDivisor = 1000
+)
+
+// Options configure the simulated machines.
+type Options struct {
+	// Dir holds one directory per server (required).
+	Dir string
+	// SSHPort of the rescue system (DefaultSSHPort when 0).
+	SSHPort int
+	// TalosPort of the Talos API (DefaultTalosPort when 0).
+	TalosPort int
+	// DiskSizeDivisor scales the offer's disk sizes down (DefaultDiskSizeDivisor
+	// when 0; 1 keeps the real sizes, as sparse files).
+	DiskSizeDivisor int64
+	// Kube is the cluster the kubelets register with (required to register nodes;
+	// without it an applied config leaves the machine with a kubelet error).
+	Kube kubernetes.Interface
+	// Join decides which configs could really join (see talosapi.JoinPolicy).
+	Join talosapi.JoinPolicy
+	// HeartbeatInterval of the kubelets (5s when 0).
+	HeartbeatInterval time.Duration
+	// NotReadyAfter: once a machine stops (power-off, delete), mark its Node
+	// Unknown with the unreachable taints after this grace, as the node
+	// lifecycle controller does (40s in a real cluster). 0 leaves the Node as it is.
+	NotReadyAfter time.Duration
+	// NeverReady picks machines whose Node registers but never becomes Ready.
+	NeverReady func(m scwsim.Machine) bool
+	Logger     *slog.Logger
+}
+
+// Phase is what a machine is doing.
+type Phase string
+
+const (
+	PhaseOff         Phase = "off"
+	PhaseRescue      Phase = "rescue"      // rescue SSH up
+	PhaseNoOS        Phase = "no-os"       // booted normally, nothing bootable on the disks
+	PhaseMaintenance Phase = "maintenance" // Talos maintenance API up
+	PhaseRunning     Phase = "running"     // Talos configured, kubelet started
+)
+
+// Status is a machine's state, for tests and the demo.
+type Status struct {
+	Phase     Phase
+	SSHAddr   string // rescue
+	TalosAddr string // maintenance
+	// BootDisk is the disk Talos booted from (normal boots).
+	BootDisk string
+	// BootError says why a normal boot found no OS.
+	BootError string
+	NodeName  string
+	// KubeletError is why the node did not register (join rejected...) or the
+	// last heartbeat failure.
+	KubeletError string
+}
+
+// Hosts implements scwsim.Host for any number of machines.
+type Hosts struct {
+	opts Options
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	machines map[string]*host
+}
+
+var _ scwsim.Host = (*Hosts)(nil)
+
+// host is one machine.
+type host struct {
+	mu         sync.Mutex
+	m          scwsim.Machine
+	dir        string
+	tree       *hardware.Tree
+	hostKey    ssh.Signer
+	neverReady *bool
+	status     Status
+
+	rescue      *rescue.Server
+	maintenance *talosapi.Maintenance
+	kubelet     *talosapi.Kubelet
+	unknown     *time.Timer // pending MarkUnknown after power-off
+	bootCount   int
+}
+
+// New returns the machines' host side; call Close when done.
+func New(opts Options) (*Hosts, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("machine: Options.Dir is required")
+	}
+	if opts.SSHPort == 0 {
+		opts.SSHPort = DefaultSSHPort
+	}
+	if opts.TalosPort == 0 {
+		opts.TalosPort = DefaultTalosPort
+	}
+	if opts.SSHPort < 0 || opts.SSHPort > 65535 || opts.TalosPort < 0 || opts.TalosPort > 65535 {
+		return nil, fmt.Errorf("machine: ports %d/%d: must be 1-65535", opts.SSHPort, opts.TalosPort)
+	}
+	if opts.DiskSizeDivisor == 0 {
+		opts.DiskSizeDivisor = DefaultDiskSizeDivisor
+	}
+	if opts.DiskSizeDivisor < 1 {
+		return nil, fmt.Errorf("machine: DiskSizeDivisor %d: must be at least 1", opts.DiskSizeDivisor)
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Hosts{opts: opts, log: log, machines: map[string]*host{}}, nil
+}
+
+// SSHPort is the port rescue systems listen on.
+func (h *Hosts) SSHPort() int { return h.opts.SSHPort }
+
+// TalosPort is the port the Talos API listens on.
+func (h *Hosts) TalosPort() int { return h.opts.TalosPort }
+
+func (h *Hosts) get(id string, create bool, m scwsim.Machine) (*host, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if x, ok := h.machines[id]; ok {
+		return x, nil
+	}
+	if !create {
+		return nil, fmt.Errorf("machine %s: unknown", id)
+	}
+	key, err := rescue.NewHostKey()
+	if err != nil {
+		return nil, err
+	}
+	x := &host{m: m, dir: filepath.Join(h.opts.Dir, id), hostKey: key, status: Status{Phase: PhaseOff}}
+	h.machines[id] = x
+	return x, nil
+}
+
+// Boot implements scwsim.Host. Listeners start before it returns; nothing
+// here blocks on the network.
+func (h *Hosts) Boot(_ context.Context, m scwsim.Machine, mode scwsim.BootMode, sshPublicKeys []string) error {
+	if m.ID == "" {
+		return errors.New("machine: Boot: Machine.ID is empty")
+	}
+	if net.ParseIP(m.IPv4) == nil || net.ParseIP(m.IPv4).To4() == nil {
+		return fmt.Errorf("machine %s: Boot: IPv4 %q is not an IPv4 address", m.ID, m.IPv4)
+	}
+	x, err := h.get(m.ID, true, m)
+	if err != nil {
+		return err
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	h.stopLocked(x, false) // a boot is a reboot when it was running
+	x.m = m
+	if x.unknown != nil {
+		x.unknown.Stop()
+		x.unknown = nil
+	}
+	spec, err := hardware.FromOffer(m.Offer, m.MACs, m.ID, h.opts.DiskSizeDivisor)
+	if err != nil {
+		return fmt.Errorf("machine %s: %w", m.ID, err)
+	}
+	if x.tree, err = hardware.Create(x.dir, spec); err != nil {
+		return fmt.Errorf("machine %s: hardware: %w", m.ID, err)
+	}
+	x.bootCount++
+	log := h.log.With("server", m.ID, "mode", mode)
+	switch mode {
+	case scwsim.BootRescue:
+		return h.bootRescue(x, sshPublicKeys, log)
+	case scwsim.BootNormal:
+		return h.bootNormal(x, log)
+	}
+	return fmt.Errorf("machine %s: unknown boot mode %q", m.ID, mode)
+}
+
+func (h *Hosts) bootRescue(x *host, keys []string, log *slog.Logger) error {
+	home := filepath.Join(x.dir, "home")
+	if err := os.RemoveAll(home); err != nil {
+		return err
+	}
+	srv, err := rescue.Start(rescue.Options{
+		Addr:           net.JoinHostPort(x.m.IPv4, strconv.Itoa(h.opts.SSHPort)),
+		AuthorizedKeys: keys,
+		Home:           home,
+		BinDir:         filepath.Join(x.dir, "bin"),
+		Env:            []string{"EM_IMAGER_SYSROOT=" + x.tree.Sysroot},
+		HostKey:        x.hostKey,
+		Logger:         log,
+	})
+	if err != nil {
+		return fmt.Errorf("machine %s: rescue: %w", x.m.ID, err)
+	}
+	x.rescue = srv
+	x.status = Status{Phase: PhaseRescue, SSHAddr: srv.Addr()}
+	log.Info("rescue system up", "ssh", srv.Addr())
+	return nil
+}
+
+// bootNormal plays the firmware (first bootable disk in order) and Talos.
+func (h *Hosts) bootNormal(x *host, log *slog.Logger) error {
+	var (
+		disk   string
+		layout *diskimage.Layout
+		errs   []string
+	)
+	for _, d := range x.tree.Spec.Disks {
+		p := x.tree.DevicePath(d.Name)
+		l, err := diskimage.InspectFile(p)
+		if err == nil {
+			disk, layout = p, l
+			break
+		}
+		errs = append(errs, d.Name+": "+err.Error())
+	}
+	if layout == nil {
+		x.status = Status{Phase: PhaseNoOS, BootError: fmt.Sprint(errs)}
+		log.Info("no bootable disk", "why", errs)
+		return nil
+	}
+	x.status = Status{BootDisk: disk}
+	raw, err := diskimage.ReadState(disk)
+	if err != nil {
+		// A corrupt STATE: Talos would not find a config and fall back to maintenance.
+		log.Warn("STATE unreadable", "err", err)
+		raw = nil
+	}
+	if raw != nil {
+		cfg, err := configloader.NewFromBytes(raw)
+		if err == nil {
+			h.startKubeletLocked(x, cfg, layout, log)
+			return nil
+		}
+		log.Warn("stored config unreadable, entering maintenance", "err", err)
+	}
+	bootCount := x.bootCount
+	m, err := talosapi.StartMaintenance(talosapi.MaintenanceOptions{
+		Addr:   net.JoinHostPort(x.m.IPv4, strconv.Itoa(h.opts.TalosPort)),
+		Logger: log,
+		OnApply: func(_ context.Context, cfg config.Provider, raw []byte) error {
+			x.mu.Lock()
+			defer x.mu.Unlock()
+			if x.bootCount != bootCount {
+				return errors.New("machine rebooted while applying the configuration")
+			}
+			if err := diskimage.WriteState(disk, raw); err != nil {
+				return fmt.Errorf("failed to save config: %w", err)
+			}
+			x.maintenance = nil // it stops itself once this call returns
+			h.startKubeletLocked(x, cfg, layout, log)
+			return nil
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("machine %s: talos api: %w", x.m.ID, err)
+	}
+	x.maintenance = m
+	x.status.Phase = PhaseMaintenance
+	x.status.TalosAddr = m.Addr()
+	log.Info("talos maintenance api up", "addr", m.Addr())
+	return nil
+}
+
+// startKubeletLocked starts the kubelet; a config that cannot join leaves
+// the machine running with the reason in KubeletError, as a real node whose
+// kubelet keeps failing.
+func (h *Hosts) startKubeletLocked(x *host, cfg config.Provider, layout *diskimage.Layout, log *slog.Logger) {
+	x.status.Phase = PhaseRunning
+	x.status.TalosAddr = ""
+	if h.opts.Kube == nil {
+		x.status.KubeletError = "no Kubernetes client configured in the simulator"
+		return
+	}
+	offer := x.m.Offer
+	hw := talosapi.Hardware{ServerID: x.m.ID, IPv4: x.m.IPv4, IPv6: x.m.IPv6, TalosVersion: layout.TalosVersion}
+	for _, c := range offer.CPUs {
+		if c != nil {
+			hw.CPUThreads += int64(c.ThreadCount)
+		}
+	}
+	for _, mem := range offer.Memories {
+		if mem != nil {
+			hw.MemoryBytes += int64(mem.Capacity)
+		}
+	}
+	// Ephemeral storage is the boot disk as the offer sells it, not the
+	// scaled-down file.
+	for i, d := range x.tree.Spec.Disks {
+		if x.tree.DevicePath(d.Name) == x.status.BootDisk && i < len(offer.Disks) && offer.Disks[i] != nil {
+			hw.EphemeralBytes = int64(offer.Disks[i].Capacity)
+		}
+	}
+	neverReady := h.opts.NeverReady != nil && h.opts.NeverReady(x.m)
+	if x.neverReady != nil {
+		neverReady = *x.neverReady
+	}
+	k, err := talosapi.StartKubelet(context.Background(), cfg, talosapi.KubeletOptions{
+		Client: h.opts.Kube, Hardware: hw, Join: h.opts.Join, NeverReady: neverReady,
+		HeartbeatInterval: h.opts.HeartbeatInterval, Logger: log,
+	})
+	if err != nil {
+		x.status.KubeletError = err.Error()
+		log.Warn("kubelet cannot join", "err", err)
+		return
+	}
+	x.kubelet = k
+	x.status.NodeName = k.NodeName()
+	log.Info("kubelet started", "node", k.NodeName())
+}
+
+// stopLocked powers the machine off: listeners, commands, heartbeat.
+func (h *Hosts) stopLocked(x *host, markUnknown bool) {
+	if x.rescue != nil {
+		_ = x.rescue.Close()
+		x.rescue = nil
+	}
+	if x.maintenance != nil {
+		x.maintenance.Close()
+		x.maintenance = nil
+	}
+	if x.kubelet != nil {
+		x.kubelet.Stop()
+		node := x.kubelet.NodeName()
+		x.kubelet = nil
+		if markUnknown && h.opts.NotReadyAfter > 0 && h.opts.Kube != nil {
+			kube := h.opts.Kube
+			x.unknown = time.AfterFunc(h.opts.NotReadyAfter, func() {
+				if err := talosapi.MarkUnknown(context.Background(), kube, node); err != nil {
+					h.log.Warn("mark node unknown", "node", node, "err", err)
+				}
+			})
+		}
+	}
+	x.status = Status{Phase: PhaseOff}
+}
+
+// PowerOff implements scwsim.Host.
+func (h *Hosts) PowerOff(serverID string) {
+	x, err := h.get(serverID, false, scwsim.Machine{})
+	if err != nil {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.bootCount++
+	h.stopLocked(x, true)
+}
+
+// Delete implements scwsim.Host: the machine is powered off and its disks released.
+func (h *Hosts) Delete(serverID string) {
+	h.mu.Lock()
+	x, ok := h.machines[serverID]
+	delete(h.machines, serverID)
+	h.mu.Unlock()
+	if !ok {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.bootCount++
+	h.stopLocked(x, true)
+	if err := os.RemoveAll(x.dir); err != nil {
+		h.log.Warn("remove machine dir", "server", serverID, "err", err)
+	}
+}
+
+// Close powers every machine off (without marking Nodes Unknown) and cancels pending timers.
+func (h *Hosts) Close() {
+	h.mu.Lock()
+	all := make([]*host, 0, len(h.machines))
+	for _, x := range h.machines {
+		all = append(all, x)
+	}
+	h.mu.Unlock()
+	for _, x := range all {
+		x.mu.Lock()
+		h.stopLocked(x, false)
+		if x.unknown != nil {
+			x.unknown.Stop()
+			x.unknown = nil
+		}
+		x.mu.Unlock()
+	}
+}
+
+// Status returns the machine's current state.
+func (h *Hosts) Status(serverID string) (Status, error) {
+	x, err := h.get(serverID, false, scwsim.Machine{})
+	if err != nil {
+		return Status{}, err
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	st := x.status
+	if x.kubelet != nil {
+		if err := x.kubelet.Err(); err != nil {
+			st.KubeletError = err.Error()
+		}
+	}
+	return st, nil
+}
+
+// Hardware returns the machine's hardware tree (disk files, sysroot).
+func (h *Hosts) Hardware(serverID string) (*hardware.Tree, error) {
+	x, err := h.get(serverID, false, scwsim.Machine{})
+	if err != nil {
+		return nil, err
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.tree == nil {
+		return nil, fmt.Errorf("machine %s: never booted", serverID)
+	}
+	return x.tree, nil
+}
+
+// HostKey is the rescue system's SSH host key of the machine (stable for its life).
+func (h *Hosts) HostKey(serverID string) (ssh.PublicKey, error) {
+	x, err := h.get(serverID, false, scwsim.Machine{})
+	if err != nil {
+		return nil, err
+	}
+	return x.hostKey.PublicKey(), nil
+}
+
+// SetNeverReady overrides Options.NeverReady for one machine from its next
+// kubelet start on (the machine must have booted once).
+func (h *Hosts) SetNeverReady(serverID string, never bool) error {
+	x, err := h.get(serverID, false, scwsim.Machine{})
+	if err != nil {
+		return err
+	}
+	x.mu.Lock()
+	x.neverReady = &never
+	x.mu.Unlock()
+	return nil
+}
