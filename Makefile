@@ -24,7 +24,7 @@ export TEST_ASSET_KUBE_SCHEDULER := $(BIN)/kube-scheduler
 export TEST_ASSET_VERSITYGW := $(BIN)/versitygw
 export TEST_ASSET_EM_IMAGER := $(BIN)/em-imager
 
-.PHONY: all build test bench demo e2e tools deps vet fmt-check tidy-check clean chart-crds docs
+.PHONY: all build test bench demo e2e tools deps vet fmt-check tidy-check clean chart-crds docs catalog-snapshot
 
 all: build
 
@@ -75,6 +75,11 @@ bench: deps build tools
 	$(GO) run ./imager/bench -imager $(BIN)/em-imager -cache $(ROOT)/.cache/imager-bench
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./imager/...
 	$(GO) test -run '^$$' -bench Scale -benchtime 1x -timeout 30m ./test/e2e/
+	$(GO) test -run '^$$' -bench . -benchmem ./catalog/
+
+# Regenerate the embedded EM offer snapshot from the recorded API exchanges (catalog/snapshot/README.md).
+catalog-snapshot:
+	$(GO) generate ./catalog/
 
 # The whole provider against the simulated world (test/demo); DEMO_PROFILE=realistic for Scaleway-like delays.
 demo: deps build tools
