@@ -46,6 +46,7 @@ func main() {
 type result struct {
 	name    string
 	seconds float64
+	cpu     float64 // user+sys seconds of the process and the children it waited for
 	rssKiB  int64
 }
 
@@ -168,16 +169,18 @@ func run(imager, cache string, size, data int64, runs int) error {
 				}
 			}
 			var rss int64
+			var cpu float64
 			if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 				rss = ru.Maxrss
+				cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 			}
 			if best.seconds == 0 || secs < best.seconds {
-				best.seconds = secs
+				best.seconds, best.cpu = secs, cpu
 			}
 			best.rssKiB = max(best.rssKiB, rss)
 		}
 		results[c.name] = best
-		fmt.Printf("  %-48s %6.2fs %8.1f MB/s", c.name, best.seconds, float64(rawBytes)/1e6/best.seconds)
+		fmt.Printf("  %-48s %6.2fs %8.1f MB/s  CPU %6.2fs", c.name, best.seconds, float64(rawBytes)/1e6/best.seconds, best.cpu)
 		if c.shell == "" {
 			fmt.Printf("   peak RSS %.0f MiB", float64(best.rssKiB)/1024)
 		}
@@ -185,7 +188,12 @@ func run(imager, cache string, size, data int64, runs int) error {
 	}
 	os.Remove(target)
 	mbps := func(n string) float64 { return float64(rawBytes) / 1e6 / results[n].seconds }
-	fmt.Printf("\nimage: %.2f GB raw (%.1f%% zeros), .xz %.0f MB, .zst %.0f MB; %d CPUs (%s); best of %d\n",
+	var load string
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		load = strings.Join(strings.Fields(string(b))[:3], " ")
+	}
+	fmt.Printf("\nload average during the run: %s (wall times on a shared machine depend on it; CPU seconds much less)\n", load)
+	fmt.Printf("image: %.2f GB raw (%.1f%% zeros), .xz %.0f MB, .zst %.0f MB; %d CPUs (%s); best of %d\n",
 		float64(rawBytes)/1e9, 100*zeros, float64(xzSt.Size())/1e6, float64(zstSt.Size())/1e6, runtime.NumCPU(), runtime.Version(), runs)
 	fmt.Printf("xz:   em-imager %.1f MB/s vs curl|xz -dc|dd %.1f MB/s = %.2fx (1 core %.1f MB/s; all/1 core %.2fx)\n",
 		mbps("em-imager .raw.xz, all cores"), mbps("curl | xz -dc | dd oflag=direct"),

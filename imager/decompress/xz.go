@@ -153,6 +153,7 @@ func (x *xzReader) Read(p []byte) (int, error) {
 		if j.chunks == nil && len(j.pending) == 0 {
 			x.sem.Release(j.weight)
 			putBlockBuf(j.out)
+			putBlockBuf(j.comp)
 			j.out, j.comp = nil, nil
 			x.cur = nil
 		}
@@ -417,7 +418,7 @@ func (x *xzReader) dispatchBlock(h blockHeader, index int, off int64) (record, e
 		if err := x.sem.Acquire(x.ctx, weight); err != nil {
 			return record{}, err
 		}
-		comp := make([]byte, total)
+		comp := getBlockBuf(int(total))
 		if _, err := io.ReadFull(x.br, comp); err != nil {
 			x.sem.Release(weight)
 			return record{}, truncOr(err, fmt.Sprintf("block %d", index), x.offset())

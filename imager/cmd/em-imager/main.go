@@ -5,13 +5,30 @@ import (
 	"context"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/cli"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/publish"
 )
 
+// memoryLimit and gcPercent keep the Go heap, and so RSS, bounded: decoding
+// allocates per xz block and the GC would otherwise let garbage grow to
+// twice the live heap (~70 MiB of buffers). The big buffers hold no
+// pointers, so collecting more often costs little CPU. GOMEMLIMIT and GOGC
+// in the environment override them.
+const (
+	memoryLimit = 160 << 20
+	gcPercent   = 30
+)
+
 func main() {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(memoryLimit)
+	}
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(gcPercent)
+	}
 	// SIGINT/SIGTERM cancel the write: the disk is wiped and the report
 	// says "interrupted" (exit 130).
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
