@@ -19,7 +19,8 @@
 //     karpenter.sh/unregistered:NoExecute -> kubelet registerWithTaints.
 //   - NodeSettings (from the NodeClass): version contract (default v1.12),
 //     install image, kubelet settings, labels, kernel args, config patches
-//     (applied last), discovery, strictness, per-NodeClaim bootstrap token.
+//     (applied last; JSON6902 ones address the v1alpha1 document), discovery,
+//     strictness, per-NodeClaim bootstrap token.
 //   - the em-imager report (imager/report): the uplink NIC by permanent MAC
 //     and the install disk (by serial, else path).
 //   - Network (Scaleway API): IPv6 /128 + gateway, nameservers, private

@@ -447,6 +447,20 @@ func TestRenderPerNodeClaimToken(t *testing.T) {
 	}
 }
 
+func TestRenderKubernetesFormNeedsSomeToken(t *testing.T) {
+	bundle, _ := freshBundle(t)
+
+	join, err := ParseJoinSecret("tenants/t", map[string][]byte{KeyKubernetesCA: bundle.Certs.K8s.Crt, KeyEndpoint: []byte(testEndpoint)})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	_, err = Render(join, testNodeClaim("bare-metal-notok"), NodeSettings{}, testReport(), Network{})
+	if err == nil || !strings.Contains(err.Error(), `join secret "tenants/t": missing key token and no per-NodeClaim bootstrap token given`) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
 func TestInputsHash(t *testing.T) {
 	raw := fixedBundle(t)
 
@@ -590,5 +604,26 @@ func TestRenderConcurrent(t *testing.T) {
 	// the shared base config was not modified by the renders
 	if _, ok := join.base.Machine().NodeLabels()["example.com/i"]; ok {
 		t.Error("Render modified the join material's base config")
+	}
+}
+
+// The newest contract this machinery knows renders a valid config too.
+func TestRenderContractV113(t *testing.T) {
+	join, err := ParseJoinSecret("karpenter/join", bundleSecretData(fixedBundle(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	nc := testNodeClaim("bare-metal-113")
+
+	out, err := Render(join, nc, NodeSettings{TalosVersion: "v1.13.0"}, testReport(), testNetwork())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	roundTrip(t, nc, testReport(), testNetwork(), out.Config)
+
+	if strings.Contains(string(out.Config), "network: {}") {
+		t.Error("v1.13 contract should not emit the legacy empty machine.network")
 	}
 }
