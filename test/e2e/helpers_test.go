@@ -61,7 +61,7 @@ func start(t testing.TB, s setup) *env {
 	if err := e.c.WaitHealthy(hctx); err != nil {
 		t.Fatalf("%v", err)
 	}
-	e.track = w.Track(50*time.Millisecond, nil)
+	e.track = w.Track(100*time.Millisecond, nil)
 	t.Cleanup(func() {
 		e.track.Stop()
 		if t.Failed() {
