@@ -629,6 +629,12 @@ func TestOfferAndOrigin(t *testing.T) {
 	if origin, _ := e.cat.ZoneOrigin("nl-ams-2"); origin != snapshot.OriginDerived {
 		t.Errorf("nl-ams-2 origin %s", origin)
 	}
+	// Derived zones are never orderable, whatever their invented stock says.
+	for _, it := range mustTypes(t, e.cat, Filter{Zones: []string{"nl-ams-1", "nl-ams-2", "pl-waw-2", "pl-waw-3", "fr-par-1"}, BillingPeriods: BillingPeriods}) {
+		if n := len(it.Offerings.Available()); n != 0 {
+			t.Errorf("%s: %d available offerings in derived zones", it.Name, n)
+		}
+	}
 	if _, ok := e.cat.ZoneOrigin("mars-1"); ok {
 		t.Error("unknown zone has an origin")
 	}
@@ -664,6 +670,12 @@ func TestRefresh(t *testing.T) {
 	}
 	if !offering(t, find(t, mustTypes(t, e.cat, f), "EM-I220E-NVME"), "fr-par-2", BillingHourly).Available {
 		t.Fatal("EM-I220E-NVME should be available")
+	}
+	// Derived zones become orderable once the API has answered for them.
+	live := find(t, mustTypes(t, e.cat, Filter{Zones: []string{"nl-ams-1"}}), "EM-I220E-NVME")
+	served, _ := e.cat.Offer("nl-ams-1", "EM-I220E-NVME", BillingHourly)
+	if want := served.Stock != baremetal.OfferStockEmpty; offering(t, live, "nl-ams-1", BillingHourly).Available != want {
+		t.Fatalf("nl-ams-1 after refresh: available %v, stock %s", !want, served.Stock)
 	}
 
 	// Stock and price move on the API: the next refresh shows it.

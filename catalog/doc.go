@@ -39,7 +39,10 @@
 //
 // # Availability
 //
-// Available = offer enabled, stock not "empty", and the offering not marked unavailable. MarkUnavailable hides
+// Available = offer enabled, stock not "empty", the offering not marked unavailable, and the zone's data real
+// (recorded or live): zones the embedded snapshot only derives (see catalog/snapshot/README.md) show their
+// offerings as unavailable until their first successful refresh, because their IDs and stock are invented.
+// MarkUnavailable hides
 // an offering for OutOfStockTTL (3m) or QuotaTTL (30m); marks expire lazily on the next call.
 //
 // # Caching

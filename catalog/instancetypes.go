@@ -11,11 +11,14 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider"
 	"sigs.k8s.io/karpenter/pkg/scheduling"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog/snapshot"
 )
 
 // InstanceTypes returns one instance type per offer name that has at least one offering in the filter's zones
 // and billing periods, sorted by name. Offerings that cannot be ordered now (disabled, stock empty, marked
-// unavailable) are kept with Available=false so Karpenter knows the type exists.
+// unavailable, or in a zone whose data is still derived rather than real) are kept with Available=false so
+// Karpenter knows the type exists.
 //
 // Results are cached per filter and rebuilt only when the offers, the unavailable marks, the measured
 // capacities or the filter change. The returned instance types are shared between callers: do not modify them
@@ -91,8 +94,9 @@ func (c *Catalog) buildLocked(n *normalized) []*cloudprovider.InstanceType {
 						scheduling.NewRequirement(karpv1.CapacityTypeLabelKey, corev1.NodeSelectorOpIn, karpv1.CapacityTypeOnDemand),
 						scheduling.NewRequirement(LabelBillingPeriod, corev1.NodeSelectorOpIn, string(billing)),
 					),
-					Price:     price,
-					Available: o.Enable && o.Stock != baremetal.OfferStockEmpty && !marked,
+					Price: price,
+					// Derived zones have invented stock and IDs: visible for planning, never orderable.
+					Available: o.Enable && o.Stock != baremetal.OfferStockEmpty && !marked && zs.origin != snapshot.OriginDerived,
 				})
 				itZones = appendUnique(itZones, zone)
 				itRegions = appendUnique(itRegions, region)
