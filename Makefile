@@ -59,9 +59,10 @@ tidy-check:
 
 ## ---- test ----------------------------------------------------------------
 
-# Debian packages the tests use (xz and zstd build real Talos-like images).
+# Debian packages the tests use (xz and zstd build real Talos-like images; sgdisk
+# cross-checks the simulated Talos-like GPT images).
 deps:
-	@missing=""; for c in xz:xz-utils zstd:zstd curl:curl; do \
+	@missing=""; for c in xz:xz-utils zstd:zstd curl:curl sgdisk:gdisk; do \
 		command -v $${c%%:*} >/dev/null || missing="$$missing $${c##*:}"; done; \
 	if [ -n "$$missing" ]; then echo "installing$$missing"; \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null; fi
