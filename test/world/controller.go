@@ -97,6 +97,12 @@ func (w *World) ControllerEnv() []string {
 		"TALOS_API_PORT=" + strconv.Itoa(w.Machines.TalosAPIPort()),
 	}
 	// Phase timeouts and polling scaled to the simulator's delays.
+	switch w.Opts.Profile {
+	case "test":
+		env = append(env, "KARPENTER_SCALEWAY_EM_API_POLL_INTERVAL=200ms")
+	case "fast":
+		env = append(env, "KARPENTER_SCALEWAY_EM_API_POLL_INTERVAL=1s")
+	}
 	if w.Opts.Profile != "realistic" {
 		env = append(env,
 			"INSTALL_RETRY_INTERVAL=200ms",

@@ -30,9 +30,7 @@ import (
 // image, and then boots into the Talos maintenance API.
 func TestWorldServesTheWholePath(t *testing.T) {
 	w := Start(t, Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-
+	ctx := context.Background()
 	sec, err := w.Clientset.CoreV1().Secrets(w.JoinSecret.Namespace).Get(ctx, w.JoinSecret.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -49,6 +47,15 @@ func TestWorldServesTheWholePath(t *testing.T) {
 		t.Fatalf("published image %+v", img)
 	}
 
+	driveServerByHand(t, w)
+}
+
+// driveServerByHand orders a server with the SDK and takes it through
+// rescue, em-imager and a normal boot into the Talos maintenance API.
+func driveServerByHand(t *testing.T, w *World) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	img := w.Images[w.Opts.TalosVersion]
 	client, err := scw.NewClient(scw.WithAPIURL(w.SimURL), scw.WithAuth("SCWSIMULATED00000000", w.Sim.SecretKey()),
 		scw.WithDefaultZone(scw.ZoneFrPar2), scw.WithDefaultProjectID(w.Sim.Options().ProjectID))
 	if err != nil {
@@ -133,7 +140,7 @@ func TestWorldServesTheWholePath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := s3c.PresignedGetObject(ctx, w.Bucket, w.Prefix+"/"+SchematicID+"/"+DefaultTalosVersion+"/metal-amd64.raw.zst", time.Hour, nil)
+	u, err := s3c.PresignedGetObject(ctx, w.Bucket, w.Prefix+"/"+w.Opts.SchematicID+"/"+w.Opts.TalosVersion+"/metal-amd64.raw.zst", time.Hour, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
