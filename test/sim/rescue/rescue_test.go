@@ -309,3 +309,45 @@ func TestSignalIsDelivered(t *testing.T) {
 		t.Fatalf("wait after SIGTERM: %v", err)
 	}
 }
+
+// BenchmarkSFTPUpload measures uploading a helper-sized binary (8 MiB)
+// through the simulated rescue system, as the controller does per server.
+func BenchmarkSFTPUpload(b *testing.B) {
+	dir := b.TempDir()
+	signer, err := NewHostKey() // any ed25519 key works as a client key
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv, err := Start(Options{Addr: "127.0.0.1:0", Home: filepath.Join(dir, "home"),
+		AuthorizedKeys: []string{string(ssh.MarshalAuthorizedKey(signer.PublicKey()))}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Close()
+	c, err := ssh.Dial("tcp", srv.Addr(), &ssh.ClientConfig{User: User, Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
+		HostKeyCallback: ssh.FixedHostKey(srv.HostKey())})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	sc, err := sftp.NewClient(c, sftp.UseConcurrentWrites(true))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sc.Close()
+	payload := make([]byte, 8<<20)
+	_, _ = rand.Read(payload)
+	b.SetBytes(int64(len(payload)))
+	for b.Loop() {
+		w, err := sc.Create("em-imager")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := w.ReadFrom(bytes.NewReader(payload)); err != nil {
+			b.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
