@@ -120,9 +120,26 @@ type Hosts struct {
 
 var _ scwsim.Host = (*Hosts)(nil)
 
+// ctxMutex is a mutex whose Lock can give up when a context ends. The Talos
+// API's apply handler takes the machine's lock while a power-off holding it
+// waits for that handler (gRPC's Stop waits for running handlers, after
+// cancelling their contexts): the handler must be able to give up.
+type ctxMutex chan struct{}
+
+func (m ctxMutex) Lock()   { m <- struct{}{} }
+func (m ctxMutex) Unlock() { <-m }
+func (m ctxMutex) LockContext(ctx context.Context) error {
+	select {
+	case m <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // host is one machine.
 type host struct {
-	mu         sync.Mutex
+	mu         ctxMutex
 	m          scwsim.Machine
 	dir        string
 	tree       *hardware.Tree
@@ -186,7 +203,7 @@ func (h *Hosts) get(id string, create bool, m scwsim.Machine) (*host, error) {
 	if err != nil {
 		return nil, err
 	}
-	x := &host{m: m, dir: filepath.Join(h.opts.Dir, id), hostKey: key, status: Status{Phase: PhaseOff}}
+	x := &host{mu: make(ctxMutex, 1), m: m, dir: filepath.Join(h.opts.Dir, id), hostKey: key, status: Status{Phase: PhaseOff}}
 	h.machines[id] = x
 	return x, nil
 }
@@ -293,8 +310,10 @@ func (h *Hosts) bootNormal(x *host, log *slog.Logger) error {
 	m, err := talosapi.StartMaintenance(talosapi.MaintenanceOptions{
 		Addr:   net.JoinHostPort(x.m.IPv4, strconv.Itoa(h.opts.TalosPort)),
 		Logger: log,
-		OnApply: func(_ context.Context, cfg config.Provider, raw []byte) error {
-			x.mu.Lock()
+		OnApply: func(ctx context.Context, cfg config.Provider, raw []byte) error {
+			if err := x.mu.LockContext(ctx); err != nil {
+				return err
+			}
 			defer x.mu.Unlock()
 			if x.bootCount != bootCount {
 				return errors.New("machine rebooted while applying the configuration")

@@ -725,3 +725,61 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("address clash: %v", err)
 	}
 }
+
+// A power-off while ApplyConfiguration waits for the machine must neither
+// deadlock nor store the config.
+func TestPowerOffDuringApply(t *testing.T) {
+	ctx := context.Background()
+	h := newHosts(t, Options{DiskSizeDivisor: 20000})
+	m := newMachine(t, "EM-A610R-NVME")
+	if err := h.Boot(ctx, m, scwsim.BootRescue, nil); err != nil {
+		t.Fatal(err)
+	}
+	tree, err := h.Hardware(m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := diskimage.BuildTalosLikeImage(tree.DevicePath("nvme0n1"), 8<<20); err != nil {
+		t.Fatal(err)
+	}
+	h.PowerOff(m.ID)
+	if err := h.Boot(ctx, m, scwsim.BootNormal, nil); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := h.Status(m.ID)
+	tc, err := talosclient.New(ctx, talosclient.WithEndpoints(st.TalosAddr), talosclient.WithTLSConfig(&tls.Config{InsecureSkipVerify: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+
+	x, err := h.get(m.ID, false, scwsim.Machine{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.mu.Lock() // the machine is busy: the apply handler has to wait
+	applied := make(chan error, 1)
+	go func() {
+		_, err := tc.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: workerConfig(t, "race", "scaleway-em://fr-par-2/"+m.ID)})
+		applied <- err
+	}()
+	time.Sleep(500 * time.Millisecond) // let the call reach the handler
+	stopped := make(chan struct{})
+	go func() {
+		x.bootCount++
+		h.stopLocked(x, true) // what PowerOff does under the lock
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("power-off deadlocked with a running ApplyConfiguration")
+	}
+	x.mu.Unlock()
+	if err := <-applied; err == nil {
+		t.Fatal("apply succeeded on a machine that powered off")
+	}
+	if cfg, err := diskimage.ReadState(tree.DevicePath("nvme0n1")); err != nil || cfg != nil {
+		t.Fatalf("config stored by an interrupted apply: %q %v", cfg, err)
+	}
+}
