@@ -23,12 +23,6 @@ const (
 )
 
 func main() {
-	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(memoryLimit)
-	}
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(gcPercent)
-	}
 	// SIGINT/SIGTERM cancel the write: the disk is wiped and the report
 	// says "interrupted" (exit 130).
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -43,6 +37,14 @@ func main() {
 		stop()
 		os.Exit(code)
 	default:
+		// write/inspect only: publish runs elsewhere, with encoders that
+		// want more memory.
+		if os.Getenv("GOMEMLIMIT") == "" {
+			debug.SetMemoryLimit(memoryLimit)
+		}
+		if os.Getenv("GOGC") == "" {
+			debug.SetGCPercent(gcPercent)
+		}
 		code := cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
 		stop()
 		os.Exit(code)
