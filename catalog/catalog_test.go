@@ -804,7 +804,7 @@ func TestStart(t *testing.T) {
 	if refreshes() != 1 {
 		t.Fatal("refreshed before interval - jitter")
 	}
-	e.clock.Step(time.Duration(float64(DefaultRefreshInterval) * 2 * DefaultRefreshJitter))
+	e.clock.Step(time.Duration(float64(DefaultRefreshInterval) * 0.5)) // past interval + jitter
 	waitFor("the second refresh", func() bool { return refreshes() == 2 })
 	cancel()
 	<-done

@@ -8,8 +8,10 @@
 //
 //	cat := catalog.New(catalog.Options{Client: scwClient, Logger: log, Registerer: crmetrics.Registry})
 //	go cat.Start(ctx)                                            // refresh now, then every 5m ± 20%
-//	periods, ok := catalog.BillingPeriodsFor(nodeClassPeriods, scheduling.NewNodeSelectorRequirementsWithMinValues(nodePool.Spec.Template.Spec.Requirements...))
-//	its, err := cat.InstanceTypes(ctx, catalog.Filter{Zones: zones, BillingPeriods: periods, CommitmentMonths: 12, Kubelet: kubelet})
+//	reqs := scheduling.NewNodeSelectorRequirementsWithMinValues(nodePool.Spec.Template.Spec.Requirements...)
+//	periods, ok := catalog.BillingPeriodsFor(nodeClassPeriods, reqs) // !ok: return no instance types
+//	its, err := cat.InstanceTypes(ctx, catalog.Filter{Zones: zones, BillingPeriods: periods,
+//		CommitmentMonths: 12, Kubelet: kubelet, Requirements: reqs})
 //	offer, ok := cat.Offer("fr-par-2", "EM-I220E-NVME", catalog.BillingMonthly)  // offer.ID to order
 //	cat.MarkUnavailable("fr-par-2", "EM-I220E-NVME", catalog.BillingMonthly, catalog.ReasonOutOfStock)
 //	cat.ObserveCapacity("EM-I220E-NVME", node.Status.Capacity)  // measured capacity replaces the estimate
