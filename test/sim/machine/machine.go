@@ -80,6 +80,9 @@ type Options struct {
 	NotReadyAfter time.Duration
 	// NeverReady picks machines whose Node registers but never becomes Ready.
 	NeverReady func(m scwsim.Machine) bool
+	// Hardware, when set, adjusts a machine's hardware before each boot
+	// (e.g. add a mount to make a disk busy, mark a disk removable).
+	Hardware func(m scwsim.Machine, spec *hardware.Spec)
 	Logger     *slog.Logger
 }
 
@@ -232,6 +235,9 @@ func (h *Hosts) Boot(_ context.Context, m scwsim.Machine, mode scwsim.BootMode, 
 	spec, err := hardware.FromOffer(m.Offer, m.MACs, m.ID, h.opts.DiskSizeDivisor)
 	if err != nil {
 		return fmt.Errorf("machine %s: %w", m.ID, err)
+	}
+	if h.opts.Hardware != nil {
+		h.opts.Hardware(m, &spec)
 	}
 	if x.tree, err = hardware.Create(x.dir, spec); err != nil {
 		return fmt.Errorf("machine %s: hardware: %w", m.ID, err)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/report"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/diskimage"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/hardware"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/talosapi"
@@ -781,5 +782,36 @@ func TestPowerOffDuringApply(t *testing.T) {
 	}
 	if cfg, err := diskimage.ReadState(tree.DevicePath("nvme0n1")); err != nil || cfg != nil {
 		t.Fatalf("config stored by an interrupted apply: %q %v", cfg, err)
+	}
+}
+
+// Hardware faults reach em-imager through the fake tree: a mounted disk is
+// refused, auto-selection moves on to the next one.
+func TestBusyDiskRefusedByImager(t *testing.T) {
+	ctx := context.Background()
+	imager := emImager(t)
+	h := newHosts(t, Options{DiskSizeDivisor: 20000, Hardware: func(m scwsim.Machine, spec *hardware.Spec) {
+		spec.ExtraMounts = append(spec.ExtraMounts, hardware.Mount{Device: "/dev/nvme0n1", Point: "/mnt", FSType: "ext4", Options: "rw"})
+	}})
+	m := newMachine(t, "EM-A610R-NVME")
+	key, authorized := newKey(t)
+	if err := h.Boot(ctx, m, scwsim.BootRescue, []string{authorized}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := sshClient(t, h, m, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	upload(t, c, imager, "em-imager")
+	r, code, stderr := runReport(t, c, "sudo ./em-imager inspect")
+	if code != 0 || r.Disk == nil || r.Disk.Path != "/dev/nvme1n1" {
+		t.Fatalf("inspect with nvme0n1 mounted: exit %d disk %+v\n%s", code, r.Disk, stderr)
+	}
+	img, sum := talosImage(t, 8<<20)
+	srv := imageServer(t, img)
+	r, code, _ = runReport(t, c, fmt.Sprintf("sudo ./em-imager write --image %s/i.raw --sha256 %s --disk /dev/nvme0n1", srv.URL, sum))
+	if code == 0 || r.OK || r.Error.Code != report.CodeDiskBusy {
+		t.Fatalf("write to a mounted disk: exit %d %+v", code, r.Error)
 	}
 }
