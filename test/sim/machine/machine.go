@@ -83,7 +83,7 @@ type Options struct {
 	// Hardware, when set, adjusts a machine's hardware before each boot
 	// (e.g. add a mount to make a disk busy, mark a disk removable).
 	Hardware func(m scwsim.Machine, spec *hardware.Spec)
-	Logger     *slog.Logger
+	Logger   *slog.Logger
 }
 
 // Phase is what a machine is doing.
