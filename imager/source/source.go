@@ -79,7 +79,8 @@ type Reader struct {
 	attemptCx context.CancelFunc
 	stall     *time.Timer
 	stalled   atomic.Bool
-	mu        sync.Mutex
+	mu        sync.Mutex // offset, resumes (read by progress reporters)
+	readMu    sync.Mutex // held by Read, so Close never pulls the body from under it
 
 	size     int64 // total length, -1 when unknown
 	etag     string
@@ -366,6 +367,8 @@ func (s stallReader) Read(p []byte) (int, error) {
 
 // Read delivers the next bytes of the object, resuming transparently.
 func (r *Reader) Read(p []byte) (int, error) {
+	r.readMu.Lock()
+	defer r.readMu.Unlock()
 	if r.err != nil {
 		return 0, r.err
 	}
@@ -420,13 +423,17 @@ func (r *Reader) Read(p []byte) (int, error) {
 	}
 }
 
-// Close ends the download.
+// Close ends the download. It may be called while another goroutine is in
+// Read: the cancellation makes that Read return.
 func (r *Reader) Close() error {
+	r.cancel()
+	if r.readMu.TryLock() {
+		r.closeBody()
+		r.readMu.Unlock()
+	}
 	if r.file != nil {
 		r.file.Close()
 	}
-	r.closeBody()
-	r.cancel()
 	return nil
 }
 

@@ -329,3 +329,39 @@ func TestManyInterruptions(t *testing.T) {
 		t.Fatalf("resumes = %d, want 10", r.Resumes())
 	}
 }
+
+// TestCloseDuringRead closes the reader while another goroutine is blocked
+// in Read (what em-imager does on SIGTERM): the Read must return.
+func TestCloseDuringRead(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		w.Header().Set("Content-Length", "1000000")
+		w.WriteHeader(200)
+		w.Write(make([]byte, 10))
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-req.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	o := fastOpts()
+	o.StallTimeout = time.Hour
+	r, err := Open(context.Background(), srv.URL, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error)
+	go func() {
+		_, err := io.ReadAll(r)
+		done <- err
+	}()
+	for r.Offset() < 10 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	r.Close()
+	if err := <-done; err == nil {
+		t.Fatal("Read returned no error after Close")
+	}
+}
