@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/manifest"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/publish"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/diskimage"
 )
@@ -44,7 +43,7 @@ func (w *World) PublishImage(ctx context.Context, version string) (Image, error)
 	}
 	o := &publish.Options{
 		Input: raw, SchematicID: w.Opts.SchematicID, TalosVersion: version, Arch: "amd64", Prefix: w.Prefix,
-		Formats: []string{manifest.FormatZstd, manifest.FormatXZ}, BlockSize: 1 << 20, SectorSize: 512, VerifyOutput: true,
+		Formats: w.Opts.ImageFormats, BlockSize: 1 << 20, SectorSize: 512, VerifyOutput: true,
 		XZEncoder: "auto", WorkDir: dir,
 		S3: publish.S3Config{Endpoint: w.S3.Endpoint, Bucket: w.Bucket, Region: w.S3.Region,
 			AccessKey: w.S3.AccessKey, SecretKey: w.S3.SecretKey},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"strings"
 	"time"
 
 	coreconfig "github.com/siderolabs/talos/pkg/machinery/config"
@@ -42,7 +43,7 @@ func (w *World) createJoinSecret(ctx context.Context) (Join, error) {
 		return Join{}, err
 	}
 	id, secret := randomToken(6), randomToken(16)
-	j := Join{CA: ca, Endpoint: w.Kube.Config.Host, Token: id + "." + secret}
+	j := Join{CA: ca, Endpoint: strings.TrimSuffix(w.Kube.Config.Host, "/"), Token: id + "." + secret}
 
 	_, err = w.Clientset.CoreV1().Secrets("kube-system").Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "bootstrap-token-" + id, Namespace: "kube-system"},

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/manifest"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testenv"
 )
@@ -67,6 +68,9 @@ type Options struct {
 	// Dir holds every log, disk and bucket; empty: a temporary directory
 	// (t.TempDir() under Start) removed on Stop.
 	Dir string
+	// ImageFormats published: zstd (default, what the controller prefers)
+	// and/or xz (slower to publish).
+	ImageFormats []string
 	// Host tunes the simulated machines.
 	Host HostOptions
 	// Logf receives progress lines (nil: discarded; Start uses t.Logf).
@@ -160,6 +164,9 @@ func New(ctx context.Context, opts Options) (w *World, err error) {
 	if opts.ImageSize == 0 {
 		opts.ImageSize = DefaultImageSize
 	}
+	if len(opts.ImageFormats) == 0 {
+		opts.ImageFormats = []string{manifest.FormatZstd}
+	}
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
@@ -199,34 +206,41 @@ func New(ctx context.Context, opts Options) (w *World, err error) {
 		}
 	}
 
-	// Kubernetes and S3 start side by side: both take seconds.
-	type s3res struct {
-		s3  *testenv.S3
-		err error
-	}
-	s3ch := make(chan s3res, 1)
+	// Kubernetes, and S3 with the image, start side by side: both take seconds.
+	s3ch := make(chan error, 1)
+	t0 := time.Now()
 	go func() {
 		s3, err := testenv.NewS3(ctx, testenv.S3Options{Dir: filepath.Join(w.Dir, "s3")})
-		s3ch <- s3res{s3, err}
+		if err != nil {
+			s3ch <- fmt.Errorf("S3: %w", err)
+			return
+		}
+		w.S3 = s3
+		w.onStop(s3.Stop)
+		if err := s3.CreateBucket(ctx, w.Bucket); err != nil {
+			s3ch <- fmt.Errorf("S3 bucket %s: %w", w.Bucket, err)
+			return
+		}
+		img, err := w.PublishImage(ctx, opts.TalosVersion)
+		if err == nil {
+			logf("world: S3 %s holds Talos-like image %s (raw sha256 %.12s, %d MiB, %s) after %s", s3.Endpoint,
+				img.TalosVersion, img.RawSHA256, opts.ImageSize>>20, strings.Join(opts.ImageFormats, "+"), time.Since(t0).Round(time.Millisecond))
+		}
+		s3ch <- err
 	}()
-	t0 := time.Now()
 	kube, kerr := testenv.NewKube(ctx, testenv.KubeOptions{Dir: filepath.Join(w.Dir, "kube"), CRDs: apis.CRDs})
-	r := <-s3ch
-	if r.s3 != nil {
-		w.S3 = r.s3
-		w.onStop(r.s3.Stop)
-	}
 	if kube != nil {
 		w.Kube = kube
 		w.onStop(kube.Stop)
 	}
+	s3err := <-s3ch
 	if kerr != nil {
 		return w, fmt.Errorf("kube-apiserver: %w", kerr)
 	}
-	if r.err != nil {
-		return w, fmt.Errorf("S3: %w", r.err)
+	if s3err != nil {
+		return w, s3err
 	}
-	logf("world: kube-apiserver %s and S3 %s up in %s", kube.Config.Host, w.S3.Endpoint, time.Since(t0).Round(time.Millisecond))
+	logf("world: kube-apiserver %s up after %s", kube.Config.Host, time.Since(t0).Round(time.Millisecond))
 	if w.Clientset, err = kubernetes.NewForConfig(kube.Config); err != nil {
 		return w, err
 	}
@@ -237,17 +251,6 @@ func New(ctx context.Context, opts Options) (w *World, err error) {
 	}
 	w.Scheduler = sched
 	w.onStop(sched.Stop)
-
-	if err := w.S3.CreateBucket(ctx, w.Bucket); err != nil {
-		return w, fmt.Errorf("S3 bucket %s: %w", w.Bucket, err)
-	}
-	t0 = time.Now()
-	img, err := w.PublishImage(ctx, opts.TalosVersion)
-	if err != nil {
-		return w, err
-	}
-	logf("world: published Talos-like image %s (raw sha256 %.12s, %d MiB) in %s", img.TalosVersion, img.RawSHA256,
-		opts.ImageSize>>20, time.Since(t0).Round(time.Millisecond))
 
 	if err := w.createNamespace(ctx, opts.SystemNamespace); err != nil {
 		return w, err

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,7 +40,7 @@ func TestWorldServesTheWholePath(t *testing.T) {
 	if err != nil {
 		t.Fatalf("join Secret does not parse: %v", err)
 	}
-	if join.Form() != talosgen.FormKubernetes || join.Endpoint() != w.Kube.Config.Host || !join.HasTalosSecrets() {
+	if join.Form() != talosgen.FormKubernetes || join.Endpoint() != strings.TrimSuffix(w.Kube.Config.Host, "/") || !join.HasTalosSecrets() {
 		t.Errorf("join material %v: want the kubernetes form with Talos secrets and endpoint %s", join, w.Kube.Config.Host)
 	}
 	img := w.Images[DefaultTalosVersion]

@@ -116,8 +116,8 @@ func (d *demo) run(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeCla
 		TalosVersion: nc.Spec.Image.TalosVersion, SchematicID: nc.Spec.Image.SchematicID,
 		Bucket: nc.Spec.Image.Bucket, Prefix: nc.Spec.Image.Prefix,
 		SystemNamespace: ref.Namespace, JoinSecretName: ref.Name,
-		ImageSize: 256 << 20,
-		Logf:      func(f string, a ...any) { d.printf(f, a...) },
+		ImageSize: 256 << 20, ImageFormats: []string{"zstd", "xz"},
+		Logf: func(f string, a ...any) { d.printf(f, a...) },
 	})
 	if err != nil {
 		return err
