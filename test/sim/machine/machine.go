@@ -427,11 +427,11 @@ func (h *Hosts) PowerOff(serverID string) {
 	h.stopLocked(x, true)
 }
 
-// Delete implements scwsim.Host: the machine is powered off and its disks released.
+// Delete implements scwsim.Host: the machine is powered off and its disks
+// released; once Status reports it unknown, its directory is gone.
 func (h *Hosts) Delete(serverID string) {
 	h.mu.Lock()
 	x, ok := h.machines[serverID]
-	delete(h.machines, serverID)
 	h.mu.Unlock()
 	if !ok {
 		return
@@ -443,6 +443,11 @@ func (h *Hosts) Delete(serverID string) {
 	if err := os.RemoveAll(x.dir); err != nil {
 		h.log.Warn("remove machine dir", "server", serverID, "err", err)
 	}
+	h.mu.Lock()
+	if h.machines[serverID] == x {
+		delete(h.machines, serverID)
+	}
+	h.mu.Unlock()
 }
 
 // Close powers every machine off (without marking Nodes Unknown) and cancels pending timers.
