@@ -25,7 +25,7 @@ const maxCallsPerServer = 80
 // 12-thread offer: two instance types from one NodePool.
 func TestScaleUpFromZeroThenConsolidate(t *testing.T) {
 	e := start(t, setup{})
-	small := e.run("small", 3, "3", "1Gi", false)
+	small := e.run("small", 3, "3", "1Gi", true)
 	big := e.run("big", 1, "10", "4Gi", false)
 	e.waitBound("small", 3, waitLong)
 	e.waitBound("big", 1, waitLong)
