@@ -21,8 +21,14 @@
 // the node lifecycle controller would); Delete also removes the disks.
 //
 //	hosts, err := machine.New(machine.Options{Dir: dir, Kube: clientset})
-//	sim := scwsim.New(..., hosts) // the EM API simulator drives it
+//	opts, _ := scwsim.Profile(scwsim.ProfileTest)
+//	opts.Host = hosts // the EM API simulator drives it
 //	defer hosts.Close()
+//
+// Run its tests (they start a real kube-apiserver from bin/, see test/testenv,
+// and use $TEST_ASSET_EM_IMAGER or build ./imager/cmd/em-imager):
+//
+//	go test -count=1 -race ./test/sim/machine/
 package machine
 
 import (
@@ -80,6 +86,9 @@ type Options struct {
 	NotReadyAfter time.Duration
 	// NeverReady picks machines whose Node registers but never becomes Ready.
 	NeverReady func(m scwsim.Machine) bool
+	// OnEvent, when set, is told what each machine does (called with the
+	// machine's lock held: do not call back into Hosts from it).
+	OnEvent func(Event)
 	// Hardware, when set, adjusts a machine's hardware before each boot
 	// (e.g. add a mount to make a disk busy, mark a disk removable).
 	Hardware func(m scwsim.Machine, spec *hardware.Spec)
@@ -96,6 +105,22 @@ const (
 	PhaseMaintenance Phase = "maintenance" // Talos maintenance API up
 	PhaseRunning     Phase = "running"     // Talos configured, kubelet started
 )
+
+// Event is something a machine did, for progress displays and assertions.
+type Event struct {
+	At       time.Time
+	ServerID string
+	// What: rescue, boot-empty, boot-bad-state, maintenance, applied,
+	// kubelet, join-rejected, poweroff, deleted.
+	What   string
+	Detail string
+}
+
+func (h *Hosts) event(id, what, detail string) {
+	if h.opts.OnEvent != nil {
+		h.opts.OnEvent(Event{At: time.Now(), ServerID: id, What: what, Detail: detail})
+	}
+}
 
 // Status is a machine's state, for tests and the demo.
 type Status struct {
@@ -273,6 +298,7 @@ func (h *Hosts) bootRescue(x *host, keys []string, log *slog.Logger) error {
 	x.rescue = srv
 	x.status = Status{Phase: PhaseRescue, SSHAddr: srv.Addr()}
 	log.Info("rescue system up", "ssh", srv.Addr())
+	h.event(x.m.ID, "rescue", srv.Addr())
 	return nil
 }
 
@@ -295,6 +321,7 @@ func (h *Hosts) bootNormal(x *host, log *slog.Logger) error {
 	if layout == nil {
 		x.status = Status{Phase: PhaseNoOS, BootError: fmt.Sprint(errs)}
 		log.Info("no bootable disk", "why", errs)
+		h.event(x.m.ID, "boot-empty", fmt.Sprint(errs))
 		return nil
 	}
 	x.status = Status{BootDisk: disk}
@@ -302,6 +329,7 @@ func (h *Hosts) bootNormal(x *host, log *slog.Logger) error {
 	if err != nil {
 		// A corrupt STATE: Talos would not find a config and fall back to maintenance.
 		log.Warn("STATE unreadable", "err", err)
+		h.event(x.m.ID, "boot-bad-state", err.Error())
 		raw = nil
 	}
 	if raw != nil {
@@ -311,6 +339,7 @@ func (h *Hosts) bootNormal(x *host, log *slog.Logger) error {
 			return nil
 		}
 		log.Warn("stored config unreadable, entering maintenance", "err", err)
+		h.event(x.m.ID, "boot-bad-state", err.Error())
 	}
 	bootCount := x.bootCount
 	m, err := talosapi.StartMaintenance(talosapi.MaintenanceOptions{
@@ -328,6 +357,7 @@ func (h *Hosts) bootNormal(x *host, log *slog.Logger) error {
 				return fmt.Errorf("failed to save config: %w", err)
 			}
 			x.maintenance = nil // it stops itself once this call returns
+			h.event(x.m.ID, "applied", "")
 			h.startKubeletLocked(x, cfg, layout, log)
 			return nil
 		},
@@ -339,6 +369,7 @@ func (h *Hosts) bootNormal(x *host, log *slog.Logger) error {
 	x.status.Phase = PhaseMaintenance
 	x.status.TalosAddr = m.Addr()
 	log.Info("talos maintenance api up", "addr", m.Addr())
+	h.event(x.m.ID, "maintenance", m.Addr())
 	return nil
 }
 
@@ -350,6 +381,7 @@ func (h *Hosts) startKubeletLocked(x *host, cfg config.Provider, layout *diskima
 	x.status.TalosAddr = ""
 	if h.opts.Kube == nil {
 		x.status.KubeletError = "no Kubernetes client configured in the simulator"
+		h.event(x.m.ID, "join-rejected", x.status.KubeletError)
 		return
 	}
 	offer := x.m.Offer
@@ -382,11 +414,13 @@ func (h *Hosts) startKubeletLocked(x *host, cfg config.Provider, layout *diskima
 	if err != nil {
 		x.status.KubeletError = err.Error()
 		log.Warn("kubelet cannot join", "err", err)
+		h.event(x.m.ID, "join-rejected", err.Error())
 		return
 	}
 	x.kubelet = k
 	x.status.NodeName = k.NodeName()
 	log.Info("kubelet started", "node", k.NodeName())
+	h.event(x.m.ID, "kubelet", k.NodeName())
 }
 
 // stopLocked powers the machine off: listeners, commands, heartbeat.
@@ -425,6 +459,7 @@ func (h *Hosts) PowerOff(serverID string) {
 	defer x.mu.Unlock()
 	x.bootCount++
 	h.stopLocked(x, true)
+	h.event(serverID, "poweroff", "")
 }
 
 // Delete implements scwsim.Host: the machine is powered off and its disks
@@ -443,6 +478,7 @@ func (h *Hosts) Delete(serverID string) {
 	if err := os.RemoveAll(x.dir); err != nil {
 		h.log.Warn("remove machine dir", "server", serverID, "err", err)
 	}
+	h.event(serverID, "deleted", "")
 	h.mu.Lock()
 	if h.machines[serverID] == x {
 		delete(h.machines, serverID)

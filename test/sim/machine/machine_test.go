@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -324,7 +325,15 @@ func TestRescueImageBootJoin(t *testing.T) {
 	ctx := context.Background()
 	imager := emImager(t)
 	kube := startKube(t)
-	h := newHosts(t, Options{Kube: kube, DiskSizeDivisor: 20000})
+	var (
+		evMu   sync.Mutex
+		events []string
+	)
+	h := newHosts(t, Options{Kube: kube, DiskSizeDivisor: 20000, OnEvent: func(e Event) {
+		evMu.Lock()
+		events = append(events, e.What)
+		evMu.Unlock()
+	}})
 	m := newMachine(t, "EM-A610R-NVME")
 	key, authorized := newKey(t)
 
@@ -505,6 +514,12 @@ func TestRescueImageBootJoin(t *testing.T) {
 	}
 	if _, err := h.Status(m.ID); err == nil {
 		t.Fatal("deleted machine still has a status")
+	}
+	evMu.Lock()
+	defer evMu.Unlock()
+	want := "boot-empty,poweroff,rescue,poweroff,maintenance,applied,kubelet,poweroff,kubelet,poweroff,rescue,poweroff,maintenance,deleted"
+	if got := strings.Join(events, ","); got != want {
+		t.Fatalf("events\n got %s\nwant %s", got, want)
 	}
 }
 
