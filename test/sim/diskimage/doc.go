@@ -39,4 +39,8 @@
 // Make an image for a test:
 //
 //	err := diskimage.BuildTalosLikeImage(filepath.Join(dir, "metal-amd64.raw"), 16<<20, diskimage.WithTalosVersion("v1.12.1"))
+//
+// Tests (sgdisk, Debian package gdisk, cross-checks the GPT; `make deps` installs it):
+//
+//	go test -count=1 -race ./test/sim/diskimage/
 package diskimage

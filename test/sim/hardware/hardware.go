@@ -29,6 +29,11 @@
 // SSD/HDD (SATA) disks are sda, sdb..., MMC is mmcblk0; their sizes are the
 // offer's divided by a factor so tests stay small (sparse files, so even
 // factor 1 costs no space until written).
+//
+//	spec, err := hardware.FromOffer(offer, macs, serverID, 1000)
+//	tree, err := hardware.Create(dir, spec) // EM_IMAGER_SYSROOT=tree.Sysroot
+//
+// Tests: go test -count=1 -race ./test/sim/hardware/
 package hardware
 
 import (

@@ -23,6 +23,11 @@
 //
 //	srv, err := rescue.Start(rescue.Options{Addr: "127.0.0.7:2222", AuthorizedKeys: keys, Home: home, BinDir: bin})
 //	defer srv.Close()
+//
+// Tests and the SFTP upload benchmark:
+//
+//	go test -count=1 -race ./test/sim/rescue/
+//	go test -run '^$' -bench . ./test/sim/rescue/
 package rescue
 
 import (

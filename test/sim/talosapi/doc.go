@@ -43,4 +43,9 @@
 // cluster CA and the endpoint must match. MarkUnknown does what the node
 // lifecycle controller would after a heartbeat stops (no
 // kube-controller-manager runs in the simulated world).
+//
+// Tests use machinery's client and a real kube-apiserver (test/testenv; run
+// `make tools` once):
+//
+//	go test -count=1 -race ./test/sim/talosapi/
 package talosapi
