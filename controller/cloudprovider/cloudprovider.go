@@ -257,9 +257,10 @@ func (c *CloudProvider) install(ctx context.Context, claim *karpv1.NodeClaim, nc
 		return fmt.Errorf("rescue SSH key: %w", err)
 	}
 	job := &install.Job{
-		Server:            srv,
-		SSHKeyIDs:         keyIDs,
-		Image:             install.Image{URL: img.URL, SHA256: img.RawSHA256, Format: img.Format, Disk: nc.Spec.Rescue.Disk, VerifyReadback: nc.Spec.Rescue.VerifyReadback},
+		Server:    srv,
+		SSHKeyIDs: keyIDs,
+		Image: install.Image{URL: img.URL, SHA256: img.RawSHA256, Format: img.Format, RawSize: img.RawSize,
+			Disk: nc.Spec.Rescue.Disk, VerifyReadback: nc.Spec.Rescue.VerifyReadback},
 		PrivateNetworkIDs: nc.Spec.PrivateNetworkIDs,
 		Render: func(ctx context.Context, hw *report.Report, network talosgen.Network) ([]byte, error) {
 			return c.render(ctx, claim, nc, srv, hw, network)

@@ -79,6 +79,7 @@ type Image struct {
 	SHA256         string // of the raw image
 	Format         string
 	Disk           string
+	RawSize        int64
 	VerifyReadback bool
 }
 
@@ -278,7 +279,7 @@ func (i *Installer) image(ctx context.Context, log logr.Logger, job *Job, srv *b
 	lastPct := -1
 	rep, err := rescue.RunImager(wctx, sess, rescue.ImagerArgs{
 		Binary: i.Imager, ImageURL: job.Image.URL, SHA256: job.Image.SHA256, Format: job.Image.Format,
-		Disk: job.Image.Disk, VerifyReadback: job.Image.VerifyReadback,
+		Disk: job.Image.Disk, RawSize: job.Image.RawSize, VerifyReadback: job.Image.VerifyReadback,
 	}, func(p report.Progress) {
 		if p.TotalIn <= 0 {
 			return

@@ -206,6 +206,7 @@ type ImagerArgs struct {
 	SHA256         string
 	Format         string // auto|xz|zstd|raw
 	Disk           string // auto or a device path
+	RawSize        int64  // from the manifest: lets --disk auto pick the smallest disk that fits
 	VerifyReadback bool
 }
 
@@ -219,6 +220,9 @@ func WriteCommand(a ImagerArgs) string {
 		"--image", a.ImageURL, "--sha256", a.SHA256,
 		"--disk", orDefault(a.Disk, "auto"), "--format", orDefault(a.Format, "auto"),
 		"--progress", "json"}
+	if a.RawSize > 0 {
+		args = append(args, "--image-size", strconv.FormatInt(a.RawSize, 10))
+	}
 	if a.VerifyReadback {
 		args = append(args, "--verify-readback")
 	}

@@ -161,8 +161,8 @@ func TestWrongKeyIsRefusedAndHostKeyPinnedPerBoot(t *testing.T) {
 }
 
 func TestWriteCommandQuotesArguments(t *testing.T) {
-	cmd := WriteCommand(ImagerArgs{ImageURL: "https://x/y?a=1&b='2'", SHA256: "ab", VerifyReadback: true})
-	for _, want := range []string{`'https://x/y?a=1&b='\''2'\'''`, "'--verify-readback'", "'--disk' 'auto'", "sudo -n"} {
+	cmd := WriteCommand(ImagerArgs{ImageURL: "https://x/y?a=1&b='2'", SHA256: "ab", VerifyReadback: true, RawSize: 4096})
+	for _, want := range []string{`'https://x/y?a=1&b='\''2'\'''`, "'--verify-readback'", "'--disk' 'auto'", "'--image-size' '4096'", "sudo -n"} {
 		if !strings.Contains(cmd, want) {
 			t.Errorf("command %q lacks %q", cmd, want)
 		}
