@@ -12,8 +12,9 @@
 
 TOOLS_DIR := $(ROOT)/test/tools
 # -mod=readonly: a go.mod/go.sum that does not cover the build fails loudly
-# instead of being rewritten behind the reviewer's back.
-TOOLS_GOENV := CGO_ENABLED=0 GOFLAGS=-mod=readonly GOTOOLCHAIN=local
+# instead of being rewritten silently. -buildvcs=false: the tool modules sit in
+# this git tree, and their binaries need no VCS stamp (nor a working git).
+TOOLS_GOENV := CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" GOTOOLCHAIN=local
 
 # The Kubernetes release kube-apiserver and kube-scheduler are built from
 # (must match test/tools/kubernetes/go.mod); stamped into the binaries because
