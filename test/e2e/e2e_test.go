@@ -19,7 +19,7 @@ import (
 // Calls about one server over its whole life (order, delivery polls, tag
 // updates for each phase, reboots, private networks, delete): generous, but
 // far below what per-node polling at a fixed rate would make.
-const maxCallsPerServer = 80
+const maxCallsPerServer = 40
 
 // Pods of 3 CPUs fit the cheapest 4-thread offer one per node; 10 CPUs need a
 // 12-thread offer: two instance types from one NodePool.
