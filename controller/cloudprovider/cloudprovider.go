@@ -28,6 +28,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/bootstraptoken"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagesource"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeclass"
@@ -57,6 +58,8 @@ type Options struct {
 	ProjectID string
 	// IPv6Gateway for the nodes' static IPv6 route; empty: learnt from router advertisements.
 	IPv6Gateway string
+	// Tokens makes per-NodeClaim bootstrap tokens (NodeClass bootstrapToken: PerNodeClaim).
+	Tokens *bootstraptoken.Manager
 }
 
 // CloudProvider is Karpenter's CloudProvider for Elastic Metal.
@@ -308,9 +311,18 @@ func (c *CloudProvider) render(ctx context.Context, claim *karpv1.NodeClaim, nc 
 	}
 	network.PrivateNetworks = vlans
 	// talosgen reads the provider ID from the NodeClaim's status.
+	settings := nodeclass.Settings(nc)
+	if nc.Spec.Talos.BootstrapToken == v1alpha1.BootstrapTokenPerNodeClaim {
+		if c.opts.Tokens == nil {
+			return nil, errors.New("per-nodeclaim bootstrap tokens are not enabled in this controller")
+		}
+		if settings.BootstrapToken, err = c.opts.Tokens.Ensure(ctx, claim.Name); err != nil {
+			return nil, err
+		}
+	}
 	withID := claim.DeepCopy()
 	withID.Status.ProviderID = scaleway.ProviderID(srv.Zone, srv.ID)
-	out, err := talosgen.Render(join, withID, nodeclass.Settings(nc), hw, network)
+	out, err := talosgen.Render(join, withID, settings, hw, network)
 	if err != nil {
 		return nil, err
 	}

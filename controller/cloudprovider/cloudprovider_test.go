@@ -29,6 +29,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/bootstraptoken"
 	cp "github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/cloudprovider"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/operator"
@@ -616,5 +617,53 @@ func TestNodeClassNotReadyReasons(t *testing.T) {
 				t.Fatalf("%d servers ordered for a broken nodeclass", n)
 			}
 		})
+	}
+}
+
+// PerNodeClaim: the node joins with its own token, which the garbage
+// collection deletes once the NodeClaim registered.
+func TestPerNodeClaimBootstrapToken(t *testing.T) {
+	e := startEnv(t, nil)
+	nc := e.nc.DeepCopy()
+	nc.Spec.Talos.BootstrapToken = v1alpha1.BootstrapTokenPerNodeClaim
+	if err := e.kube.Update(e.ctx, nc); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcileNodeClass()
+	claim := e.nodeClaim()
+	got, err := e.p.CloudProvider.Create(e.ctx, claim)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	e.waitNode(got.Status.ProviderID)
+	tokens := func() []corev1.Secret {
+		list := &corev1.SecretList{}
+		if err := e.kube.List(e.ctx, list, client.InNamespace("kube-system"), client.MatchingLabels{bootstraptoken.LabelNodeClaim: claim.Name}); err != nil {
+			t.Fatal(err)
+		}
+		return list.Items
+	}
+	list := tokens()
+	if len(list) != 1 || list[0].Type != corev1.SecretTypeBootstrapToken || len(list[0].Data["expiration"]) == 0 {
+		t.Fatalf("bootstrap token secrets of %s: %+v", claim.Name, list)
+	}
+	// Not registered yet: the sweep keeps it.
+	e.p.GarbageCollection.Clock = clock.RealClock{}
+	if _, err := e.p.GarbageCollection.Reconcile(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(tokens()) != 1 {
+		t.Fatal("token deleted before the node registered")
+	}
+	stored := claim.DeepCopy()
+	claim.StatusConditions().SetTrue(karpv1.ConditionTypeRegistered)
+	if err := e.kube.Status().Patch(e.ctx, claim, client.MergeFrom(stored)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.p.GarbageCollection.Reconcile(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(tokens()); n != 0 {
+		t.Fatalf("%d tokens left after the node registered", n)
 	}
 }

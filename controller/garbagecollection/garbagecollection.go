@@ -25,6 +25,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/bootstraptoken"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 )
@@ -58,6 +59,8 @@ type Controller struct {
 	Clock       clock.Clock
 	Log         logr.Logger
 	Collected   *prometheus.CounterVec
+	// Tokens, when set, also sweeps the bootstrap tokens of registered or gone NodeClaims.
+	Tokens *bootstraptoken.Manager
 }
 
 // NewCollectedCounter is karpenter_scaleway_em_leaked_servers_collected_total.
@@ -87,6 +90,11 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 		byName[claims.Items[i].Name] = &claims.Items[i]
 	}
 	var errs []error
+	if c.Tokens != nil {
+		if err := c.Tokens.Sweep(ctx, byName); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for _, z := range zones {
 		srvs, err := c.API.ListServers(ctx, scw.Zone(z), []string{scaleway.Tag(scaleway.TagManagedBy, c.ClusterName)})
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/bootstraptoken"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/cloudprovider"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/garbagecollection"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagerbin"
@@ -130,8 +132,10 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 	if len(installer.Imager) == 0 {
 		logger.Info("WARNING: this build has no embedded em-imager (build with `make build`); servers cannot be imaged")
 	}
+	tokens := &bootstraptoken.Manager{Kube: direct, Namespace: "kube-system", TTL: installer.Timeouts.Total() + 15*time.Minute}
 	cp := cloudprovider.New(kube, direct, recorder, cat, api, installer, images, keys, cloudprovider.Options{
 		ClusterName: opts.ClusterName, DefaultZone: scwCfg.DefaultZone, ProjectID: scwCfg.ProjectID, IPv6Gateway: opts.IPv6Gateway,
+		Tokens: tokens,
 	}, logger.WithName("cloudprovider"))
 	return &Provider{
 		API: api, Catalog: cat, Images: images, RescueKeys: keys, Installer: installer, CloudProvider: cp,
@@ -144,6 +148,7 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 			Kube: kube, API: api, ClusterName: opts.ClusterName, Zones: cp.ZonesInUse,
 			GracePeriod: opts.GCGracePeriod, Interval: opts.GCInterval,
 			Log: logger.WithName("garbagecollection"), Collected: garbagecollection.NewCollectedCounter(reg),
+			Tokens: tokens,
 		},
 	}, nil
 }

@@ -31,6 +31,12 @@ const (
 	AnnotationSchematicID = "karpenter-scaleway-em.io/schematic-id"
 )
 
+// Values of spec.talos.bootstrapToken.
+const (
+	BootstrapTokenShared       = "Shared"
+	BootstrapTokenPerNodeClaim = "PerNodeClaim"
+)
+
 // NodeClassHashVersion is bumped when Hash() changes for the same spec.
 const NodeClassHashVersion = "v1"
 
