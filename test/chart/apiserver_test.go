@@ -144,6 +144,30 @@ extraVolumes: [{name: extra, configMap: {name: extra}}]
 		}
 	})
 
+	t.Run("perNodeClaimBootstrapTokens grants token Secrets in kube-system only", func(t *testing.T) {
+		sa := "system:serviceaccount:" + releaseNS + ":tokens"
+		create := access{"", "secrets", "", "create", "kube-system", ""}
+		if ok, err := create.check(ctx, k.Client, sa); err != nil || ok {
+			t.Fatalf("token Secrets allowed before the value is set (%v)", err)
+		}
+		objs := mustRender(t, c, minimalValues+"fullnameOverride: tokens\nrbac: {perNodeClaimBootstrapTokens: true}\n")
+		for _, o := range objs {
+			if strings.HasPrefix(o.GetAPIVersion(), "rbac.authorization.k8s.io/") || o.GetKind() == "ServiceAccount" {
+				if err := apply(ctx, k.Client, o, false); err != nil {
+					t.Fatalf("%s %s: %v", o.GetKind(), o.GetName(), err)
+				}
+			}
+		}
+		for _, verb := range []string{"create", "list", "delete"} {
+			if ok, err := (access{"", "secrets", "", verb, "kube-system", ""}).check(ctx, k.Client, sa); err != nil || !ok {
+				t.Errorf("cannot %s Secrets in kube-system (%v)", verb, err)
+			}
+		}
+		if ok, err := (access{"", "secrets", "", "list", "default", ""}).check(ctx, k.Client, sa); err != nil || ok {
+			t.Errorf("can list Secrets outside kube-system (%v)", err)
+		}
+	})
+
 	t.Run("examples apply", func(t *testing.T) {
 		files, err := filepath.Glob(repoPath(t, "examples/*.yaml"))
 		if err != nil || len(files) < 5 {
