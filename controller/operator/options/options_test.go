@@ -1,0 +1,32 @@
+package options
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func valid() *Options {
+	return &Options{ClusterName: "c", RescueSSHPort: 22, TalosAPIPort: 50000, DeliveryTimeout: time.Minute,
+		RescueTimeout: time.Minute, ImagingTimeout: time.Minute, BootTimeout: time.Minute, RetryInterval: time.Second,
+		CatalogRefresh: time.Minute, GCInterval: time.Minute, NodeClassRecheck: time.Minute}
+}
+
+func TestValidateNamesEveryBadSetting(t *testing.T) {
+	if err := valid().Validate(); err != nil {
+		t.Fatalf("valid options refused: %v", err)
+	}
+	o := valid()
+	o.ClusterName = ""
+	o.RescueSSHPort = 70000
+	o.ImagingTimeout = 0
+	err := o.Validate()
+	if err == nil {
+		t.Fatal("bad options accepted")
+	}
+	for _, want := range []string{"CLUSTER_NAME", "RESCUE_SSH_PORT", "IMAGING_TIMEOUT"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+}
