@@ -811,6 +811,21 @@ func (s *Sim) bootParams(req bootRequest) (BootMode, []string, *apiError) {
 }
 
 func (s *Sim) rebootServer(rec *statusRecorder, r *http.Request) (any, *apiError) {
+	return s.bootAction(rec, r, stStopped, "Server is stopped", func(sv *server, mode BootMode, keys []string) {
+		s.powerOff(sv)
+		s.setStatus(sv, stStopping)
+		s.schedule(sv, s.opts.Delays.RebootStop, func() {
+			s.setStatus(sv, stStarting)
+			s.schedule(sv, s.opts.Delays.RebootStart, func() { s.ready(sv, mode, keys) })
+		})
+	})
+}
+
+// bootAction is what start and reboot share: decode the boot request, find
+// an actionable server not in status refuse (400 with msg), resolve the boot
+// mode and keys, mark the action, then let begin move the server on (under mu).
+func (s *Sim) bootAction(rec *statusRecorder, r *http.Request, refuse, msg string,
+	begin func(sv *server, mode BootMode, keys []string)) (any, *apiError) {
 	var req bootRequest
 	if e := decodeBody(r, &req); e != nil {
 		return nil, e
@@ -824,8 +839,8 @@ func (s *Sim) rebootServer(rec *statusRecorder, r *http.Request) (any, *apiError
 	if e := actionable(sv); e != nil {
 		return nil, e
 	}
-	if sv.status == stStopped {
-		return nil, errMessage(http.StatusBadRequest, "Server is stopped")
+	if sv.status == refuse {
+		return nil, errMessage(http.StatusBadRequest, msg)
 	}
 	mode, keys, e := s.bootParams(req)
 	if e != nil {
@@ -833,12 +848,7 @@ func (s *Sim) rebootServer(rec *statusRecorder, r *http.Request) (any, *apiError
 	}
 	s.act(sv)
 	sv.bootType = string(mode)
-	s.powerOff(sv)
-	s.setStatus(sv, stStopping)
-	s.schedule(sv, s.opts.Delays.RebootStop, func() {
-		s.setStatus(sv, stStarting)
-		s.schedule(sv, s.opts.Delays.RebootStart, func() { s.ready(sv, mode, keys) })
-	})
+	begin(sv, mode, keys)
 	return s.render(sv), nil
 }
 
@@ -872,32 +882,11 @@ func (s *Sim) stopServer(rec *statusRecorder, r *http.Request) (any, *apiError) 
 }
 
 func (s *Sim) startServer(rec *statusRecorder, r *http.Request) (any, *apiError) {
-	var req bootRequest
-	if e := decodeBody(r, &req); e != nil {
-		return nil, e
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sv, e := s.lookup(rec, r)
-	if e != nil {
-		return nil, e
-	}
-	if e := actionable(sv); e != nil {
-		return nil, e
-	}
-	if sv.status == stReady {
-		return nil, errMessage(http.StatusBadRequest, "Server is already started")
-	}
-	mode, keys, e := s.bootParams(req)
-	if e != nil {
-		return nil, e
-	}
-	s.act(sv)
-	sv.bootType = string(mode)
-	s.powerOff(sv) // from error: the machine may still run
-	s.setStatus(sv, stStarting)
-	s.schedule(sv, s.opts.Delays.Start, func() { s.ready(sv, mode, keys) })
-	return s.render(sv), nil
+	return s.bootAction(rec, r, stReady, "Server is already started", func(sv *server, mode BootMode, keys []string) {
+		s.powerOff(sv) // from error: the machine may still run
+		s.setStatus(sv, stStarting)
+		s.schedule(sv, s.opts.Delays.Start, func() { s.ready(sv, mode, keys) })
+	})
 }
 
 func (s *Sim) deleteServer(rec *statusRecorder, r *http.Request) (any, *apiError) {
