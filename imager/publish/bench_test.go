@@ -30,18 +30,7 @@ type layout struct {
 
 var layouts = []layout{
 	{"zstd-frames-4MiB", "zstd", func(b *testing.B, raw []byte) []byte {
-		var out bytes.Buffer
-		z, err := newZstdFrames(&out, 4<<20, 0)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := z.Write(raw); err != nil {
-			b.Fatal(err)
-		}
-		if err := z.Close(); err != nil {
-			b.Fatal(err)
-		}
-		return out.Bytes()
+		return encodeAll(b, raw, func(out io.Writer) (io.WriteCloser, error) { return newZstdFrames(out, 4<<20, 0) })
 	}},
 	{"zstd-single-frame", "zstd", func(b *testing.B, raw []byte) []byte {
 		enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedBetterCompression))
@@ -55,33 +44,30 @@ var layouts = []layout{
 		if err != nil {
 			b.Fatal("xz not on PATH (make deps)")
 		}
-		var out bytes.Buffer
-		x, err := newXZExternal(b.Context(), bin, &out, 4<<20, 0)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := x.Write(raw); err != nil {
-			b.Fatal(err)
-		}
-		if err := x.Close(); err != nil {
-			b.Fatal(err)
-		}
-		return out.Bytes()
+		return encodeAll(b, raw, func(out io.Writer) (io.WriteCloser, error) {
+			return newXZExternal(b.Context(), bin, out, 4<<20, 0)
+		})
 	}},
 	{"xz-go-blocks-4MiB", "xz", func(b *testing.B, raw []byte) []byte {
-		var out bytes.Buffer
-		x, err := newXZGo(&out, 4<<20)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := x.Write(raw); err != nil {
-			b.Fatal(err)
-		}
-		if err := x.Close(); err != nil {
-			b.Fatal(err)
-		}
-		return out.Bytes()
+		return encodeAll(b, raw, func(out io.Writer) (io.WriteCloser, error) { return newXZGo(out, 4<<20) })
 	}},
+}
+
+// encodeAll writes raw through the encoder open makes on a buffer, closes it
+// and returns what it wrote.
+func encodeAll(b *testing.B, raw []byte, open func(out io.Writer) (io.WriteCloser, error)) []byte {
+	var out bytes.Buffer
+	w, err := open(&out)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := w.Write(raw); err != nil {
+		b.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		b.Fatal(err)
+	}
+	return out.Bytes()
 }
 
 func BenchmarkEncode(b *testing.B) {
