@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/report"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testenv"
@@ -116,16 +115,7 @@ func TestEmImagerWritesFromThePresignedURL(t *testing.T) {
 }
 
 func TestEmImagerRefusesAnExpiredURL(t *testing.T) {
-	e := startS3(t)
-	e.makeBucket(t, bucket)
-	publishImage(t, e, "", "v1.12.0", "amd64", makeRaw(2<<20, 12), "zstd")
-	c := e.config()
-	c.URLExpiry = time.Second
-	img, err := newSource(t, c).Resolve(context.Background(), settings("", "v1.12.0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(2500 * time.Millisecond)
+	img := expiredImage(t, 12)
 	code, r, out := writeWithEmImager(t, img, sparseDisk(t, 8<<20))
 	if code == 0 || r.OK || r.Error == nil || r.Error.Code != report.CodeSourceRejected {
 		t.Fatalf("expired URL: exit %d report %+v\n%s", code, r.Error, out)

@@ -188,10 +188,13 @@ func TestResolvePresignedURLFetchesTheImage(t *testing.T) {
 	}
 }
 
-func TestResolveExpiredURLIsRefused(t *testing.T) {
+// expiredImage publishes an image, resolves it with a one-second URL expiry
+// and waits until that URL has surely expired.
+func expiredImage(t *testing.T, seed uint64) *Image {
+	t.Helper()
 	e := startS3(t)
 	e.makeBucket(t, bucket)
-	publishImage(t, e, "", "v1.12.0", "amd64", makeRaw(2<<20, 2), "zstd")
+	publishImage(t, e, "", "v1.12.0", "amd64", makeRaw(2<<20, seed), "zstd")
 	c := e.config()
 	c.URLExpiry = time.Second
 	img, err := newSource(t, c).Resolve(context.Background(), settings("", "v1.12.0"))
@@ -200,6 +203,11 @@ func TestResolveExpiredURLIsRefused(t *testing.T) {
 	}
 	// Presigned URLs have one-second resolution: wait until it is surely past.
 	time.Sleep(2500 * time.Millisecond)
+	return img
+}
+
+func TestResolveExpiredURLIsRefused(t *testing.T) {
+	img := expiredImage(t, 2)
 	if code, body := get(t, img.URL); code != http.StatusForbidden {
 		t.Fatalf("expired URL answered %d: %.200s", code, body)
 	}
