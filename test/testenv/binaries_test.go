@@ -1,8 +1,10 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -60,5 +62,45 @@ func TestFindBinaryFallsBackToRepoBin(t *testing.T) {
 	}
 	if err != nil && !strings.Contains(err.Error(), want) {
 		t.Fatalf("error does not name the path looked at: %v", err)
+	}
+}
+
+// fatalRecorder stands in for *testing.T to capture how a starter fails.
+type fatalRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (r *fatalRecorder) Helper() {}
+func (r *fatalRecorder) Fatalf(format string, args ...any) {
+	r.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// runStarter runs start like a test body and returns its Fatalf message.
+func runStarter(t *testing.T, start func(tb testing.TB)) string {
+	r := &fatalRecorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		start(r)
+	}()
+	<-done
+	return r.msg
+}
+
+func TestStartersFailNamingMakeTarget(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing")
+	t.Setenv("TEST_ASSET_KUBE_APISERVER", missing)
+	t.Setenv("TEST_ASSET_VERSITYGW", missing)
+	if msg := runStarter(t, func(tb testing.TB) { StartKube(tb, KubeOptions{}) }); !strings.Contains(msg, `bin/kube-apiserver missing: run "make tools"`) {
+		t.Fatalf("StartKube with no kube-apiserver: %q", msg)
+	}
+	if msg := runStarter(t, func(tb testing.TB) { StartS3(tb) }); !strings.Contains(msg, `bin/versitygw missing: run "make tools"`) {
+		t.Fatalf("StartS3 with no versitygw: %q", msg)
+	}
+	t.Setenv("TEST_ASSET_KUBE_SCHEDULER", missing)
+	if msg := runStarter(t, func(tb testing.TB) { StartScheduler(tb, &Kube{KubeconfigPath: "x"}) }); !strings.Contains(msg, `bin/kube-scheduler missing: run "make tools"`) {
+		t.Fatalf("StartScheduler with no kube-scheduler: %q", msg)
 	}
 }
