@@ -2,8 +2,6 @@ package rescue
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -22,11 +20,8 @@ import (
 // runs commands with /bin/sh, as rescue@ with a sudo shim.
 
 func newKey(t *testing.T) ssh.Signer {
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ssh.NewSignerFromKey(priv)
+	t.Helper()
+	s, err := simrescue.NewHostKey()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,8 +3,6 @@ package machine
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
@@ -114,11 +112,7 @@ func newMachine(t *testing.T, offer string) scwsim.Machine {
 
 func newKey(t *testing.T) (ssh.Signer, string) {
 	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ssh.NewSignerFromKey(priv)
+	s, err := rescue.NewHostKey()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package rescue
 
 import (
 	"bytes"
-	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
 	"io"
@@ -27,11 +26,7 @@ type fixture struct {
 
 func newKey(t *testing.T) ssh.Signer {
 	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ssh.NewSignerFromKey(priv)
+	s, err := NewHostKey()
 	if err != nil {
 		t.Fatal(err)
 	}
