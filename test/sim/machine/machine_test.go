@@ -157,6 +157,22 @@ func sshClient(t *testing.T, h *Hosts, m scwsim.Machine, key ssh.Signer) (*ssh.C
 	})
 }
 
+// bootRescue boots m into rescue with a fresh key and returns an SSH client
+// to it, closed when the test ends.
+func bootRescue(t *testing.T, h *Hosts, m scwsim.Machine) *ssh.Client {
+	t.Helper()
+	key, authorized := newKey(t)
+	if err := h.Boot(context.Background(), m, scwsim.BootRescue, []string{authorized}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := sshClient(t, h, m, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 func upload(t *testing.T, c *ssh.Client, local, remote string) {
 	t.Helper()
 	sc, err := sftp.NewClient(c)
@@ -535,18 +551,9 @@ func runReportAllowGarbage(t *testing.T, c *ssh.Client, cmd string) (string, int
 
 // PowerOff in the middle of a command kills it and drops the connection.
 func TestPowerOffDuringCommand(t *testing.T) {
-	ctx := context.Background()
 	h := newHosts(t, Options{DiskSizeDivisor: 20000})
 	m := newMachine(t, "EM-A116X-SSD")
-	key, authorized := newKey(t)
-	if err := h.Boot(ctx, m, scwsim.BootRescue, []string{authorized}); err != nil {
-		t.Fatal(err)
-	}
-	c, err := sshClient(t, h, m, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := bootRescue(t, h, m)
 	s, err := c.NewSession()
 	if err != nil {
 		t.Fatal(err)
@@ -797,21 +804,12 @@ func TestPowerOffDuringApply(t *testing.T) {
 // Hardware faults reach em-imager through the fake tree: a mounted disk is
 // refused, auto-selection moves on to the next one.
 func TestBusyDiskRefusedByImager(t *testing.T) {
-	ctx := context.Background()
 	imager := emImager(t)
 	h := newHosts(t, Options{DiskSizeDivisor: 20000, Hardware: func(m scwsim.Machine, spec *hardware.Spec) {
 		spec.ExtraMounts = append(spec.ExtraMounts, hardware.Mount{Device: "/dev/nvme0n1", Point: "/mnt", FSType: "ext4", Options: "rw"})
 	}})
 	m := newMachine(t, "EM-A610R-NVME")
-	key, authorized := newKey(t)
-	if err := h.Boot(ctx, m, scwsim.BootRescue, []string{authorized}); err != nil {
-		t.Fatal(err)
-	}
-	c, err := sshClient(t, h, m, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := bootRescue(t, h, m)
 	upload(t, c, imager, "em-imager")
 	r, code, stderr := runReport(t, c, "sudo ./em-imager inspect")
 	if code != 0 || r.Disk == nil || r.Disk.Path != "/dev/nvme1n1" {
