@@ -48,6 +48,19 @@ func startHost(t *testing.T, key ssh.Signer) (*Dialer, string, string) {
 		Signers: func() ([]ssh.Signer, error) { return []ssh.Signer{key}, nil }}, host, home
 }
 
+// dialHost starts a rescue host for a fresh key and opens a session to it,
+// closed when the test ends.
+func dialHost(t *testing.T) *Session {
+	t.Helper()
+	d, host, _ := startHost(t, newKey(t))
+	s, err := d.Dial(context.Background(), host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 // fakeImager is a shell script standing in for em-imager: progress lines on
 // stderr, the report on stdout, an exit status.
 func fakeImager(progress, stdout string, exit int) []byte {
@@ -87,15 +100,9 @@ func TestRunImagerRelaysProgressAndReport(t *testing.T) {
 }
 
 func TestRunImagerFailures(t *testing.T) {
-	key := newKey(t)
-	d, host, _ := startHost(t, key)
-	s, err := d.Dial(context.Background(), host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := dialHost(t)
 	failed := `{"version":1,"command":"write","ok":false,"imager":"t","nics":[],"error":{"code":"digest_mismatch","message":"sha256 differs"}}`
-	_, err = RunImager(context.Background(), s, ImagerArgs{Binary: fakeImager("{}", failed, 4), SHA256: "ab"}, nil)
+	_, err := RunImager(context.Background(), s, ImagerArgs{Binary: fakeImager("{}", failed, 4), SHA256: "ab"}, nil)
 	var re *report.Error
 	if !errors.As(err, &re) || re.Code != report.CodeDigestMismatch {
 		t.Fatalf("failed report: err = %v, want a *report.Error digest_mismatch", err)
@@ -111,13 +118,7 @@ func TestRunImagerFailures(t *testing.T) {
 }
 
 func TestRunIsKilledWithItsContext(t *testing.T) {
-	key := newKey(t)
-	d, host, _ := startHost(t, key)
-	s, err := d.Dial(context.Background(), host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := dialHost(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
