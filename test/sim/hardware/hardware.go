@@ -306,37 +306,43 @@ func (w *writer) disk(i int, d Disk) {
 	w.file(filepath.Join(ctrlDir, "model"), d.Model)
 	w.file(filepath.Join(ctrlDir, "serial"), d.Serial)
 	w.linkAbs(filepath.Join(devDir, "device"), ctrlDir)
-	sectors := d.SizeBytes / 512
-	w.file(filepath.Join(devDir, "size"), strconv.FormatInt(sectors, 10))
-	w.file(filepath.Join(devDir, "ro"), b01(d.ReadOnly))
-	w.file(filepath.Join(devDir, "removable"), b01(d.Removable))
-	w.file(filepath.Join(devDir, "dev"), fmt.Sprintf("259:%d", i))
-	w.file(filepath.Join(devDir, "queue/logical_block_size"), strconv.Itoa(d.LogicalBlockSize))
-	w.file(filepath.Join(devDir, "queue/physical_block_size"), strconv.Itoa(d.PhysicalBlockSize))
-	w.file(filepath.Join(devDir, "queue/hw_sector_size"), strconv.Itoa(d.LogicalBlockSize))
-	w.file(filepath.Join(devDir, "queue/rotational"), b01(d.Rotational))
+	w.blockDevice(d.Name, devDir, blockAttrs{
+		sectors: d.SizeBytes / 512, dev: fmt.Sprintf("259:%d", i),
+		logical: d.LogicalBlockSize, physical: d.PhysicalBlockSize,
+		ro: d.ReadOnly, removable: d.Removable, rotational: d.Rotational,
+	})
+}
+
+// blockAttrs are the sysfs attributes every block device has.
+type blockAttrs struct {
+	sectors                   int64 // of 512 bytes, whatever the block size
+	dev                       string
+	logical, physical         int
+	ro, removable, rotational bool
+}
+
+// blockDevice writes the attributes of block device name in devDir and its
+// /sys/block and /sys/class/block links.
+func (w *writer) blockDevice(name, devDir string, a blockAttrs) {
+	w.file(filepath.Join(devDir, "size"), strconv.FormatInt(a.sectors, 10))
+	w.file(filepath.Join(devDir, "ro"), b01(a.ro))
+	w.file(filepath.Join(devDir, "removable"), b01(a.removable))
+	w.file(filepath.Join(devDir, "dev"), a.dev)
+	w.file(filepath.Join(devDir, "queue/logical_block_size"), strconv.Itoa(a.logical))
+	w.file(filepath.Join(devDir, "queue/physical_block_size"), strconv.Itoa(a.physical))
+	w.file(filepath.Join(devDir, "queue/hw_sector_size"), strconv.Itoa(a.logical))
+	w.file(filepath.Join(devDir, "queue/rotational"), b01(a.rotational))
 	w.mkdir(filepath.Join(devDir, "holders"))
 	w.mkdir(filepath.Join(devDir, "slaves"))
-	w.linkAbs(filepath.Join("sys/block", d.Name), devDir)
-	w.linkAbs(filepath.Join("sys/class/block", d.Name), devDir)
+	w.linkAbs(filepath.Join("sys/block", name), devDir)
+	w.linkAbs(filepath.Join("sys/class/block", name), devDir)
 }
 
 // loopDevice is the rescue system's root squashfs.
 func (w *writer) loopDevice() {
 	devDir := "sys/devices/virtual/block/loop0"
-	w.file(filepath.Join(devDir, "size"), "1638400")
-	w.file(filepath.Join(devDir, "ro"), "1")
-	w.file(filepath.Join(devDir, "removable"), "0")
-	w.file(filepath.Join(devDir, "dev"), "7:0")
+	w.blockDevice("loop0", devDir, blockAttrs{sectors: 1638400, dev: "7:0", logical: 512, physical: 512, ro: true})
 	w.file(filepath.Join(devDir, "loop/backing_file"), "/run/rescue/filesystem.squashfs")
-	w.file(filepath.Join(devDir, "queue/logical_block_size"), "512")
-	w.file(filepath.Join(devDir, "queue/physical_block_size"), "512")
-	w.file(filepath.Join(devDir, "queue/hw_sector_size"), "512")
-	w.file(filepath.Join(devDir, "queue/rotational"), "0")
-	w.mkdir(filepath.Join(devDir, "holders"))
-	w.mkdir(filepath.Join(devDir, "slaves"))
-	w.linkAbs("sys/block/loop0", devDir)
-	w.linkAbs("sys/class/block/loop0", devDir)
 	if w.err == nil {
 		// A small file, so that opening /dev/loop0 works but writing an image to it cannot.
 		w.err = createDiskFile(filepath.Join(w.root, "dev/loop0"), 1<<20)
@@ -350,34 +356,37 @@ func (w *writer) nic(i int, n NIC) {
 	w.linkAbs(filepath.Join(pci, "driver"), filepath.Join("sys/bus/pci/drivers", n.Driver))
 	w.file(filepath.Join(pci, "vendor"), "0x8086")
 	w.linkAbs(filepath.Join(netDir, "device"), pci)
-	w.file(filepath.Join(netDir, "address"), n.MAC)
-	w.file(filepath.Join(netDir, "addr_assign_type"), "0")
 	// The kernel gives the permanent MAC through ethtool/netlink, not sysfs;
 	// fake trees carry it in this file (em-imager's hwinfo reads it).
 	w.file(filepath.Join(netDir, "permaddr"), n.MAC)
-	operstate, carrier, speed := "down", "0", "-1"
+	a := netAttrs{address: n.MAC, operstate: "down", carrier: "0", mtu: "1500", typ: "1", ifindex: strconv.Itoa(i + 2)}
+	speed := "-1"
 	if n.LinkUp {
-		operstate, carrier, speed = "up", "1", strconv.Itoa(n.SpeedMbps)
+		a.operstate, a.carrier, speed = "up", "1", strconv.Itoa(n.SpeedMbps)
 	}
-	w.file(filepath.Join(netDir, "operstate"), operstate)
-	w.file(filepath.Join(netDir, "carrier"), carrier)
 	w.file(filepath.Join(netDir, "speed"), speed)
-	w.file(filepath.Join(netDir, "mtu"), "1500")
-	w.file(filepath.Join(netDir, "type"), "1")
-	w.file(filepath.Join(netDir, "ifindex"), strconv.Itoa(i+2))
-	w.linkAbs(filepath.Join("sys/class/net", n.Name), netDir)
+	w.netDevice(n.Name, netDir, a)
+}
+
+// netAttrs are the sysfs attributes every network interface has.
+type netAttrs struct{ address, operstate, carrier, mtu, typ, ifindex string }
+
+// netDevice writes the attributes of interface name in dir and its
+// /sys/class/net link.
+func (w *writer) netDevice(name, dir string, a netAttrs) {
+	w.file(filepath.Join(dir, "address"), a.address)
+	w.file(filepath.Join(dir, "addr_assign_type"), "0")
+	w.file(filepath.Join(dir, "operstate"), a.operstate)
+	w.file(filepath.Join(dir, "carrier"), a.carrier)
+	w.file(filepath.Join(dir, "mtu"), a.mtu)
+	w.file(filepath.Join(dir, "type"), a.typ)
+	w.file(filepath.Join(dir, "ifindex"), a.ifindex)
+	w.linkAbs(filepath.Join("sys/class/net", name), dir)
 }
 
 func (w *writer) loopback() {
-	dir := "sys/devices/virtual/net/lo"
-	w.file(filepath.Join(dir, "address"), "00:00:00:00:00:00")
-	w.file(filepath.Join(dir, "addr_assign_type"), "0")
-	w.file(filepath.Join(dir, "operstate"), "unknown")
-	w.file(filepath.Join(dir, "carrier"), "1")
-	w.file(filepath.Join(dir, "mtu"), "65536")
-	w.file(filepath.Join(dir, "type"), "772")
-	w.file(filepath.Join(dir, "ifindex"), "1")
-	w.linkAbs("sys/class/net/lo", dir)
+	w.netDevice("lo", "sys/devices/virtual/net/lo", netAttrs{address: "00:00:00:00:00:00", operstate: "unknown",
+		carrier: "1", mtu: "65536", typ: "772", ifindex: "1"})
 }
 
 func (w *writer) procMounts(spec Spec) {
