@@ -64,12 +64,7 @@ func TestFaultRateLimitWithRetryAfter(t *testing.T) {
 	if re := mustAs[*scw.ResponseError](t, err); re.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("429: %+v", re)
 	}
-	req, _ := http.NewRequest("GET", e.url+"/baremetal/v1/zones/fr-par-2/offers", nil)
-	req.Header.Set("X-Auth-Token", e.sim.SecretKey())
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := e.send(t, "GET", "/baremetal/v1/zones/fr-par-2/offers", nil)
 	resp.Body.Close()
 	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "2" {
 		t.Fatalf("status %d Retry-After %q, want 429 and 2", resp.StatusCode, resp.Header.Get("Retry-After"))
@@ -237,12 +232,7 @@ func TestRateLimitThrottlesBeyondBurst(t *testing.T) {
 	if re := mustAs[*scw.ResponseError](t, err); re.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("beyond burst: %+v", re)
 	}
-	req, _ := http.NewRequest("GET", e.url+"/baremetal/v1/zones/fr-par-2/offers", nil)
-	req.Header.Set("X-Auth-Token", e.sim.SecretKey())
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := e.send(t, "GET", "/baremetal/v1/zones/fr-par-2/offers", nil)
 	resp.Body.Close()
 	if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra < 1 {
 		t.Fatalf("Retry-After %q", resp.Header.Get("Retry-After"))

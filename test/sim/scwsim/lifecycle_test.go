@@ -347,12 +347,7 @@ func TestRequestsAfterCloseAreRefused(t *testing.T) {
 
 func TestMalformedBodyIsRefused(t *testing.T) {
 	e := newEnv(t, nil)
-	req, _ := http.NewRequest("POST", e.url+"/baremetal/v1/zones/fr-par-2/servers", strings.NewReader("{not json"))
-	req.Header.Set("X-Auth-Token", e.sim.SecretKey())
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := e.send(t, "POST", "/baremetal/v1/zones/fr-par-2/servers", strings.NewReader("{not json"))
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Content-Type") != "application/json" {
 		t.Fatalf("status %d content type %q", resp.StatusCode, resp.Header.Get("Content-Type"))

@@ -52,6 +52,23 @@ func (r recordings) response(t *testing.T, i int) (int, any) {
 	return r.Exchanges[i].Status, v
 }
 
+// send makes one request with the right token, for what the SDK does not
+// show (headers, malformed bodies); the caller closes the body.
+func (e *env) send(t *testing.T, method, path string, body io.Reader) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(method, e.url+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Auth-Token", e.sim.SecretKey())
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
 // raw sends one request with the right token and decodes the JSON answer.
 func (e *env) raw(t *testing.T, method, path string, body any) (int, any) {
 	t.Helper()
@@ -60,13 +77,7 @@ func (e *env) raw(t *testing.T, method, path string, body any) (int, any) {
 		b, _ := json.Marshal(body)
 		rd = bytes.NewReader(b)
 	}
-	req, _ := http.NewRequest(method, e.url+path, rd)
-	req.Header.Set("X-Auth-Token", e.sim.SecretKey())
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := e.send(t, method, path, rd)
 	defer resp.Body.Close()
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
 		t.Fatalf("%s %s: content type %q", method, path, ct)
