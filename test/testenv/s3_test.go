@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -108,6 +109,27 @@ func TestS3RefusesWrongCredentials(t *testing.T) {
 				t.Fatalf("object written by a refused request? stat: %v", err)
 			}
 		})
+	}
+}
+
+func TestS3LogHoldsNoSecret(t *testing.T) {
+	s := StartS3(t)
+	if err := s.CreateBucket(context.Background(), "logs"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := minio.New(s.Host, &minio.Options{Creds: credentials.NewStaticV4(s.AccessKey, "wrong", ""), Region: s.Region})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ListBuckets(context.Background()); err == nil {
+		t.Fatal("list with a wrong secret succeeded")
+	}
+	log, err := os.ReadFile(s.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(log, []byte(s.SecretKey)) {
+		t.Fatal("versitygw log contains the root secret key")
 	}
 }
 
