@@ -14,6 +14,8 @@ import (
 
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	"github.com/scaleway/scaleway-sdk-go/scw"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog/snapshot"
 )
 
 // Server serves GET /baremetal/v1/zones/{zone}/offers?subscription_period=...&page=...&page_size=...
@@ -141,14 +143,7 @@ func writeError(w http.ResponseWriter, code int) {
 // LoadRecordings serves, verbatim, every recorded 200 ListOffers response for hourly or monthly offers.
 // It returns how many zone/period listings it loaded.
 func (s *Server) LoadRecordings(b []byte) (int, error) {
-	var rec struct {
-		Exchanges []struct {
-			Method   string          `json:"method"`
-			Path     string          `json:"path"`
-			Status   int             `json:"status"`
-			Response json.RawMessage `json:"response"`
-		} `json:"exchanges"`
-	}
+	var rec snapshot.Recordings
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return 0, err
 	}
