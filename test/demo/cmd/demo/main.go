@@ -137,7 +137,7 @@ func (d *demo) run(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeCla
 	}
 	defer func() {
 		_ = c.Stop()
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
 			fmt.Fprintf(d.out, "--- controller log tail (%s)\n%s\n", c.LogPath, c.LogTail(40))
 		}
 	}()
