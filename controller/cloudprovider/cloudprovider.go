@@ -275,15 +275,26 @@ func (c *CloudProvider) install(ctx context.Context, claim *karpv1.NodeClaim, nc
 			return c.nodeRegistered(ctx, scaleway.ProviderID(srv.Zone, srv.ID))
 		},
 	}
-	_, err = c.installer.Run(ctx, job)
+	latest, err := c.installer.Run(ctx, job)
 	if err == nil {
 		return nil
+	}
+	if latest != nil {
+		srv = latest
 	}
 	var pe *install.PhaseError
 	if errors.As(err, &pe) && pe.Release && ctx.Err() == nil {
 		c.publish(claim, corev1.EventTypeWarning, "InstallFailed", fmt.Sprintf("phase %s failed, releasing server %s: %v", pe.Phase, srv.ID, pe.Err))
-		if _, derr := c.api.DeleteServer(context.WithoutCancel(ctx), srv.Zone, srv.ID); derr != nil && !scaleway.IsNotFound(derr) {
-			c.log.Error(derr, "releasing a server whose install failed", "server", srv.ID)
+		rctx := context.WithoutCancel(ctx)
+		// A monthly server is paid for anyway: unless it is broken, keep it for the next NodeClaim.
+		kept := false
+		if srv.Status != baremetal.ServerStatusError {
+			kept, _ = c.keepAsSpare(rctx, claim, srv)
+		}
+		if !kept {
+			if _, derr := c.api.DeleteServer(rctx, srv.Zone, srv.ID); derr != nil && !scaleway.IsNotFound(derr) {
+				c.log.Error(derr, "releasing a server whose install failed", "server", srv.ID)
+			}
 		}
 		return cloudprovider.NewCreateError(err, "InstallFailed", truncate(err.Error(), 280))
 	}

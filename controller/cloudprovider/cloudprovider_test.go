@@ -667,3 +667,58 @@ func TestPerNodeClaimBootstrapToken(t *testing.T) {
 		t.Fatalf("%d tokens left after the node registered", n)
 	}
 }
+
+// A monthly server deleted before its minimum lifetime is kept as a spare and
+// taken by the next NodeClaim of the same offer instead of a new order.
+func TestMonthlyServerIsKeptAsSpareAndReused(t *testing.T) {
+	e := startEnv(t, nil)
+	nc := e.nc.DeepCopy()
+	nc.Spec.Billing.Periods = []string{"monthly"}
+	nc.Spec.Billing.MinimumLifetime = &metav1.Duration{Duration: time.Hour}
+	if err := e.kube.Update(e.ctx, nc); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcileNodeClass()
+	monthly := karpv1.NodeSelectorRequirementWithMinValues{Key: catalog.LabelBillingPeriod, Operator: corev1.NodeSelectorOpIn, Values: []string{"monthly"}}
+	first := e.nodeClaim(monthly)
+	got, err := e.p.CloudProvider.Create(e.ctx, first)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	if got.Labels[catalog.LabelBillingPeriod] != "monthly" {
+		t.Fatalf("billing period label %q", got.Labels[catalog.LabelBillingPeriod])
+	}
+	first.Status.ProviderID = got.Status.ProviderID
+	if err := e.p.CloudProvider.Delete(e.ctx, first); !cloudprovider.IsNodeClaimNotFoundError(err) {
+		t.Fatalf("Delete of a young monthly server = %v, want NodeClaimNotFound (kept as spare)", err)
+	}
+	_, id, _ := scaleway.ParseProviderID(got.Status.ProviderID)
+	srv, ok := e.w.Sim.Server(id)
+	if !ok || srv.Status == string(baremetal.ServerStatusDeleting) ||
+		!scaleway.HasTags(srv.Tags, scaleway.Tag(scaleway.TagPhase, string(install.PhaseSpare))) {
+		t.Fatalf("server not kept as a spare: %+v", srv)
+	}
+	if list, err := e.p.CloudProvider.List(e.ctx); err != nil || len(list) != 0 {
+		t.Fatalf("List shows the spare as a node: %d, %v", len(list), err)
+	}
+	// Karpenter's termination would delete the old Node object; this test runs without it.
+	old := e.waitNode(got.Status.ProviderID)
+	if err := e.kube.Delete(e.ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	second := e.nodeClaim(monthly, karpv1.NodeSelectorRequirementWithMinValues{
+		Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: []string{got.Labels[corev1.LabelInstanceTypeStable]}})
+	again, err := e.p.CloudProvider.Create(e.ctx, second)
+	if err != nil {
+		t.Fatalf("Create reusing the spare: %v", err)
+	}
+	if again.Status.ProviderID != got.Status.ProviderID {
+		t.Fatalf("ordered %s instead of reusing spare %s", again.Status.ProviderID, got.Status.ProviderID)
+	}
+	if n := e.creates(second.Name); n != 0 {
+		t.Fatalf("%d new orders although a spare was there", n)
+	}
+	if node := e.waitNode(again.Status.ProviderID); node.Name != second.Name {
+		t.Fatalf("reused server registered as %q, want %q", node.Name, second.Name)
+	}
+}

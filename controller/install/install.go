@@ -236,20 +236,12 @@ func (i *Installer) rescue(ctx context.Context, job *Job, srv *baremetal.Server)
 	if err != nil {
 		return srv, &PhaseError{Phase: PhaseRescue, Release: true, Err: err}
 	}
-	if srv.BootType != baremetal.ServerBootTypeRescue || srv.Status != baremetal.ServerStatusReady {
-		i.progress(job, PhaseRescue, "rebooting into rescue")
-		i.Dialer.Forget(host)
-		if _, err := i.API.RebootServer(wctx, srv.Zone, srv.ID, baremetal.ServerBootTypeRescue, job.SSHKeyIDs); err != nil {
-			return srv, i.apiError(ctx, PhaseRescue, "reboot into rescue", err)
-		}
-		got, err := i.Poller.WaitFor(wctx, srv.Zone, srv.ID, func(s *baremetal.Server) (bool, error) {
-			done, err := scaleway.StatusIs(baremetal.ServerStatusReady)(s)
-			return done && s.BootType == baremetal.ServerBootTypeRescue, err
-		})
+	if !readyIn(srv, baremetal.ServerBootTypeRescue) {
+		i.Dialer.Forget(host) // a new boot has a new host key
+		srv, err = i.rebootInto(ctx, wctx, job, srv, PhaseRescue, baremetal.ServerBootTypeRescue, job.SSHKeyIDs, "rescue")
 		if err != nil {
-			return srv, i.waitError(ctx, PhaseRescue, "the reboot into rescue", err)
+			return srv, err
 		}
-		srv = got
 	}
 	i.progress(job, PhaseRescue, "waiting for rescue SSH on "+host)
 	sess, err := i.Dialer.WaitDial(wctx, host, i.retryInterval())
@@ -324,6 +316,30 @@ func (i *Installer) image(ctx context.Context, log logr.Logger, job *Job, srv *b
 	return updated, nil
 }
 
+// readyIn reports whether srv already runs bootType, so no reboot is needed.
+func readyIn(srv *baremetal.Server, bootType baremetal.ServerBootType) bool {
+	return srv.BootType == bootType && srv.Status == baremetal.ServerStatusReady
+}
+
+// rebootInto reboots srv into bootType and waits, within wctx, until it is
+// ready in it; errors are classified against ctx. what names the target in
+// progress messages and errors ("rescue", "Talos").
+func (i *Installer) rebootInto(ctx, wctx context.Context, job *Job, srv *baremetal.Server, p Phase,
+	bootType baremetal.ServerBootType, sshKeyIDs []string, what string) (*baremetal.Server, error) {
+	i.progress(job, p, "rebooting into "+what)
+	if _, err := i.API.RebootServer(wctx, srv.Zone, srv.ID, bootType, sshKeyIDs); err != nil {
+		return srv, i.apiError(ctx, p, "reboot into "+what, err)
+	}
+	got, err := i.Poller.WaitFor(wctx, srv.Zone, srv.ID, func(s *baremetal.Server) (bool, error) {
+		done, err := scaleway.StatusIs(baremetal.ServerStatusReady)(s)
+		return done && s.BootType == bootType, err
+	})
+	if err != nil {
+		return srv, i.waitError(ctx, p, "the reboot into "+what, err)
+	}
+	return got, nil
+}
+
 // boot reboots into the written image, waits for the Talos API and applies the config.
 func (i *Installer) boot(ctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server) (*baremetal.Server, error) {
 	wctx, cancel := context.WithTimeout(ctx, i.Timeouts.Boot)
@@ -337,19 +353,11 @@ func (i *Installer) boot(ctx context.Context, log logr.Logger, job *Job, srv *ba
 			return i.setPhase(ctx, srv, PhaseJoined)
 		}
 	}
-	if srv.BootType != baremetal.ServerBootTypeNormal || srv.Status != baremetal.ServerStatusReady {
-		i.progress(job, PhaseBooting, "rebooting into Talos")
-		if _, err := i.API.RebootServer(wctx, srv.Zone, srv.ID, baremetal.ServerBootTypeNormal, nil); err != nil {
-			return srv, i.apiError(ctx, PhaseBooting, "reboot into Talos", err)
-		}
-		got, err := i.Poller.WaitFor(wctx, srv.Zone, srv.ID, func(s *baremetal.Server) (bool, error) {
-			done, err := scaleway.StatusIs(baremetal.ServerStatusReady)(s)
-			return done && s.BootType == baremetal.ServerBootTypeNormal, err
-		})
+	if !readyIn(srv, baremetal.ServerBootTypeNormal) {
+		srv, err = i.rebootInto(ctx, wctx, job, srv, PhaseBooting, baremetal.ServerBootTypeNormal, nil, "Talos")
 		if err != nil {
-			return srv, i.waitError(ctx, PhaseBooting, "the reboot into Talos", err)
+			return srv, err
 		}
-		srv = got
 	}
 	i.progress(job, PhaseBooting, "waiting for the Talos API on "+host)
 	if err := i.Talos.WaitReady(wctx, host, i.retryInterval()); err != nil {
