@@ -131,12 +131,7 @@ func TestParseJoinSecretErrors(t *testing.T) {
 }
 
 func TestRenderErrors(t *testing.T) {
-	_, raw := freshBundle(t)
-
-	join, err := ParseJoinSecret("karpenter/join", bundleSecretData(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
+	join := freshJoin(t)
 
 	type input struct {
 		nc *karpv1.NodeClaim
@@ -233,17 +228,12 @@ func TestRenderErrors(t *testing.T) {
 }
 
 func TestValidationWarnings(t *testing.T) {
-	_, raw := freshBundle(t)
-
-	join, err := ParseJoinSecret("karpenter/join", bundleSecretData(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
+	join := freshJoin(t)
 
 	// machinery warns about deprecated install extensions
 	patch := "machine:\n  install:\n    extensions:\n      - image: ghcr.io/siderolabs/gvisor:20231214.0-v1.12.0\n"
 
-	_, err = Render(join, testNodeClaim("bare-metal-warn"), NodeSettings{ConfigPatches: []string{patch}}, testReport(), Network{})
+	_, err := Render(join, testNodeClaim("bare-metal-warn"), NodeSettings{ConfigPatches: []string{patch}}, testReport(), Network{})
 	if err == nil || !strings.Contains(err.Error(), "warning:") {
 		t.Fatalf("strict mode: err = %v, want the warning as an error", err)
 	}

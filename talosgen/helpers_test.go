@@ -121,6 +121,17 @@ func workerConfigFrom(t *testing.T, bundle *secrets.Bundle) []byte {
 	return b
 }
 
+// freshJoin parses a join Secret made from a fresh secrets bundle.
+func freshJoin(t *testing.T) *JoinMaterial {
+	t.Helper()
+	_, raw := freshBundle(t)
+	join, err := ParseJoinSecret("karpenter/join", bundleSecretData(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return join
+}
+
 func bundleSecretData(raw []byte) map[string][]byte {
 	return map[string][]byte{
 		KeySecretsBundle: raw,

@@ -303,12 +303,7 @@ func roundTrip(t *testing.T, nc *karpv1.NodeClaim, hw *report.Report, n Network,
 }
 
 func TestRenderInstallDiskByPathWithoutSerial(t *testing.T) {
-	_, raw := freshBundle(t)
-
-	join, err := ParseJoinSecret("karpenter/join", bundleSecretData(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
+	join := freshJoin(t)
 
 	hw := testReport()
 	hw.Disk.Serial = ""
@@ -334,12 +329,7 @@ func TestRenderInstallDiskByPathWithoutSerial(t *testing.T) {
 }
 
 func TestRenderUsesHardwareAddrWithoutPermanentMAC(t *testing.T) {
-	_, raw := freshBundle(t)
-
-	join, err := ParseJoinSecret("karpenter/join", bundleSecretData(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
+	join := freshJoin(t)
 
 	hw := testReport()
 	hw.NICs = []report.NIC{{Name: "eno1", MAC: "0c:c4:7a:00:00:01", LinkUp: true}}
