@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -282,11 +283,9 @@ func (s *Sim) listOptions(rec *statusRecorder, r *http.Request) (any, *apiError)
 	}
 	q := r.URL.Query()
 	zc := s.zones[r.PathValue("zone")]
-	var o *offer
-	if q.Has("offer_id") {
-		if o = zc.offerByID[q.Get("offer_id")]; o == nil {
-			return nil, errNotFound("offer", q.Get("offer_id"))
-		}
+	o, e := zc.offerFilter(q)
+	if e != nil {
+		return nil, e
 	}
 	var out []map[string]json.RawMessage
 	for _, opt := range zc.options {
@@ -300,6 +299,19 @@ func (s *Sim) listOptions(rec *statusRecorder, r *http.Request) (any, *apiError)
 		out = append(out, opt)
 	}
 	return map[string]any{"options": orEmpty(paginate(out, page, size)), "total_count": len(out)}, nil
+}
+
+// offerFilter is the offer a catalogue listing's optional offer_id names:
+// nil without one, not_found for an unknown one.
+func (zc *zoneCatalog) offerFilter(q url.Values) (*offer, *apiError) {
+	if !q.Has("offer_id") {
+		return nil, nil
+	}
+	o := zc.offerByID[q.Get("offer_id")]
+	if o == nil {
+		return nil, errNotFound("offer", q.Get("offer_id"))
+	}
+	return o, nil
 }
 
 func (s *Sim) getOption(rec *statusRecorder, r *http.Request) (any, *apiError) {
@@ -317,11 +329,9 @@ func (s *Sim) listOS(rec *statusRecorder, r *http.Request) (any, *apiError) {
 	}
 	q := r.URL.Query()
 	zc := s.zones[r.PathValue("zone")]
-	var o *offer
-	if q.Has("offer_id") {
-		if o = zc.offerByID[q.Get("offer_id")]; o == nil {
-			return nil, errNotFound("offer", q.Get("offer_id"))
-		}
+	o, e := zc.offerFilter(q)
+	if e != nil {
+		return nil, e
 	}
 	var out []map[string]json.RawMessage
 	for _, os := range zc.os {
