@@ -26,6 +26,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/bootstraptoken"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/capacity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/cloudprovider"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/garbagecollection"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagerbin"
@@ -63,7 +64,8 @@ func Run() error {
 	op.
 		WithControllers(ctx, controllers.NewControllers(ctx, op.Manager, op.Clock, op.GetClient(), op.EventRecorder,
 			decorated, p.CloudProvider, clusterState, op.InstanceTypeStore)...).
-		WithControllers(ctx, p.NodeClassStatus, p.GarbageCollection).
+		WithControllers(ctx, p.NodeClassStatus, p.GarbageCollection,
+			&capacity.Controller{Kube: op.GetClient(), Catalog: p.Catalog, Interval: opts.CatalogRefresh}).
 		Start(ctx)
 	return nil
 }
