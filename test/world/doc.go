@@ -2,10 +2,12 @@
 // kube-apiserver (Karpenter's CRDs and the provider's NodeClass CRD),
 // kube-scheduler, an S3 server (versitygw) whose bucket holds a Talos-like
 // image published with em-imager's publish library, the Elastic Metal API
-// simulator (scwsim) and the machines that play its servers (Machines: file
-// disks and a fake /sys per server, a rescue SSH/SFTP server that runs the
-// uploaded em-imager for real, then the Talos maintenance API and a kubelet
-// that registers the Node from the applied config), the join Secret (cluster
+// simulator (scwsim) and the machines that play its servers (Machines, over
+// test/sim/machine: file disks and a fake /sys per server, a rescue SSH/SFTP
+// server that runs the uploaded em-imager for real, then the Talos
+// maintenance API and a kubelet that registers the Node from the applied
+// config, refused unless it carries this cluster's CA, endpoint and
+// bootstrap token), the join Secret (cluster
 // CA, a bootstrap token, a Talos secrets bundle from machinery) and the
 // controller's namespace.
 //
