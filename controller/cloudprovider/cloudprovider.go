@@ -58,6 +58,8 @@ type Options struct {
 	ProjectID string
 	// IPv6Gateway for the nodes' static IPv6 route; empty: learnt from router advertisements.
 	IPv6Gateway string
+	// RepairToleration before Karpenter replaces a NotReady node (default 20m).
+	RepairToleration time.Duration
 	// Tokens makes per-NodeClaim bootstrap tokens (NodeClass bootstrapToken: PerNodeClaim).
 	Tokens *bootstraptoken.Manager
 }
@@ -103,9 +105,13 @@ func (c *CloudProvider) GetSupportedNodeClasses() []status.Object {
 // minutes to reboot and a replacement takes ten or more to deliver, so a
 // node gets longer to recover than a VM would.
 func (c *CloudProvider) RepairPolicies() []cloudprovider.RepairPolicy {
+	d := c.opts.RepairToleration
+	if d <= 0 {
+		d = 20 * time.Minute
+	}
 	return []cloudprovider.RepairPolicy{
-		{ConditionType: corev1.NodeReady, ConditionStatus: corev1.ConditionFalse, TolerationDuration: 20 * time.Minute},
-		{ConditionType: corev1.NodeReady, ConditionStatus: corev1.ConditionUnknown, TolerationDuration: 20 * time.Minute},
+		{ConditionType: corev1.NodeReady, ConditionStatus: corev1.ConditionFalse, TolerationDuration: d},
+		{ConditionType: corev1.NodeReady, ConditionStatus: corev1.ConditionUnknown, TolerationDuration: d},
 	}
 }
 

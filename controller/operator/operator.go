@@ -137,7 +137,7 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 	tokens := &bootstraptoken.Manager{Kube: direct, Namespace: "kube-system", TTL: installer.Timeouts.Total() + 15*time.Minute}
 	cp := cloudprovider.New(kube, direct, recorder, cat, api, installer, images, keys, cloudprovider.Options{
 		ClusterName: opts.ClusterName, DefaultZone: scwCfg.DefaultZone, ProjectID: scwCfg.ProjectID, IPv6Gateway: opts.IPv6Gateway,
-		Tokens: tokens,
+		Tokens: tokens, RepairToleration: opts.RepairToleration,
 	}, logger.WithName("cloudprovider"))
 	return &Provider{
 		API: api, Catalog: cat, Images: images, RescueKeys: keys, Installer: installer, CloudProvider: cp,

@@ -41,6 +41,7 @@ type Options struct {
 	GCGracePeriod    time.Duration
 	GCInterval       time.Duration
 	NodeClassRecheck time.Duration
+	RepairToleration time.Duration
 }
 
 // AddFlags implements Karpenter's options.Injectable.
@@ -60,6 +61,7 @@ func (o *Options) AddFlags(fs *coreoptions.FlagSet) {
 	fs.DurationVar(&o.CatalogRefresh, "catalog-refresh-interval", env.WithDefaultDuration("CATALOG_REFRESH_INTERVAL", 5*time.Minute), "Interval between refreshes of the offer catalogue (stock, prices).")
 	fs.DurationVar(&o.GCGracePeriod, "gc-grace-period", env.WithDefaultDuration("GC_GRACE_PERIOD", 10*time.Minute), "Age under which a server without a NodeClaim is never released (covers an order in flight).")
 	fs.DurationVar(&o.GCInterval, "gc-interval", env.WithDefaultDuration("GC_INTERVAL", 2*time.Minute), "Interval between garbage collection sweeps.")
+	fs.DurationVar(&o.RepairToleration, "repair-toleration", env.WithDefaultDuration("REPAIR_TOLERATION", 20*time.Minute), "How long a node may be NotReady/Unknown before Karpenter's node repair (feature gate NodeRepair) replaces it.")
 	fs.DurationVar(&o.NodeClassRecheck, "nodeclass-recheck-interval", env.WithDefaultDuration("NODECLASS_RECHECK_INTERVAL", 5*time.Minute), "Interval between checks of a Ready NodeClass (credentials, image manifest, join Secret).")
 }
 
@@ -87,7 +89,8 @@ func (o *Options) Validate() error {
 	}
 	for name, d := range map[string]time.Duration{"DELIVERY_TIMEOUT": o.DeliveryTimeout, "RESCUE_TIMEOUT": o.RescueTimeout,
 		"IMAGING_TIMEOUT": o.ImagingTimeout, "BOOT_TIMEOUT": o.BootTimeout, "INSTALL_RETRY_INTERVAL": o.RetryInterval,
-		"CATALOG_REFRESH_INTERVAL": o.CatalogRefresh, "GC_INTERVAL": o.GCInterval, "NODECLASS_RECHECK_INTERVAL": o.NodeClassRecheck} {
+		"CATALOG_REFRESH_INTERVAL": o.CatalogRefresh, "GC_INTERVAL": o.GCInterval, "NODECLASS_RECHECK_INTERVAL": o.NodeClassRecheck,
+		"REPAIR_TOLERATION": o.RepairToleration} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))
 		}
