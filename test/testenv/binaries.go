@@ -24,33 +24,37 @@ func assetEnv(name string) string {
 // FindBinary returns the path of a tool binary: $TEST_ASSET_<NAME>, else
 // $KUBEBUILDER_ASSETS/<name>, else <repository root>/bin/<name>. The error
 // names the make target that builds it.
-func FindBinary(name string) (string, error) {
+func FindBinary(name string) (string, error) { return FindBinaryBuiltBy(name, "make tools") }
+
+// FindBinaryBuiltBy is FindBinary for a binary another make target builds
+// (e.g. "make build" for em-imager and the controller).
+func FindBinaryBuiltBy(name, target string) (string, error) {
 	var path, via string
 	if v := os.Getenv(assetEnv(name)); v != "" {
 		path, via = v, assetEnv(name)
 	} else if v := os.Getenv("KUBEBUILDER_ASSETS"); v != "" {
 		path, via = filepath.Join(v, name), "KUBEBUILDER_ASSETS"
 	} else {
-		root, err := repoRoot()
+		root, err := RepoRoot()
 		if err != nil {
-			return "", fmt.Errorf("bin/%s missing: run \"make tools\" (%s, KUBEBUILDER_ASSETS unset and %v)", name, assetEnv(name), err)
+			return "", fmt.Errorf("bin/%s missing: run \"%s\" (%s, KUBEBUILDER_ASSETS unset and %v)", name, target, assetEnv(name), err)
 		}
 		path, via = filepath.Join(root, "bin", name), "repository bin/"
 	}
 	st, err := os.Stat(path)
 	switch {
 	case err != nil:
-		return "", fmt.Errorf("bin/%s missing: run \"make tools\" (looked at %s via %s)", name, path, via)
+		return "", fmt.Errorf("bin/%s missing: run \"%s\" (looked at %s via %s)", name, target, path, via)
 	case st.IsDir() || st.Mode().Perm()&0o111 == 0:
-		return "", fmt.Errorf("bin/%s is not an executable file: run \"make tools\" (looked at %s via %s)", name, path, via)
+		return "", fmt.Errorf("bin/%s is not an executable file: run \"%s\" (looked at %s via %s)", name, target, path, via)
 	}
 	return path, nil
 }
 
-// repoRoot walks up from the working directory (a package directory under
+// RepoRoot walks up from the working directory (a package directory under
 // `go test`) to the directory holding the provider module's go.mod. Tool
 // modules under test/tools have their own go.mod, hence the module check.
-func repoRoot() (string, error) {
+func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err

@@ -48,12 +48,12 @@ func TestFindBinaryOrder(t *testing.T) {
 func TestFindBinaryFallsBackToRepoBin(t *testing.T) {
 	t.Setenv("TEST_ASSET_KUBE_SCHEDULER", "")
 	t.Setenv("KUBEBUILDER_ASSETS", "")
-	root, err := repoRoot()
+	root, err := RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(root, "test", "testenv", "binaries.go")); err != nil {
-		t.Fatalf("repoRoot() = %s is not the repository root: %v", root, err)
+		t.Fatalf("RepoRoot() = %s is not the repository root: %v", root, err)
 	}
 	got, err := FindBinary(BinKubeScheduler)
 	want := filepath.Join(root, "bin", "kube-scheduler")

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testenv"
 )
 
 // Binaries `make build` puts in bin/.
@@ -25,40 +27,7 @@ const (
 // FindBinary returns the path of a binary `make build` makes:
 // $TEST_ASSET_<NAME> (e.g. TEST_ASSET_KARPENTER_SCALEWAY_EM), else
 // <repository root>/bin/<name>. The error names the make target.
-func FindBinary(name string) (string, error) {
-	env := "TEST_ASSET_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
-	path := os.Getenv(env)
-	if path == "" {
-		root, err := repoRoot()
-		if err != nil {
-			return "", fmt.Errorf("bin/%s missing: run \"make build\" (%s unset and %v)", name, env, err)
-		}
-		path = filepath.Join(root, "bin", name)
-	}
-	st, err := os.Stat(path)
-	if err != nil || st.IsDir() || st.Mode().Perm()&0o111 == 0 {
-		return "", fmt.Errorf("bin/%s missing or not executable at %s: run \"make build\"", name, path)
-	}
-	return path, nil
-}
-
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && strings.Contains(string(b), "module github.com/karpenter-scaleway-em/karpenter-scaleway-em\n") {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod of the provider module above the working directory")
-		}
-		dir = parent
-	}
-}
+func FindBinary(name string) (string, error) { return testenv.FindBinaryBuiltBy(name, "make build") }
 
 // ControllerOptions tune one controller process.
 type ControllerOptions struct {

@@ -39,6 +39,8 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/world"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testenv"
 )
 
 func main() { os.Exit(run()) }
@@ -71,7 +73,7 @@ func run() int {
 	d := &demo{out: os.Stdout, start: time.Now(), profile: profile, mbps: map[string]string{}, seenEvt: map[string]int32{}}
 
 	if *example == "" {
-		root, err := repoRoot()
+		root, err := testenv.RepoRoot()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "demo:", err)
 			return 2
@@ -485,22 +487,4 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
-}
-
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && strings.Contains(string(b), "module github.com/karpenter-scaleway-em/karpenter-scaleway-em\n") {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("run the demo from the repository (no go.mod of the provider above the working directory)")
-		}
-		dir = parent
-	}
 }
