@@ -160,11 +160,21 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 		cancel()
 	}()
 
+	// Everything the install needs is checked before ordering: a server that
+	// cannot be imaged must not be bought.
+	img, err := c.images.Resolve(ctx, nodeclass.ImageSettings(nc))
+	if err != nil {
+		return nil, cloudprovider.NewNodeClassNotReadyError(fmt.Errorf("resolving the image: %w", err))
+	}
+	keyIDs, err := c.keys.KeyIDs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("rescue SSH key: %w", err)
+	}
 	srv, it, offering, err := c.findOrOrder(ctx, claim, nc)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.install(ctx, claim, nc, srv); err != nil {
+	if err := c.install(ctx, claim, nc, srv, img, keyIDs); err != nil {
 		return nil, err
 	}
 	return c.hydrate(claim, nc, srv, it, offering), nil
@@ -256,15 +266,8 @@ func (c *CloudProvider) serverTags(claim *karpv1.NodeClaim, nc *v1alpha1.Scalewa
 }
 
 // install runs the pipeline; a phase that cannot go on releases the server.
-func (c *CloudProvider) install(ctx context.Context, claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalNodeClass, srv *baremetal.Server) error {
-	img, err := c.images.Resolve(ctx, nodeclass.ImageSettings(nc))
-	if err != nil {
-		return cloudprovider.NewNodeClassNotReadyError(fmt.Errorf("resolving the image: %w", err))
-	}
-	keyIDs, err := c.keys.KeyIDs(ctx)
-	if err != nil {
-		return fmt.Errorf("rescue SSH key: %w", err)
-	}
+func (c *CloudProvider) install(ctx context.Context, claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalNodeClass,
+	srv *baremetal.Server, img *imagesource.Image, keyIDs []string) error {
 	job := &install.Job{
 		Server:    srv,
 		SSHKeyIDs: keyIDs,
