@@ -85,7 +85,7 @@ func publishWithEmImager(t *testing.T, e *s3env, raw []byte, args ...string) {
 // verifies.
 func TestEmImagerWritesFromThePresignedURL(t *testing.T) {
 	e := startS3(t)
-	e.makeBucket(t, bucket)
+	e.MustCreateBucket(t, bucket)
 	raw := makeRaw(6<<20, 11)
 	publishWithEmImager(t, e, raw, "--schematic", schematic, "--talos-version", "v1.12.0", "--prefix", "talos", "--formats", "zst,xz", "--block-size", "1MiB")
 	s := newSource(t, e.config())

@@ -123,7 +123,7 @@ func wantReason(t *testing.T, err error, sentinel *Error) {
 
 func TestResolvePresignedURLFetchesTheImage(t *testing.T) {
 	e := startS3(t)
-	e.makeBucket(t, bucket)
+	e.MustCreateBucket(t, bucket)
 	raw := makeRaw(4<<20, 1)
 	publishImage(t, e, "talos", "v1.12.0", "amd64", raw, "zstd", "xz")
 
@@ -193,7 +193,7 @@ func TestResolvePresignedURLFetchesTheImage(t *testing.T) {
 func expiredImage(t *testing.T, seed uint64) *Image {
 	t.Helper()
 	e := startS3(t)
-	e.makeBucket(t, bucket)
+	e.MustCreateBucket(t, bucket)
 	publishImage(t, e, "", "v1.12.0", "amd64", makeRaw(2<<20, seed), "zstd")
 	c := e.config()
 	c.URLExpiry = time.Second
@@ -215,8 +215,8 @@ func TestResolveExpiredURLIsRefused(t *testing.T) {
 
 func TestResolveFailures(t *testing.T) {
 	e := startS3(t)
-	e.makeBucket(t, bucket)
-	cl := e.client(t)
+	e.MustCreateBucket(t, bucket)
+	cl := e.MustClient(t)
 	ctx := context.Background()
 	raw := makeRaw(2<<20, 3)
 	publishImage(t, e, "ok", "v1.12.0", "amd64", raw, "zstd", "xz")
@@ -302,7 +302,7 @@ func must[T any](v T, err error) T {
 
 func TestResolveCachesTheManifest(t *testing.T) {
 	e := startS3(t)
-	e.makeBucket(t, bucket)
+	e.MustCreateBucket(t, bucket)
 	publishImage(t, e, "c", "v1.12.0", "amd64", makeRaw(2<<20, 4), "zstd")
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	c := e.config()
@@ -314,7 +314,7 @@ func TestResolveCachesTheManifest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.client(t).RemoveObject(ctx, bucket, "c/"+schematic+"/v1.12.0/manifest.json", minio.RemoveObjectOptions{}); err != nil {
+	if err := e.MustClient(t).RemoveObject(ctx, bucket, "c/"+schematic+"/v1.12.0/manifest.json", minio.RemoveObjectOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(30 * time.Second)
@@ -334,7 +334,7 @@ func TestResolveCachesTheManifest(t *testing.T) {
 	if _, err := s.Resolve(ctx, settings("c", "v1.12.0")); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.client(t).RemoveObject(ctx, bucket, "c/"+schematic+"/v1.12.0/manifest.json", minio.RemoveObjectOptions{}); err != nil {
+	if err := e.MustClient(t).RemoveObject(ctx, bucket, "c/"+schematic+"/v1.12.0/manifest.json", minio.RemoveObjectOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	s.Invalidate()
@@ -344,7 +344,7 @@ func TestResolveCachesTheManifest(t *testing.T) {
 
 func TestResolvePresignEndpoint(t *testing.T) {
 	e := startS3(t)
-	e.makeBucket(t, bucket)
+	e.MustCreateBucket(t, bucket)
 	raw := makeRaw(2<<20, 5)
 	publishImage(t, e, "", "v1.12.0", "amd64", raw, "zstd")
 	// The controller talks to 127.0.0.1; the rescue system is told "localhost".
@@ -364,7 +364,7 @@ func TestResolvePresignEndpoint(t *testing.T) {
 
 func TestResolvePublicURLs(t *testing.T) {
 	e := startS3(t)
-	e.makeBucket(t, bucket)
+	e.MustCreateBucket(t, bucket)
 	raw := makeRaw(2<<20, 6)
 	publishImage(t, e, "pub", "v1.12.0", "amd64", raw, "zstd")
 	c := e.config()
@@ -391,10 +391,10 @@ func TestResolvePublicURLs(t *testing.T) {
 // endpoint): the images are fetched from beside it, checked with HEAD.
 func TestResolveHTTPManifestURL(t *testing.T) {
 	e := startS3(t)
-	e.makeBucket(t, bucket)
+	e.MustCreateBucket(t, bucket)
 	raw := makeRaw(2<<20, 7)
 	sumy := publishImage(t, e, "web", "v1.12.0", "amd64", raw, "zstd")
-	cl := e.client(t)
+	cl := e.MustClient(t)
 	files := map[string][]byte{}
 	for _, k := range []string{sumy.ManifestKey, sumy.Objects[0].Key} {
 		files["/"+k] = must(io.ReadAll(must(cl.GetObject(context.Background(), bucket, k, minio.GetObjectOptions{}))))

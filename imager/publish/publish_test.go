@@ -159,8 +159,8 @@ func listKeys(t *testing.T, c *minio.Client) []string {
 
 func TestPublishRawThenRepublishChangesNothing(t *testing.T) {
 	s3 := startS3(t)
-	s3.makeBucket(t, bucket)
-	c := s3.client(t)
+	s3.MustCreateBucket(t, bucket)
+	c := s3.MustClient(t)
 	raw := makeRaw(6<<20, 1)
 	in := writeFile(t, "metal-amd64.raw", raw)
 
@@ -239,8 +239,8 @@ func TestPublishRawThenRepublishChangesNothing(t *testing.T) {
 
 func TestPublishCompressedInputs(t *testing.T) {
 	s3 := startS3(t)
-	s3.makeBucket(t, bucket)
-	c := s3.client(t)
+	s3.MustCreateBucket(t, bucket)
+	c := s3.MustClient(t)
 	raw := makeRaw(5<<20, 2)
 	xzIn := compress(t, "xz", raw, "-T2", "--block-size=1MiB")
 	zstIn := compress(t, "zstd", raw, "-3")
@@ -308,7 +308,7 @@ func TestPublishCompressedInputs(t *testing.T) {
 // Large enough that the zstd file goes up as a multipart upload (16 MiB parts).
 func TestPublishMultipart(t *testing.T) {
 	s3 := startS3(t)
-	s3.makeBucket(t, bucket)
+	s3.MustCreateBucket(t, bucket)
 	raw := make([]byte, 40<<20)
 	rnd := rand.New(rand.NewPCG(7, 7))
 	for i := 0; i < len(raw); i += 8 {
@@ -322,7 +322,7 @@ func TestPublishMultipart(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	b, st := fetch(t, s3.client(t), r.sum.Objects[0].Key)
+	b, st := fetch(t, s3.MustClient(t), r.sum.Objects[0].Key)
 	if int64(len(b)) < 32<<20 {
 		t.Fatalf("zstd file is %d bytes: too small to need multipart", len(b))
 	}
@@ -337,8 +337,8 @@ func TestPublishMultipart(t *testing.T) {
 
 func TestPublishRefusesBadInputBeforeUploading(t *testing.T) {
 	s3 := startS3(t)
-	s3.makeBucket(t, bucket)
-	c := s3.client(t)
+	s3.MustCreateBucket(t, bucket)
+	c := s3.MustClient(t)
 	raw := makeRaw(4<<20, 3)
 	xzIn := compress(t, "xz", raw, "-T1", "--block-size=1MiB")
 	zstIn := compress(t, "zstd", raw)
@@ -393,7 +393,7 @@ func TestPublishRefusesBadInputBeforeUploading(t *testing.T) {
 
 func TestPublishS3Failures(t *testing.T) {
 	s3 := startS3(t)
-	s3.makeBucket(t, bucket)
+	s3.MustCreateBucket(t, bucket)
 	in := writeFile(t, "metal-amd64.raw", makeRaw(2<<20, 4))
 
 	t.Run("wrong credentials", func(t *testing.T) {
@@ -428,7 +428,7 @@ func TestPublishS3Failures(t *testing.T) {
 
 func TestPublishConflict(t *testing.T) {
 	s3 := startS3(t)
-	s3.makeBucket(t, bucket)
+	s3.MustCreateBucket(t, bucket)
 	a := writeFile(t, "a.raw", makeRaw(2<<20, 5))
 	b := writeFile(t, "b.raw", makeRaw(2<<20, 6))
 	if r := publish(t, s3.env(nil), baseArgs(a)...); r.code != 0 {
@@ -442,7 +442,7 @@ func TestPublishConflict(t *testing.T) {
 	if r.code != 0 || r.sum.ManifestAction != "uploaded" {
 		t.Fatalf("--force: exit %d %+v", r.code, r.sum)
 	}
-	mb, _ := fetch(t, s3.client(t), dir()+"manifest.json")
+	mb, _ := fetch(t, s3.MustClient(t), dir()+"manifest.json")
 	m, err := manifest.Parse(mb)
 	if err != nil || m.Raw.SHA256 != r.sum.Manifest.Raw.SHA256 {
 		t.Fatalf("manifest after --force: %v %+v", err, m)
@@ -487,7 +487,7 @@ func TestPublishUsageErrors(t *testing.T) {
 
 func TestPublishInterrupted(t *testing.T) {
 	s3 := startS3(t)
-	s3.makeBucket(t, bucket)
+	s3.MustCreateBucket(t, bucket)
 	in := writeFile(t, "x.raw", makeRaw(2<<20, 9))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -500,7 +500,7 @@ func TestPublishInterrupted(t *testing.T) {
 	if code != 130 || s.Error == nil || s.Error.Code != CodeInterrupted {
 		t.Fatalf("exit %d %+v", code, s.Error)
 	}
-	if keys := listKeys(t, s3.client(t)); len(keys) != 0 {
+	if keys := listKeys(t, s3.MustClient(t)); len(keys) != 0 {
 		t.Fatalf("uploaded %v", keys)
 	}
 }
@@ -509,7 +509,7 @@ func TestPublishInterrupted(t *testing.T) {
 // alone, the image files stay as they are.
 func TestPublishPublicFlagRewritesOnlyTheManifest(t *testing.T) {
 	s3 := startS3(t)
-	s3.makeBucket(t, bucket)
+	s3.MustCreateBucket(t, bucket)
 	in := writeFile(t, "x.raw", makeRaw(2<<20, 10))
 	r := publish(t, s3.env(nil), baseArgs(in, "--formats", "zst")...)
 	if r.code != 0 || r.sum.Manifest.Public {
@@ -519,7 +519,7 @@ func TestPublishPublicFlagRewritesOnlyTheManifest(t *testing.T) {
 	if r.code != 0 || r.sum.ManifestAction != "uploaded" || r.sum.Objects[0].Action != "skipped" {
 		t.Fatalf("exit %d %+v", r.code, r.sum)
 	}
-	mb, _ := fetch(t, s3.client(t), dir()+"manifest.json")
+	mb, _ := fetch(t, s3.MustClient(t), dir()+"manifest.json")
 	m, err := manifest.Parse(mb)
 	if err != nil || !m.Public {
 		t.Fatalf("manifest: %v public=%v", err, m != nil && m.Public)
@@ -531,8 +531,8 @@ func TestPublishPublicFlagRewritesOnlyTheManifest(t *testing.T) {
 // current manifest would see a digest mismatch until the new one lands.
 func TestRepublishWithAnotherEncoderKeepsThePublishedFile(t *testing.T) {
 	s3 := startS3(t)
-	s3.makeBucket(t, bucket)
-	c := s3.client(t)
+	s3.MustCreateBucket(t, bucket)
+	c := s3.MustClient(t)
 	in := writeFile(t, "x.raw", makeRaw(3<<20, 13))
 	r := publish(t, s3.env(nil), baseArgs(in, "--formats", "xz", "--xz-encoder", "external")...)
 	if r.code != 0 {

@@ -183,6 +183,24 @@ func (s *S3) cleanup() error {
 	return os.RemoveAll(s.tempDir)
 }
 
+// MustClient is Client for tests: a failure fails t.
+func (s *S3) MustClient(t testing.TB) *minio.Client {
+	t.Helper()
+	c, err := s.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// MustCreateBucket is CreateBucket for tests: a failure fails t.
+func (s *S3) MustCreateBucket(t testing.TB, name string) {
+	t.Helper()
+	if err := s.CreateBucket(context.Background(), name); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // StartS3 starts an S3 server for the test with fresh root credentials and a
 // data directory under t.TempDir(); it stops on cleanup.
 func StartS3(t testing.TB) *S3 {
