@@ -208,31 +208,47 @@ type statusRecorder struct {
 	status   int
 	serverID string
 	tags     []string
+	// onStatus runs once, when the status is decided and before it reaches
+	// the client: a client that has its answer always finds the call in Calls().
+	onStatus func()
+}
+
+func (r *statusRecorder) decide(code int) {
+	if r.status == 0 {
+		r.status = code
+		if r.onStatus != nil {
+			r.onStatus()
+		}
+	}
 }
 
 func (r *statusRecorder) WriteHeader(code int) {
-	if r.status == 0 {
-		r.status = code
-	}
+	r.decide(code)
 	r.ResponseWriter.WriteHeader(code)
 }
 
 func (r *statusRecorder) Write(b []byte) (int, error) {
-	if r.status == 0 {
-		r.status = http.StatusOK
-	}
+	r.decide(http.StatusOK)
 	return r.ResponseWriter.Write(b)
 }
 
 func (s *Sim) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &statusRecorder{ResponseWriter: w}
 	call := Call{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, At: time.Now()}
-	defer func() {
+	recorded := false
+	record := func() {
+		recorded = true
 		call.Status, call.ServerID, call.Tags = rec.status, rec.serverID, rec.tags
 		call.Duration = time.Since(call.At)
 		s.mu.Lock()
 		s.calls = append(s.calls, call)
 		s.mu.Unlock()
+	}
+	rec.onStatus = record
+	defer func() {
+		if !recorded { // no answer at all (a dropped connection)
+			record()
+		}
 	}()
 
 	s.mu.Lock()
