@@ -46,6 +46,9 @@ import (
 	"strings"
 
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+	"github.com/scaleway/scaleway-sdk-go/scw"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog/snapshot"
 )
 
 // Disk is one block device.
@@ -418,4 +421,23 @@ func (w *writer) procRoute(spec Spec) {
 		}
 	}
 	w.file("proc/net/route", b.String())
+}
+
+// RecordedOffer returns a real fr-par-2 offer by name, from the catalog's
+// snapshot of the recorded ListOffers responses (for tests and demos that
+// want real hardware descriptions).
+func RecordedOffer(name string) (*baremetal.Offer, error) {
+	s, err := snapshot.Embedded()
+	if err != nil {
+		return nil, err
+	}
+	z := s.Zones[string(scw.ZoneFrPar2)]
+	for _, list := range [][]*baremetal.Offer{z.Hourly, z.Monthly} {
+		for _, o := range list {
+			if o.Name == name {
+				return o, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("offer %s is not in the recorded fr-par-2 offers", name)
 }

@@ -10,34 +10,13 @@ import (
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 )
 
-// recordedOffer returns an offer from the real API recordings.
 func recordedOffer(t *testing.T, name string) *baremetal.Offer {
 	t.Helper()
-	raw, err := os.ReadFile("../../fixtures/scaleway/baremetal-api-recordings.json")
+	o, err := RecordedOffer(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rec struct {
-		Exchanges []struct {
-			Response json.RawMessage `json:"response"`
-		} `json:"exchanges"`
-	}
-	if err := json.Unmarshal(raw, &rec); err != nil {
-		t.Fatal(err)
-	}
-	for _, ex := range rec.Exchanges {
-		var resp baremetal.ListOffersResponse
-		if json.Unmarshal(ex.Response, &resp) != nil {
-			continue
-		}
-		for _, o := range resp.Offers {
-			if o.Name == name {
-				return o
-			}
-		}
-	}
-	t.Fatalf("offer %s not in the recordings", name)
-	return nil
+	return o
 }
 
 func read(t *testing.T, root, rel string) string {

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -66,31 +65,11 @@ func emImager(t *testing.T) string {
 
 func recordedOffer(t *testing.T, name string) *baremetal.Offer {
 	t.Helper()
-	raw, err := os.ReadFile("../../fixtures/scaleway/baremetal-api-recordings.json")
+	o, err := hardware.RecordedOffer(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rec struct {
-		Exchanges []struct {
-			Response json.RawMessage `json:"response"`
-		} `json:"exchanges"`
-	}
-	if err := json.Unmarshal(raw, &rec); err != nil {
-		t.Fatal(err)
-	}
-	for _, ex := range rec.Exchanges {
-		var resp baremetal.ListOffersResponse
-		if json.Unmarshal(ex.Response, &resp) != nil {
-			continue
-		}
-		for _, o := range resp.Offers {
-			if o.Name == name {
-				return o
-			}
-		}
-	}
-	t.Fatalf("offer %s not in the recordings", name)
-	return nil
+	return o
 }
 
 var ipCounter atomic.Uint32
