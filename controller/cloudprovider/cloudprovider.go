@@ -54,8 +54,6 @@ type RescueKeys interface {
 type Options struct {
 	ClusterName string
 	DefaultZone scw.Zone
-	// ProjectID is the default project (a NodeClass may name another).
-	ProjectID string
 	// IPv6Gateway for the nodes' static IPv6 route; empty: learnt from router advertisements.
 	IPv6Gateway string
 	// RepairToleration before Karpenter replaces a NotReady node (default 20m).

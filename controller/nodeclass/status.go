@@ -45,6 +45,11 @@ type StatusController struct {
 	Images      ImageChecker
 	Credentials CredentialsChecker
 	DefaultZone string
+	// ProjectID is the controller's Scaleway project. Servers are ordered and
+	// listed in it only; a NodeClass naming another project is not Ready
+	// (listing one project and ordering in another would hide orders from the
+	// idempotency lookup).
+	ProjectID string
 	// Interval between checks of a Ready NodeClass (a NodeClass that is not
 	// Ready is checked sooner).
 	Interval time.Duration
@@ -68,14 +73,21 @@ func (c *StatusController) Reconcile(ctx context.Context, nc *v1alpha1.ScalewayE
 	conds := nc.StatusConditions()
 	nc.Status.Zones = nc.ZonesOr(c.DefaultZone)
 
-	credErr := error(nil)
+	credErr, credReason := error(nil), "ScalewayAPIUnavailable"
+	if p := nc.Spec.ProjectID; p != "" && c.ProjectID != "" && p != c.ProjectID {
+		credReason = "ProjectMismatch"
+		credErr = fmt.Errorf("spec.projectID %s is not the controller's project %s (SCW_DEFAULT_PROJECT_ID): one controller serves one project", p, c.ProjectID)
+	}
 	for _, z := range nc.Status.Zones {
+		if credErr != nil {
+			break
+		}
 		if err := c.Credentials.CheckCredentials(ctx, scw.Zone(z)); err != nil {
 			credErr = fmt.Errorf("zone %s: %w", z, err)
 			break
 		}
 	}
-	setCondition(conds, v1alpha1.ConditionTypeCredentialsReady, "ScalewayAPIUnavailable", credErr)
+	setCondition(conds, v1alpha1.ConditionTypeCredentialsReady, credReason, credErr)
 
 	img, imgErr := c.Images.Resolve(ctx, ImageSettings(nc))
 	if imgErr == nil {

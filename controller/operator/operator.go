@@ -136,7 +136,7 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 	}
 	tokens := &bootstraptoken.Manager{Kube: direct, Namespace: "kube-system", TTL: installer.Timeouts.Total() + 15*time.Minute}
 	cp := cloudprovider.New(kube, direct, recorder, cat, api, installer, images, keys, cloudprovider.Options{
-		ClusterName: opts.ClusterName, DefaultZone: scwCfg.DefaultZone, ProjectID: scwCfg.ProjectID, IPv6Gateway: opts.IPv6Gateway,
+		ClusterName: opts.ClusterName, DefaultZone: scwCfg.DefaultZone, IPv6Gateway: opts.IPv6Gateway,
 		Tokens: tokens, RepairToleration: opts.RepairToleration,
 	}, logger.WithName("cloudprovider"))
 	return &Provider{
@@ -144,7 +144,7 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 		NodeClassStatus: &nodeclass.StatusController{
 			Kube: kube, Secrets: direct, Images: images,
 			Credentials: credentialsChecker{api: api, keys: keys, cluster: opts.ClusterName},
-			DefaultZone: string(scwCfg.DefaultZone), Interval: opts.NodeClassRecheck,
+			DefaultZone: string(scwCfg.DefaultZone), ProjectID: scwCfg.ProjectID, Interval: opts.NodeClassRecheck,
 		},
 		GarbageCollection: &garbagecollection.Controller{
 			Kube: kube, API: api, ClusterName: opts.ClusterName, Zones: cp.ZonesInUse,

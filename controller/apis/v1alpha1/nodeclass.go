@@ -14,7 +14,8 @@ type ScalewayElasticMetalNodeClassSpec struct {
 	// +listType=set
 	// +optional
 	Zones []string `json:"zones,omitempty"`
-	// ProjectID is the Scaleway project servers are ordered in. Empty means the controller's default project.
+	// ProjectID is the Scaleway project servers are ordered in. Empty means the controller's project; another
+	// project makes the NodeClass not Ready (one controller serves one project, SCW_DEFAULT_PROJECT_ID).
 	// +kubebuilder:validation:Pattern=`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`
 	// +optional
 	ProjectID string `json:"projectID,omitempty"`
