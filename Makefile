@@ -4,6 +4,8 @@
 #   make test    unit, integration and end-to-end suites (builds the test tools into bin/ once)
 #   make bench   performance figures (em-imager vs curl|xz|dd, scale test)
 #   make demo    the whole provider against the simulated Scaleway world
+#   make image   the container images as OCI layouts in bin/image (no Docker engine; build/ociimage)
+#   make image-push REGISTRY=ghcr.io/me   push them
 #
 # Every tool comes from the Go module proxy or Debian packages; bin/ is reused across runs.
 
@@ -13,7 +15,8 @@ ROOT := $(CURDIR)
 BIN := $(ROOT)/bin
 GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -s -w -X github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/version.Version=$(VERSION)
+LDFLAGS := -s -w -X github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/version.Version=$(VERSION) \
+	-X sigs.k8s.io/karpenter/pkg/operator.Version=$(VERSION)
 GOTEST_FLAGS ?= -count=1 -timeout 45m
 
 # Test assets: envtest finds kube-apiserver and etcd through KUBEBUILDER_ASSETS.
@@ -24,7 +27,7 @@ export TEST_ASSET_KUBE_SCHEDULER := $(BIN)/kube-scheduler
 export TEST_ASSET_VERSITYGW := $(BIN)/versitygw
 export TEST_ASSET_EM_IMAGER := $(BIN)/em-imager
 
-.PHONY: all build test bench demo e2e tools deps vet fmt-check tidy-check clean chart-crds docs catalog-snapshot
+.PHONY: all build image image-push test bench demo e2e tools deps vet fmt-check tidy-check clean chart-crds docs catalog-snapshot
 
 all: build
 
@@ -44,6 +47,21 @@ $(BIN)/karpenter-scaleway-em: $(BIN)/em-imager FORCE
 
 FORCE:
 
+# The two container images (controller with em-imager embedded; em-imager), linux/amd64 and
+# linux/arm64, as OCI layouts and archives in bin/image, built by build/ociimage without a
+# container engine. Tagged with the chart's appVersion unless IMAGE_VERSION is set; REGISTRY
+# (default: the chart's, ghcr.io/karpenter-scaleway-em) names them. SOURCE_DATE_EPOCH defaults to
+# the commit's time, so a commit always gives the same digests.
+IMAGE_OUT ?= bin/image
+IMAGE_FLAGS = -out $(IMAGE_OUT)$(if $(IMAGE_VERSION), -version $(IMAGE_VERSION))$(if $(REGISTRY), -registry $(REGISTRY))
+image: deps
+	$(GO) run ./build/ociimage/cmd/ociimage build $(IMAGE_FLAGS)
+
+# Push both images to REGISTRY (e.g. ghcr.io/me) with the credentials of docker/podman/crane login.
+image-push: image
+	@test -n "$(REGISTRY)" || { echo "image-push needs REGISTRY=<registry>/<namespace>, e.g. REGISTRY=ghcr.io/karpenter-scaleway-em"; exit 1; }
+	$(GO) run ./build/ociimage/cmd/ociimage push -out $(IMAGE_OUT) -registry $(REGISTRY)
+
 ## ---- checks --------------------------------------------------------------
 
 vet:
@@ -60,11 +78,14 @@ tidy-check:
 ## ---- test ----------------------------------------------------------------
 
 # Debian packages the tests use (xz and zstd build real Talos-like images; sgdisk
-# cross-checks the simulated Talos-like GPT images).
+# cross-checks the simulated Talos-like GPT images; qemu-user runs the images' other-arch
+# binaries) and make image uses (ca-certificates' certificates go into the images).
 deps:
-	@missing=""; for c in xz:xz-utils zstd:zstd curl:curl sgdisk:gdisk; do \
+	@missing=""; for c in xz:xz-utils zstd:zstd curl:curl sgdisk:gdisk qemu-aarch64:qemu-user qemu-x86_64:qemu-user; do \
 		command -v $${c%%:*} >/dev/null || missing="$$missing $${c##*:}"; done; \
-	if [ -n "$$missing" ]; then echo "installing$$missing"; \
+	[ -d /usr/share/ca-certificates/mozilla ] || missing="$$missing ca-certificates"; \
+	missing=$$(printf '%s\n' $$missing | sort -u | xargs); \
+	if [ -n "$$missing" ]; then echo "installing $$missing"; \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null; fi
 
 test: deps fmt-check vet build tools
