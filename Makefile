@@ -60,9 +60,9 @@ tidy-check:
 ## ---- test ----------------------------------------------------------------
 
 # Debian packages the tests use (xz and zstd build real Talos-like images; sgdisk
-# cross-checks the simulated Talos-like GPT images).
+# cross-checks the GPT images, mtools and fsck.fat the metal-iso FAT partition).
 deps:
-	@missing=""; for c in xz:xz-utils zstd:zstd curl:curl sgdisk:gdisk; do \
+	@missing=""; for c in xz:xz-utils zstd:zstd curl:curl sgdisk:gdisk mtype:mtools fsck.fat:dosfstools; do \
 		command -v $${c%%:*} >/dev/null || missing="$$missing $${c##*:}"; done; \
 	if [ -n "$$missing" ]; then echo "installing$$missing"; \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null; fi
