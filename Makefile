@@ -60,9 +60,10 @@ tidy-check:
 ## ---- test ----------------------------------------------------------------
 
 # Debian packages the tests use (xz and zstd build real Talos-like images; sgdisk
-# cross-checks the GPT images, mtools and fsck.fat the metal-iso FAT partition).
+# cross-checks the GPT images, mtools and fsck.fat the metal-iso FAT partition,
+# binutils the test UKIs).
 deps:
-	@missing=""; for c in xz:xz-utils zstd:zstd curl:curl sgdisk:gdisk mtype:mtools fsck.fat:dosfstools; do \
+	@missing=""; for c in xz:xz-utils zstd:zstd curl:curl sgdisk:gdisk mtype:mtools fsck.fat:dosfstools objdump:binutils; do \
 		command -v $${c%%:*} >/dev/null || missing="$$missing $${c##*:}"; done; \
 	if [ -n "$$missing" ]; then echo "installing$$missing"; \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null; fi
