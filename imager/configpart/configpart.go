@@ -460,12 +460,21 @@ func (d *partitionDisk) read() ([]byte, Volume, error) {
 		return nil, Volume{}, fmt.Errorf("%w: no partition named or labelled %s", ErrNotFound, PartitionName)
 	}
 	v := Volume{PartitionNumber: p.Index, StartBytes: int64(p.Start) * int64(ss), SizeBytes: int64(p.End-p.Start+1) * int64(ss), Label: strings.TrimSpace(fs.Label())}
+	st, err := fs.Stat(FileName)
+	if err != nil || st.IsDir() {
+		return nil, v, fmt.Errorf("read config: %s: %w", FileName, os.ErrNotExist)
+	}
+	if st.Size() > MaxConfigSize {
+		return nil, v, fmt.Errorf("read config: %s has %d bytes, more than %d", FileName, st.Size(), MaxConfigSize)
+	}
 	f, err := fs.OpenFile("/"+FileName, os.O_RDONLY)
 	if err != nil {
 		return nil, v, fmt.Errorf("read config: %s: %w", FileName, os.ErrNotExist)
 	}
-	b, err := io.ReadAll(io.LimitReader(f, MaxConfigSize+1))
-	if err != nil {
+	// One read of exactly the file's size: go-diskfs v1.9.4 reads past the
+	// end of a file when a read starts inside a cluster (io.ReadAll does).
+	b := make([]byte, st.Size())
+	if _, err := io.ReadFull(f, b); err != nil && !(err == io.EOF && len(b) == 0) {
 		return nil, v, fmt.Errorf("read config: %v", err)
 	}
 	return b, v, nil

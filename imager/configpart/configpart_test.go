@@ -386,3 +386,24 @@ func TestInterruptedBeforeCommit(t *testing.T) {
 		t.Fatal("an interrupted write-config changed the partition table")
 	}
 }
+
+// Config sizes around cluster boundaries and the maximum come back exactly
+// (go-diskfs v1.9.4 over-reads files whose reads start inside a cluster:
+// 1500 bytes came back as 1536).
+func TestConfigSizes(t *testing.T) {
+	disk := image(t, 512, 160<<20)
+	for _, n := range []int{1, 511, 512, 513, 1500, 2000, 20001, MaxConfigSize} {
+		cfg := bytes.Repeat([]byte("key: value\n"), n/11+1)[:n]
+		res, err := Write(context.Background(), disk, cfg, Options{})
+		if err != nil {
+			t.Fatalf("%d bytes: %v", n, err)
+		}
+		got, _, err := Read(disk, 0)
+		if err != nil || !bytes.Equal(got, cfg) {
+			t.Fatalf("%d bytes: read back %d bytes, %v", n, len(got), err)
+		}
+		if out := tool(t, "mdir", "-i", disk+"@@"+itoa(res.StartBytes), "::config.yaml"); !strings.Contains(strings.ReplaceAll(out, " ", ""), strconv.Itoa(n)+"bytes") {
+			t.Fatalf("%d bytes: mdir says\n%s", n, out)
+		}
+	}
+}

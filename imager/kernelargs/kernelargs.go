@@ -155,12 +155,16 @@ func FromDisk(p string, sectorSize int) (Found, error) {
 		// default entry only sd-boot's state knows.
 		return Found{}, fmt.Errorf("several unified kernel images (%s): cannot tell which one boots", strings.Join(ukis, ", "))
 	}
+	st, err := fs.Stat(ukis[0])
+	if err != nil {
+		return Found{}, fmt.Errorf("%s: %w", ukis[0], err)
+	}
 	f, err := fs.OpenFile("/"+ukis[0], os.O_RDONLY)
 	if err != nil {
 		return Found{}, fmt.Errorf("%s: %w", ukis[0], err)
 	}
 	defer f.Close()
-	cmdline, err := peCmdline(&seekerReaderAt{rs: f})
+	cmdline, err := peCmdline(&seekerReaderAt{rs: f, size: st.Size()})
 	if err != nil {
 		return Found{}, fmt.Errorf("%s: %w", ukis[0], err)
 	}
@@ -189,20 +193,27 @@ func peCmdline(r io.ReaderAt) (string, error) {
 }
 
 // seekerReaderAt gives debug/pe the io.ReaderAt it needs over a go-diskfs
-// file, which can only seek and read.
+// file, which can only seek and read. It stops reads at the file's size:
+// go-diskfs v1.9.4 reads past the end when a read starts inside a cluster.
 type seekerReaderAt struct {
-	mu sync.Mutex
-	rs io.ReadSeeker
+	mu   sync.Mutex
+	rs   io.ReadSeeker
+	size int64
 }
 
 func (s *seekerReaderAt) ReadAt(p []byte, off int64) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if off >= s.size {
+		return 0, io.EOF
+	}
+	short := int64(len(p)) > s.size-off
+	p = p[:min(int64(len(p)), s.size-off)]
 	if _, err := s.rs.Seek(off, io.SeekStart); err != nil {
 		return 0, err
 	}
 	n, err := io.ReadFull(s.rs, p)
-	if err == io.ErrUnexpectedEOF {
+	if err == io.ErrUnexpectedEOF || (err == nil && short) {
 		err = io.EOF // io.ReaderAt's way of saying "short, at the end"
 	}
 	return n, err
