@@ -3,8 +3,6 @@ package imagesource
 import (
 	"bytes"
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -16,11 +14,7 @@ import (
 
 func talosImage(t *testing.T, cmdline string) []byte {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), "metal-amd64.raw")
-	if _, err := testimage.Write(p, testimage.Spec{Size: 16 << 20, DataBytes: 1 << 20, Seed: 2, UKICmdline: cmdline}); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(p)
+	b, err := testimage.Bytes(testimage.Spec{Size: 16 << 20, DataBytes: 1 << 20, Seed: 2, UKICmdline: cmdline})
 	if err != nil {
 		t.Fatal(err)
 	}

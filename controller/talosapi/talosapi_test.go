@@ -99,6 +99,19 @@ func maintenance(t *testing.T, addr string, opts simtalos.MaintenanceOptions) (*
 	return m, a
 }
 
+// seen starts a simulated maintenance API and waits for it as the
+// controller does: the Applier, the host and the Peer it pinned.
+func seen(t *testing.T, opts simtalos.MaintenanceOptions) (*simtalos.Maintenance, *applies, Applier, string, Peer) {
+	t.Helper()
+	m, got := maintenance(t, "127.0.0.1:0", opts)
+	a, host := applierFor(t, m.Addr())
+	peer, err := a.WaitMaintenance(context.Background(), host, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, got, a, host, peer
+}
+
 func applierFor(t *testing.T, addr string) (Applier, string) {
 	t.Helper()
 	host, port, err := net.SplitHostPort(addr)
@@ -113,12 +126,7 @@ func applierFor(t *testing.T, addr string) (Applier, string) {
 // applied over a connection to that key.
 func TestWaitMaintenanceThenApply(t *testing.T) {
 	ours, _ := configs(t)
-	m, got := maintenance(t, "127.0.0.1:0", simtalos.MaintenanceOptions{})
-	a, host := applierFor(t, m.Addr())
-	peer, err := a.WaitMaintenance(context.Background(), host, 50*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, got, a, _, peer := seen(t, simtalos.MaintenanceOptions{})
 	if want := cryptox509.SPKIFingerprint(m.Certificate()).String(); peer.Fingerprint != want || peer.Endpoint != m.Addr() {
 		t.Fatalf("peer %+v, want fingerprint %s", peer, want)
 	}
@@ -254,16 +262,10 @@ func TestConfiguredNodeIsNotReady(t *testing.T) {
 // byte of config is sent.
 func TestTakeoverAfterFirstContactIsRefused(t *testing.T) {
 	ours, _ := configs(t)
-	m, _ := maintenance(t, "127.0.0.1:0", simtalos.MaintenanceOptions{})
-	addr := m.Addr()
-	a, host := applierFor(t, addr)
-	peer, err := a.WaitMaintenance(context.Background(), host, 50*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, _, a, host, peer := seen(t, simtalos.MaintenanceOptions{})
 	m.Close()
-	impostor, got := maintenance(t, addr, simtalos.MaintenanceOptions{})
-	err = a.ApplyTo(context.Background(), peer, ours)
+	impostor, got := maintenance(t, m.Addr(), simtalos.MaintenanceOptions{})
+	err := a.ApplyTo(context.Background(), peer, ours)
 	if !errors.Is(err, ErrPeerChanged) || !Release(err) {
 		t.Fatalf("ApplyTo: %v", err)
 	}
@@ -282,13 +284,8 @@ func TestTakeoverAfterFirstContactIsRefused(t *testing.T) {
 // and fails the pin. Every outcome releases; ours is never applied.
 func TestAttackerAppliedFirst(t *testing.T) {
 	ours, attacker := configs(t)
-	m, got := maintenance(t, "127.0.0.1:0", simtalos.MaintenanceOptions{LeaveDelay: simtalos.NoLeaveDelay, ShutdownTimeout: time.Second})
+	m, got, a, _, peer := seen(t, simtalos.MaintenanceOptions{LeaveDelay: simtalos.NoLeaveDelay, ShutdownTimeout: time.Second})
 	addr := m.Addr()
-	a, host := applierFor(t, addr)
-	peer, err := a.WaitMaintenance(context.Background(), host, 50*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
 	tc, err := talosclient.New(context.Background(), talosclient.WithEndpoints(addr), talosclient.WithTLSConfig(&tls.Config{InsecureSkipVerify: true}))
 	if err != nil {
 		t.Fatal(err)
@@ -349,12 +346,7 @@ func TestNotUpYet(t *testing.T) {
 // deprecated single-contact Apply goes through the same checks.
 func TestApplyFailuresRelease(t *testing.T) {
 	ours, _ := configs(t)
-	m, got := maintenance(t, "127.0.0.1:0", simtalos.MaintenanceOptions{})
-	a, host := applierFor(t, m.Addr())
-	peer, err := a.WaitMaintenance(context.Background(), host, 50*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, got, a, host, peer := seen(t, simtalos.MaintenanceOptions{})
 	if err := a.ApplyTo(context.Background(), peer, []byte("{{not yaml")); !errors.Is(err, ErrApply) || !Release(err) {
 		t.Fatalf("refused config: %v", err)
 	}

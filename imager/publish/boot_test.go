@@ -3,8 +3,6 @@ package publish
 import (
 	"bytes"
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -20,11 +18,7 @@ const metalISOCmdline = "talos.platform=metal console=tty0 init_on_alloc=1 slab_
 
 func talosImage(t *testing.T, sectorSize int, cmdline string) []byte {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), "metal-amd64.raw")
-	if _, err := testimage.Write(p, testimage.Spec{Size: 24 << 20, DataBytes: 2 << 20, SectorSize: sectorSize, Seed: 11, UKICmdline: cmdline}); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(p)
+	b, err := testimage.Bytes(testimage.Spec{Size: 24 << 20, DataBytes: 2 << 20, SectorSize: sectorSize, Seed: 11, UKICmdline: cmdline})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"io"
 	"math/rand"
 	"os"
+	"path/filepath"
 )
 
 // Spec says what to build.
@@ -63,6 +64,20 @@ func guid(s string) [16]byte {
 	g[4], g[5] = g[5], g[4]
 	g[6], g[7] = g[7], g[6]
 	return g
+}
+
+// Bytes builds the image in a temporary file and returns its content.
+func Bytes(s Spec) ([]byte, error) {
+	dir, err := os.MkdirTemp("", "testimage-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	p := filepath.Join(dir, "metal-amd64.raw")
+	if _, err := Write(p, s); err != nil {
+		return nil, err
+	}
+	return os.ReadFile(p)
 }
 
 // Write creates the image at path and returns its SHA-256 (hex).

@@ -184,26 +184,8 @@ func upload(t *testing.T, c *ssh.Client, local, remote string) {
 // runReport runs an em-imager command and parses its report.
 func runReport(t *testing.T, c *ssh.Client, cmd string) (*report.Report, int, string) {
 	t.Helper()
-	s, err := c.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	var stdout, stderr bytes.Buffer
-	s.Stdout, s.Stderr = &stdout, &stderr
-	err = s.Run(cmd)
-	code := 0
-	var ee *ssh.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitStatus()
-	} else if err != nil {
-		t.Fatalf("%s: %v", cmd, err)
-	}
-	r, perr := report.Parse(stdout.Bytes())
-	if perr != nil {
-		t.Fatalf("%s: report: %v\nstdout: %s\nstderr: %s", cmd, perr, stdout.String(), stderr.String())
-	}
-	return r, code, stderr.String()
+	r, code, _, stderr := runStdin(t, c, cmd, nil)
+	return r, code, stderr
 }
 
 func imageServer(t *testing.T, img []byte) *httptest.Server {
