@@ -115,6 +115,9 @@ func Write(ctx context.Context, path string, config []byte, o Options) (res Resu
 	}
 	sum := sha256.Sum256(config)
 	res.SHA256, res.Bytes = hex.EncodeToString(sum[:]), len(config)
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
 
 	d, err := open(path, false, o.SectorSize)
 	if err != nil {
