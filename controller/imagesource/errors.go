@@ -21,6 +21,9 @@ const (
 	ReasonAccessDenied      Reason = "ImageBucketAccessDenied"
 	ReasonBucketMissing     Reason = "ImageBucketMissing"
 	ReasonUnreachable       Reason = "ImageStoreUnreachable"
+	// ReasonNoMetalISO: the image cannot take its config from the disk
+	// (Image.DiskConfigDelivery); only configDelivery: MaintenanceAPI works.
+	ReasonNoMetalISO Reason = "ImageLacksMetalISO"
 )
 
 // Error is what Resolve returns on failure. Match it with errors.Is against
@@ -66,6 +69,7 @@ var (
 	ErrAccessDenied      = &Error{Reason: ReasonAccessDenied}
 	ErrBucketMissing     = &Error{Reason: ReasonBucketMissing}
 	ErrUnreachable       = &Error{Reason: ReasonUnreachable}
+	ErrNoMetalISO        = &Error{Reason: ReasonNoMetalISO}
 )
 
 // ReasonOf returns the Reason of err, or "" when err is not from this package.

@@ -63,7 +63,31 @@ type Image struct {
 	SectorSize     int
 	Bucket         string // "" for an http(s) manifest URL
 	Key            string // object key, or the redacted URL of the file
-	Manifest       *manifest.Manifest
+	// KernelArgs and MetalISO are the manifest's boot record: the image's
+	// kernel command line, and whether it makes Talos read its config from
+	// the metal-iso partition (see DiskConfigDelivery).
+	KernelArgs string
+	MetalISO   bool
+	Manifest   *manifest.Manifest
+}
+
+// DiskConfigDelivery returns nil when nodes booted from the image read
+// their machine config from the metal-iso partition em-imager writes, else
+// an ErrNoMetalISO error saying why and what to do, for the NodeClass status.
+func (i *Image) DiskConfigDelivery() error {
+	var why string
+	b := i.Manifest.Boot
+	switch {
+	case b == nil:
+		why = "its manifest does not record the image's kernel arguments (published by an older em-imager publish): publish it again"
+	case b.Source == manifest.BootSourceUnknown:
+		why = "em-imager publish could not read the image's kernel arguments: publish it again with --kernel-args"
+	case !b.MetalISO:
+		why = fmt.Sprintf("its kernel arguments (%s) lack talos.config=metal-iso: build the schematic with customization.extraKernelArgs [talos.config=metal-iso] (docs/install.md), or set configDelivery: MaintenanceAPI", b.KernelArgs)
+	default:
+		return nil
+	}
+	return &Error{Reason: ReasonNoMetalISO, Key: i.SchematicID + "/" + i.TalosVersion, Err: fmt.Errorf("the image cannot take its machine config from the disk: %s", why)}
 }
 
 // String redacts the URL, so printing an Image never leaks a signature.
@@ -369,6 +393,9 @@ func (s *Source) image(ctx context.Context, c cached) (*Image, error) {
 		Bucket:         c.bkt,
 		Key:            c.key,
 		Manifest:       c.m,
+	}
+	if b := c.m.Boot; b != nil {
+		img.KernelArgs, img.MetalISO = b.KernelArgs, b.MetalISO
 	}
 	switch {
 	case c.plain:

@@ -32,6 +32,7 @@ const Usage = `em-imager writes a (compressed) raw disk image from a URL onto a 
 
   em-imager write   --image URL --sha256 HEX [--disk PATH|auto] [--format auto|xz|zstd|gzip|raw] [flags]
   em-imager inspect [--disk PATH|auto] [--sysroot DIR]   disks and NICs, writes nothing
+  em-imager write-config --disk PATH < config.yaml       machine config -> metal-iso partition
   em-imager publish ...                                  prepare and upload an image + manifest
   em-imager version
 

@@ -27,6 +27,8 @@
 //	    {"name": "metal-amd64.raw.xz", "format": "xz", "size": 80211345, "sha256": "fcde2b…",
 //	     "blockSize": 4194304, "encoder": "xz (XZ Utils) 5.4.1"}
 //	  ],
+//	  "boot": {"kernelArgs": "talos.platform=metal console=tty0 … talos.config=metal-iso",
+//	           "source": "image:EFI/Linux/Talos-v1.12.0.efi", "metalISO": true},
 //	  "tool": {"name": "em-imager publish", "version": "v0.1.0"},
 //	  "created": "2026-11-22T12:00:00Z"
 //	}

@@ -12,6 +12,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/kernelargs"
 )
 
 // SchemaVersion is the only manifest schema this code reads and writes.
@@ -52,6 +54,10 @@ type Manifest struct {
 	Raw Digest `json:"raw"`
 	// Files are the compressed encodings of Raw, one per format.
 	Files []File `json:"files"`
+	// Boot is how the image boots: its kernel arguments and whether they
+	// make Talos read its machine config from the disk. Manifests written
+	// before publish recorded it lack it (nil): nothing is known then.
+	Boot *Boot `json:"boot,omitempty"`
 	// Public records that the publisher made the objects anonymously readable.
 	// It is informational: the controller's own configuration decides whether
 	// it hands out plain or presigned URLs.
@@ -82,6 +88,29 @@ type File struct {
 	// v1.20.3", "upstream" for an input uploaded unchanged).
 	Encoder string `json:"encoder,omitempty"`
 }
+
+// Boot is what publish learned about the image's boot.
+type Boot struct {
+	// KernelArgs is the kernel command line of the image's default boot
+	// entry ("" when Source is SourceUnknown).
+	KernelArgs string `json:"kernelArgs"`
+	// Source says where KernelArgs came from: "image:<file>" (read from
+	// the image, e.g. image:EFI/Linux/Talos-v1.12.0.efi), "flag" (given to
+	// publish because the image's could not be read) or "unknown".
+	Source string `json:"source"`
+	// MetalISO: the kernel arguments carry talos.config=metal-iso, so a node
+	// reads its config from the metal-iso partition em-imager writes and
+	// never opens the maintenance API. false flags an image that can only
+	// get its config over the maintenance API (configDelivery: MaintenanceAPI).
+	MetalISO bool `json:"metalISO"`
+}
+
+// Boot sources besides "image:<file>".
+const (
+	BootSourceFlag    = "flag"
+	BootSourceUnknown = "unknown"
+	BootSourceImage   = "image:"
+)
 
 // Tool names the program that wrote the manifest.
 type Tool struct {
@@ -234,6 +263,20 @@ func (m *Manifest) Validate() error {
 			bad(field+".blockSize", "%d: want >= 0", f.BlockSize)
 		}
 	}
+	if b := m.Boot; b != nil {
+		switch {
+		case b.Source == BootSourceUnknown:
+			if b.KernelArgs != "" || b.MetalISO {
+				bad("boot", "source %q with kernel arguments or metalISO set", b.Source)
+			}
+		case b.Source != BootSourceFlag && !(strings.HasPrefix(b.Source, BootSourceImage) && len(b.Source) > len(BootSourceImage)):
+			bad("boot.source", "%q: want image:<file>, %s or %s", b.Source, BootSourceFlag, BootSourceUnknown)
+		case strings.TrimSpace(b.KernelArgs) == "":
+			bad("boot.kernelArgs", "empty")
+		case b.MetalISO != kernelargs.MetalISO(b.KernelArgs):
+			bad("boot.metalISO", "%v, but the kernel arguments say %v (%s=%s)", b.MetalISO, !b.MetalISO, kernelargs.ConfigParam, kernelargs.ConfigMetalISO)
+		}
+	}
 	if strings.TrimSpace(m.Tool.Name) == "" {
 		bad("tool.name", "empty")
 	}
@@ -257,11 +300,12 @@ func (m *Manifest) File(format string) (File, bool) {
 }
 
 // SameImage reports whether two manifests describe the same bytes: the same
-// schematic, version, architecture, sector size, raw digest and files. The
+// schematic, version, architecture, sector size, raw digest, boot and files. The
 // tool and creation time do not count, so re-publishing is a no-op.
 func SameImage(a, b *Manifest) bool {
 	if a.SchematicID != b.SchematicID || a.TalosVersion != b.TalosVersion || a.Arch != b.Arch ||
-		a.SectorSize != b.SectorSize || a.Raw != b.Raw || a.Public != b.Public || len(a.Files) != len(b.Files) {
+		a.SectorSize != b.SectorSize || a.Raw != b.Raw || a.Public != b.Public || len(a.Files) != len(b.Files) ||
+		(a.Boot == nil) != (b.Boot == nil) || (a.Boot != nil && *a.Boot != *b.Boot) {
 		return false
 	}
 	for _, fa := range a.Files {

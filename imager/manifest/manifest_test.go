@@ -25,6 +25,7 @@ func valid() *Manifest {
 			{Name: "metal-amd64.raw.zst", Format: FormatZstd, Size: 1000, SHA256: sumB, BlockSize: 1 << 20},
 			{Name: "metal-amd64.raw.xz", Format: FormatXZ, Size: 900, SHA256: sumB},
 		},
+		Boot:    &Boot{KernelArgs: "talos.platform=metal console=tty0 talos.config=metal-iso", Source: "image:EFI/Linux/Talos-v1.12.0.efi", MetalISO: true},
 		Tool:    Tool{Name: "em-imager publish", Version: "dev"},
 		Created: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC),
 	}
@@ -83,6 +84,12 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"file size", func(m *Manifest) { m.Files[1].Size = -1 }, "files[1].size"},
 		{"file sha", func(m *Manifest) { m.Files[1].SHA256 = "" }, "files[1].sha256"},
 		{"file block", func(m *Manifest) { m.Files[0].BlockSize = -4 }, "files[0].blockSize"},
+		{"boot source", func(m *Manifest) { m.Boot.Source = "grub" }, "boot.source"},
+		{"boot source image without file", func(m *Manifest) { m.Boot.Source = "image:" }, "boot.source"},
+		{"boot no kernel args", func(m *Manifest) { m.Boot.KernelArgs = " " }, "boot.kernelArgs"},
+		{"boot flag says metal-iso, args do not", func(m *Manifest) { m.Boot.KernelArgs = "talos.platform=metal" }, "boot.metalISO"},
+		{"boot flag hides metal-iso", func(m *Manifest) { m.Boot.MetalISO = false }, "boot.metalISO"},
+		{"boot unknown with args", func(m *Manifest) { m.Boot.Source = BootSourceUnknown }, "boot"},
 		{"tool", func(m *Manifest) { m.Tool.Name = " " }, "tool.name"},
 		{"created", func(m *Manifest) { m.Created = time.Time{} }, "created"},
 	}
@@ -101,6 +108,30 @@ func TestValidateNamesTheField(t *testing.T) {
 				t.Fatalf("Marshal of an invalid manifest = %v", err)
 			}
 		})
+	}
+}
+
+// Manifests from before the boot field, and images whose kernel arguments
+// publish could not read, stay valid.
+func TestBootOptional(t *testing.T) {
+	for name, b := range map[string]*Boot{
+		"absent":  nil,
+		"unknown": {Source: BootSourceUnknown},
+		"flag":    {KernelArgs: "talos.platform=metal", Source: BootSourceFlag},
+	} {
+		m := valid()
+		m.Boot = b
+		data, err := m.Marshal()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		got, err := Parse(data)
+		if err != nil || !SameImage(m, got) {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if b == nil && strings.Contains(string(data), `"boot"`) {
+			t.Fatalf("%s: boot written: %s", name, data)
+		}
 	}
 }
 
@@ -136,11 +167,13 @@ func TestSameImage(t *testing.T) {
 		t.Fatal("tool, time and file order must not count")
 	}
 	for name, edit := range map[string]func(m *Manifest){
-		"raw":    func(m *Manifest) { m.Raw.SHA256 = sumB },
-		"file":   func(m *Manifest) { m.Files[0].SHA256 = sumA },
-		"fewer":  func(m *Manifest) { m.Files = m.Files[:1] },
-		"public": func(m *Manifest) { m.Public = true },
-		"arch":   func(m *Manifest) { m.Arch = "arm64" },
+		"raw":     func(m *Manifest) { m.Raw.SHA256 = sumB },
+		"file":    func(m *Manifest) { m.Files[0].SHA256 = sumA },
+		"fewer":   func(m *Manifest) { m.Files = m.Files[:1] },
+		"public":  func(m *Manifest) { m.Public = true },
+		"arch":    func(m *Manifest) { m.Arch = "arm64" },
+		"boot":    func(m *Manifest) { m.Boot = &Boot{KernelArgs: "talos.platform=metal", Source: BootSourceFlag} },
+		"no boot": func(m *Manifest) { m.Boot = nil },
 	} {
 		c := valid()
 		edit(c)

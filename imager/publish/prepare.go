@@ -36,6 +36,7 @@ type prepared struct {
 	inputSize   int64
 	inputSHA256 string
 	raw         manifest.Digest
+	boot        *manifest.Boot
 	files       []staged
 }
 
@@ -173,9 +174,15 @@ func prepare(ctx context.Context, o *Options, log *slog.Logger, workdir string) 
 
 	start := time.Now()
 	sig := &bootSignature{}
-	rawWriters = append(rawWriters, sig)
+	esp, err := newESPCapture(filepath.Join(workdir, "esp.raw"), o.SectorSize)
+	if err != nil {
+		abortAll()
+		return nil, &Error{Code: CodeInternal, Err: err}
+	}
+	rawWriters = append(rawWriters, sig, esp)
 	if _, err := io.Copy(io.MultiWriter(rawWriters...), dec); err != nil {
 		abortAll()
+		esp.abort()
 		if ctx.Err() != nil {
 			return nil, &Error{Code: CodeInterrupted, Err: ctx.Err()}
 		}
@@ -183,6 +190,7 @@ func prepare(ctx context.Context, o *Options, log *slog.Logger, workdir string) 
 	}
 	// decompress verified the end of the stream; make sure nothing of the
 	// input is left unread (for raw input the copy above read it all).
+	found, readErr := esp.finish()
 	if n, _ := io.Copy(io.Discard, tee); n > 0 {
 		abortAll()
 		return nil, &Error{Code: CodeCorruptInput, Err: fmt.Errorf("input: %d bytes after the end of the %s stream", n, inFmt)}
@@ -199,6 +207,11 @@ func prepare(ctx context.Context, o *Options, log *slog.Logger, workdir string) 
 		abortAll()
 		return nil, &Error{Code: CodeNotDiskImage, Err: errors.New("raw image: no MBR/GPT boot signature (0x55AA at byte 510): not a Talos metal disk image")}
 	}
+	if p.boot, err = bootOf(found, readErr, o.KernelArgs, log); err != nil {
+		abortAll()
+		return nil, err
+	}
+	log.Info("boot", "kernelArgs", p.boot.KernelArgs, "source", p.boot.Source, "metalISO", p.boot.MetalISO)
 
 	if keep != nil {
 		if err := keep.Close(); err != nil {

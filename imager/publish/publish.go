@@ -40,6 +40,7 @@ type Options struct {
 	BlockSize    int      // raw bytes per independent block/frame
 	SectorSize   int      // 512 or 4096
 	Public       bool     // recorded in the manifest
+	KernelArgs   string   // the image's kernel command line, when it cannot be read from the image (else checked against it)
 	Force        bool     // overwrite a manifest describing another raw image
 	VerifyOutput bool     // decode every file publish wrote before uploading
 	XZEncoder    string   // auto | external | go
@@ -156,6 +157,7 @@ Flags:
 	fs.BoolVar(&o.Reencode, "reencode", false, "re-encode an input already in a wanted format (independent blocks for parallel decode)")
 	fs.StringVar(&blockSize, "block-size", "4MiB", "raw bytes per independently decodable xz block / zstd frame (KiB/MiB suffix)")
 	fs.IntVar(&o.SectorSize, "sector-size", 512, "logical sector size the image is built for: 512 or 4096")
+	fs.StringVar(&o.KernelArgs, "kernel-args", "", "the image's kernel command line: recorded when it cannot be read from the image's UKI (GRUB-only images), else must match it")
 	fs.BoolVar(&o.Public, "public", false, "record in the manifest that the objects are anonymously readable (publish sets no bucket policy)")
 	fs.BoolVar(&o.Force, "force", false, "replace a manifest that describes a different raw image at the same keys")
 	fs.BoolVar(&o.VerifyOutput, "verify-output", true, "decode every file publish encoded and compare with the raw digest before uploading")
@@ -308,6 +310,7 @@ func Run(ctx context.Context, o *Options, log *slog.Logger) (*Summary, error) {
 		Arch:          o.Arch,
 		SectorSize:    o.SectorSize,
 		Raw:           p.raw,
+		Boot:          p.boot,
 		Public:        o.Public,
 		Tool:          manifest.Tool{Name: ToolName, Version: version.Version},
 		Created:       o.Now().UTC().Truncate(time.Second),

@@ -32,8 +32,11 @@ const (
 	CodeWriteFailed       = "write_failed"
 	CodeVerifyFailed      = "verify_failed" // --verify-readback found different bytes
 	CodeInvalidArgument   = "invalid_argument"
-	CodeInterrupted       = "interrupted"
-	CodeInternal          = "internal"
+	// CodeDiskNotImaged: write-config found no verified image on the disk
+	// (no valid primary GPT), or one changed since imaging.
+	CodeDiskNotImaged = "disk_not_imaged"
+	CodeInterrupted   = "interrupted"
+	CodeInternal      = "internal"
 )
 
 // ExitCode maps an error code to the process exit status, so shell users get
@@ -48,7 +51,7 @@ func ExitCode(code string) int {
 		return 3
 	case CodeDigestMismatch, CodeTruncatedInput, CodeCorruptInput, CodeUnsupportedFormat:
 		return 4
-	case CodeDiskTooSmall, CodeDiskNotFound, CodeDiskBusy, CodeDiskUnsuitable:
+	case CodeDiskTooSmall, CodeDiskNotFound, CodeDiskBusy, CodeDiskUnsuitable, CodeDiskNotImaged:
 		return 5
 	case CodeWriteFailed, CodeVerifyFailed:
 		return 6
@@ -72,7 +75,7 @@ func Retryable(code string) bool {
 // Report is the single JSON object on stdout.
 type Report struct {
 	Version int    `json:"version"`
-	Command string `json:"command"` // write | inspect
+	Command string `json:"command"` // write | inspect | write-config
 	OK      bool   `json:"ok"`
 	Error   *Error `json:"error,omitempty"`
 	// Imager is the em-imager build that wrote the report.
@@ -82,6 +85,7 @@ type Report struct {
 	RejectedDisks []RejectedDisk `json:"rejectedDisks,omitempty"`
 	NICs          []NIC          `json:"nics"`
 	Image         *Image         `json:"image,omitempty"`
+	Config        *Config        `json:"config,omitempty"`
 	Timings       *Timings       `json:"timings,omitempty"`
 	// Warnings are things that did not fail the command but an operator may
 	// want to know (no O_DIRECT, no hole punching, BLKRRPART refused...).
@@ -154,6 +158,25 @@ type Image struct {
 	DirectIO bool `json:"directIO,omitempty"`
 	// DecodeConcurrency is the number of decoder workers used.
 	DecodeConcurrency int `json:"decodeConcurrency,omitempty"`
+}
+
+// Config is what write-config put on the disk. It never holds the config
+// itself (bootstrap token, CAs): only its digest and where it went.
+type Config struct {
+	SHA256 string `json:"sha256"`
+	Bytes  int    `json:"bytes"`
+	// Partition is the GPT partition name Talos looks for (metal-iso),
+	// PartitionNumber its entry; StartBytes and SizeBytes its extent.
+	Partition       string `json:"partition"`
+	PartitionNumber int    `json:"partitionNumber"`
+	StartBytes      int64  `json:"startBytes"`
+	SizeBytes       int64  `json:"sizeBytes"`
+	Filesystem      string `json:"filesystem"` // vfat
+	File            string `json:"file"`       // config.yaml
+	// Replaced: the partition existed (a second run) and got the new content.
+	Replaced bool `json:"replaced,omitempty"`
+	// Verified: the config was read back from the disk and matched.
+	Verified bool `json:"verified"`
 }
 
 // Timings are durations in seconds and the resulting throughput.

@@ -2,7 +2,8 @@
 // benchmark: a real GPT (protective MBR, primary and backup headers and
 // entry arrays with valid CRC32s) with Talos's partition layout (EFI, BIOS,
 // BOOT, META, STATE, EPHEMERAL), partitions partly filled with incompressible
-// data and the rest zeros, as a sparse file.
+// data and the rest zeros, as a sparse file; optionally an EFI system
+// partition holding a unified kernel image with a kernel command line.
 package testimage
 
 import (
@@ -15,6 +16,7 @@ import (
 	"io"
 	"math/rand"
 	"os"
+	"path/filepath"
 )
 
 // Spec says what to build.
@@ -23,6 +25,11 @@ type Spec struct {
 	DataBytes  int64 // random bytes spread over the partitions
 	SectorSize int   // 512 (default) or 4096
 	Seed       int64
+	// UKICmdline, when set, makes the EFI partition a FAT32 system
+	// partition holding a unified kernel image with this kernel command
+	// line (see UKI), as Talos's images have.
+	UKICmdline   string
+	TalosVersion string // in the UKI's name (default v1.12.0)
 }
 
 type part struct {
@@ -57,6 +64,20 @@ func guid(s string) [16]byte {
 	g[4], g[5] = g[5], g[4]
 	g[6], g[7] = g[7], g[6]
 	return g
+}
+
+// Bytes builds the image in a temporary file and returns its content.
+func Bytes(s Spec) ([]byte, error) {
+	dir, err := os.MkdirTemp("", "testimage-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	p := filepath.Join(dir, "metal-amd64.raw")
+	if _, err := Write(p, s); err != nil {
+		return nil, err
+	}
+	return os.ReadFile(p)
 }
 
 // Write creates the image at path and returns its SHA-256 (hex).
@@ -160,6 +181,18 @@ func Write(path string, s Spec) (string, error) {
 	}
 	for _, w := range writes {
 		if _, err := f.WriteAt(w.b, w.lba*ss); err != nil {
+			return "", err
+		}
+	}
+	if s.UKICmdline != "" {
+		version := s.TalosVersion
+		if version == "" {
+			version = "v1.12.0"
+		}
+		// The kernel stands in for the data the EFI partition had.
+		linux := make([]byte, min(int64(float64(s.DataBytes)*layout[0].share), exts[0].n*ss/2))
+		rng.Read(linux)
+		if err := FormatEFI(path, exts[0].start*ss, exts[0].n*ss, int(ss), version, UKI(s.UKICmdline, version, linux)); err != nil {
 			return "", err
 		}
 	}

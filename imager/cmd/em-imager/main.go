@@ -36,6 +36,11 @@ func main() {
 		code := publish.Main(ctx, os.Args[2:], os.Stdout, os.Stderr)
 		stop()
 		os.Exit(code)
+	case "write-config":
+		// The config comes on stdin, so this one is not in cli.Main.
+		code := cli.WriteConfig(ctx, os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
 	default:
 		// write/inspect only: publish runs elsewhere, with encoders that
 		// want more memory.

@@ -11,8 +11,12 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strings"
 	"unicode/utf16"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/kernelargs"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/testimage"
 )
 
 const (
@@ -25,6 +29,14 @@ const (
 	BootMarker = "KARPENTER-SCALEWAY-EM TALOS-LIKE BOOT v1\n"
 	// DefaultTalosVersion is the version written when none is given.
 	DefaultTalosVersion = "v1.12.0"
+	// DefaultKernelArgs is what Talos's metal images boot with when the
+	// schematic adds nothing: no talos.config, so Talos waits for its
+	// config in maintenance mode.
+	DefaultKernelArgs = "talos.platform=metal console=tty0 init_on_alloc=1 slab_nomerge pti=on consoleblank=0 nvme_core.io_timeout=4294967295 printk.devkmsg=on"
+	// MetalISOKernelArgs adds what a schematic with customization.extraKernelArgs
+	// [talos.config=metal-iso] adds: Talos reads config.yaml from the
+	// metal-iso partition and never opens the maintenance API.
+	MetalISOKernelArgs = DefaultKernelArgs + " talos.config=metal-iso"
 
 	mib          = 1 << 20
 	entryCount   = 128
@@ -50,7 +62,10 @@ type Partition struct {
 // Layout is what Inspect found on a bootable disk.
 type Layout struct {
 	TalosVersion string
-	Partitions   []Partition
+	// KernelArgs is the command line of the UKI the firmware boots (set by
+	// InspectFile, which reads the EFI partition).
+	KernelArgs string
+	Partitions []Partition
 }
 
 // Partition returns the partition with that name.
@@ -64,7 +79,8 @@ func (l *Layout) Partition(name string) (Partition, bool) {
 }
 
 type imageOptions struct {
-	version string
+	version    string
+	kernelArgs string
 }
 
 // ImageOption changes what WriteTalosLikeImage writes.
@@ -74,34 +90,84 @@ type ImageOption func(*imageOptions)
 // the image's digest), e.g. "v1.12.1".
 func WithTalosVersion(v string) ImageOption { return func(o *imageOptions) { o.version = v } }
 
+// WithKernelArgs sets the kernel command line of the image's UKI
+// (DefaultKernelArgs when not given), e.g. MetalISOKernelArgs.
+func WithKernelArgs(cmdline string) ImageOption {
+	return func(o *imageOptions) { o.kernelArgs = cmdline }
+}
+
 // BuildTalosLikeImage writes a bootable Talos-like raw image of size bytes to path.
 func BuildTalosLikeImage(path string, size int64, opts ...ImageOption) (err error) {
+	o, err := options(size, opts)
+	if err != nil {
+		return err
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	return WriteTalosLikeImage(f, size, opts...)
+	parts := layoutFor(size)
+	if err := writeRaw(f, size, parts, o); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	// The EFI system partition: FAT32 with the UKI (kernel arguments) and
+	// sd-boot, written through go-diskfs as Talos's imager does with mkfs.vfat.
+	efi := parts[1]
+	rng := rand.NewChaCha8(seed("efi "+o.version+" "+o.kernelArgs, size))
+	linux := make([]byte, min(efi.Size/2, 8<<20))
+	fill(rng, linux)
+	return testimage.FormatEFI(path, efi.Offset, efi.Size, SectorSize, o.version, testimage.UKI(o.kernelArgs, o.version, linux))
 }
 
-// WriteTalosLikeImage streams a bootable Talos-like raw image of size bytes
-// (a multiple of 1 MiB, at least MinImageSize) to w.
+// WriteTalosLikeImage writes a bootable Talos-like raw image of size bytes
+// (a multiple of 1 MiB, at least MinImageSize) to w, building it in a
+// temporary file first (the EFI filesystem needs random access).
 func WriteTalosLikeImage(w io.Writer, size int64, opts ...ImageOption) error {
-	o := imageOptions{version: DefaultTalosVersion}
+	if _, err := options(size, opts); err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "talos-like-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	p := filepath.Join(dir, "metal-amd64.raw")
+	if err := BuildTalosLikeImage(p, size, opts...); err != nil {
+		return err
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(w, f)
+	return err
+}
+
+func options(size int64, opts []ImageOption) (imageOptions, error) {
+	o := imageOptions{version: DefaultTalosVersion, kernelArgs: DefaultKernelArgs}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if size < MinImageSize || size%mib != 0 {
-		return fmt.Errorf("image size %d: must be a multiple of 1 MiB and at least %d", size, MinImageSize)
+		return o, fmt.Errorf("image size %d: must be a multiple of 1 MiB and at least %d", size, MinImageSize)
 	}
 	if o.version == "" || strings.ContainsAny(o.version, "\n\x00") {
-		return fmt.Errorf("talos version %q: must be non-empty and on one line", o.version)
+		return o, fmt.Errorf("talos version %q: must be non-empty and on one line", o.version)
 	}
-	parts := layoutFor(size)
+	if strings.TrimSpace(o.kernelArgs) == "" || strings.ContainsRune(o.kernelArgs, 0) {
+		return o, fmt.Errorf("kernel arguments %q: must be non-empty text", o.kernelArgs)
+	}
+	return o, nil
+}
+
+// writeRaw streams the GPT and the partitions' content (the EFI
+// partition's filesystem comes afterwards).
+func writeRaw(w io.Writer, size int64, parts []Partition, o imageOptions) error {
 	primary, backup := gptTables(size, parts)
 
 	bw := bufio.NewWriterSize(w, mib)
@@ -116,10 +182,7 @@ func WriteTalosLikeImage(w io.Writer, size int64, opts ...ImageOption) error {
 	rng := rand.NewChaCha8(seed(o.version, size))
 	for _, p := range parts {
 		buf := make([]byte, p.Size)
-		switch p.Name {
-		case "EFI":
-			fill(rng, buf[:p.Size/2])
-		case "BOOT":
+		if p.Name == "BOOT" {
 			n := copy(buf, BootMarker+o.version+"\n")
 			fill(rng, buf[n:p.Size/2])
 		}
@@ -317,7 +380,9 @@ func Inspect(disk io.ReaderAt, size int64) (*Layout, error) {
 	return l, nil
 }
 
-// InspectFile opens path (a disk file) and inspects it.
+// InspectFile opens path (a disk file) and inspects it, and reads the
+// kernel arguments of the UKI in its EFI partition: without one the
+// firmware (sd-boot) has nothing to boot.
 func InspectFile(path string) (*Layout, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -328,7 +393,16 @@ func InspectFile(path string) (*Layout, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Inspect(f, st.Size())
+	l, err := Inspect(f, st.Size())
+	if err != nil {
+		return nil, err
+	}
+	found, err := kernelargs.FromDisk(path, SectorSize)
+	if err != nil {
+		return nil, fmt.Errorf("%w: EFI partition: %v", ErrNotBootable, err)
+	}
+	l.KernelArgs = found.Cmdline
+	return l, nil
 }
 
 // WriteState stores data (a machine config) in the STATE partition of the

@@ -2,6 +2,7 @@ package diskimage
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"errors"
 	"io"
@@ -10,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/configpart"
 )
 
 func buildImage(t *testing.T, size int64, opts ...ImageOption) string {
@@ -220,5 +223,61 @@ func BenchmarkWriteTalosLikeImage(b *testing.B) {
 		if err := WriteTalosLikeImage(io.Discard, 64<<20); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// The firmware boots the UKI: its kernel arguments come back from the disk.
+func TestKernelArgs(t *testing.T) {
+	l, err := InspectFile(buildImage(t, 8<<20))
+	if err != nil || l.KernelArgs != DefaultKernelArgs {
+		t.Fatalf("default: %q %v", l.KernelArgs, err)
+	}
+	p := buildImage(t, 16<<20, WithKernelArgs(MetalISOKernelArgs), WithTalosVersion("v1.12.2"))
+	if l, err = InspectFile(p); err != nil || l.KernelArgs != MetalISOKernelArgs || l.TalosVersion != "v1.12.2" {
+		t.Fatalf("metal-iso: %+v %v", l, err)
+	}
+	if err := WriteTalosLikeImage(io.Discard, 8<<20, WithKernelArgs(" ")); err == nil {
+		t.Fatal("empty kernel arguments accepted")
+	}
+	// No UKI in the EFI partition: nothing for the firmware to boot.
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt(make([]byte, 1<<20), 2<<20) // the EFI FAT's boot sector and FATs
+	f.Close()
+	if _, err := InspectFile(p); !errors.Is(err, ErrNotBootable) || !strings.Contains(err.Error(), "EFI") {
+		t.Fatalf("EFI partition wiped: %v", err)
+	}
+}
+
+// em-imager write-config's partition after the image leaves it bootable, and
+// the config is where the simulated Talos reads it.
+func TestBootsWithMetalISOPartition(t *testing.T) {
+	img := buildImage(t, 16<<20, WithKernelArgs(MetalISOKernelArgs))
+	if err := os.Truncate(img, 256<<20); err != nil {
+		t.Fatal(err)
+	}
+	cfg := []byte("version: v1alpha1\n")
+	if _, err := configpart.Write(context.Background(), img, cfg, configpart.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := InspectFile(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state, _ := l.Partition("STATE")
+	if p, ok := l.Partition(configpart.PartitionName); !ok || p.Offset != state.Offset+state.Size {
+		t.Fatalf("partitions %+v", l.Partitions)
+	}
+	if got, _, err := configpart.Read(img, SectorSize); err != nil || !bytes.Equal(got, cfg) {
+		t.Fatalf("config: %q %v", got, err)
+	}
+	// STATE still works (Talos stores the config it read there).
+	if err := WriteState(img, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ReadState(img); err != nil || !bytes.Equal(got, cfg) {
+		t.Fatalf("STATE: %q %v", got, err)
 	}
 }

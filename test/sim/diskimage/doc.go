@@ -12,7 +12,9 @@
 //	LBA 1          primary GPT header ("EFI PART", header and entry CRC32s)
 //	LBA 2..33      128 partition entries of 128 bytes
 //	[1 MiB, 2 MiB)  BIOS   BIOS boot partition
-//	[2 MiB, ...)    EFI    EFI system partition (pseudo-random then zeros)
+//	[2 MiB, ...)    EFI    EFI system partition: FAT32 (go-diskfs) holding
+//	                       EFI/Linux/Talos-<version>.efi, a UKI whose .cmdline
+//	                       section holds the kernel arguments (WithKernelArgs)
 //	[..., S-3 MiB)  BOOT   starts with the boot marker (BootMarker + Talos version)
 //	[S-3, S-2 MiB)  META   zeros
 //	[S-2, S-1 MiB)  STATE  empty until a simulated Talos stores its applied config
@@ -25,9 +27,11 @@
 //
 // A disk boots (Inspect returns no error) when LBA 1 holds a GPT header with
 // valid CRCs, the partition entries' CRC matches, partitions named BOOT and
-// STATE exist inside the disk, and BOOT starts with BootMarker. A disk whose
-// partition table area was wiped (as em-imager does on a failed write) or
-// whose first MiB was never written does not boot.
+// STATE exist inside the disk, and BOOT starts with BootMarker; InspectFile
+// also wants the UKI (what sd-boot boots) and returns its kernel arguments.
+// A disk whose partition table area was wiped (as em-imager does on a failed
+// write) or whose first MiB was never written does not boot. Partitions
+// added after the image (em-imager write-config's metal-iso) do not matter.
 //
 // # Machine config (STATE)
 //
@@ -38,7 +42,8 @@
 //
 // Make an image for a test:
 //
-//	err := diskimage.BuildTalosLikeImage(filepath.Join(dir, "metal-amd64.raw"), 16<<20, diskimage.WithTalosVersion("v1.12.1"))
+//	err := diskimage.BuildTalosLikeImage(filepath.Join(dir, "metal-amd64.raw"), 16<<20,
+//		diskimage.WithTalosVersion("v1.12.1"), diskimage.WithKernelArgs(diskimage.MetalISOKernelArgs))
 //
 // Tests (sgdisk, Debian package gdisk, cross-checks the GPT; `make deps` installs it):
 //

@@ -12,13 +12,25 @@
 //
 // Boot(rescue) starts an SSH server on <ipv4>:SSHPort (user "rescue", only
 // the keys given to Boot). Boot(normal) checks the disks in order for a
-// bootable Talos-like image: none -> nothing listens (a server with no OS);
-// an image whose STATE holds a config -> Talos boots installed and the
-// kubelet registers the Node straight away; an image without config ->
-// the maintenance Talos API on <ipv4>:TalosPort, which stores the applied
-// config in STATE and starts the kubelet. PowerOff stops every listener,
-// command and heartbeat (and, with NotReadyAfter, marks the Node Unknown as
-// the node lifecycle controller would); Delete also removes the disks.
+// bootable Talos-like image (GPT, boot marker, a UKI in the EFI partition):
+// none -> nothing listens (a server with no OS). Then Talos gets its config
+// in the order Talos 1.12's acquire controller does:
+//   - STATE holds a config: it boots installed (the config must validate);
+//   - the UKI's kernel arguments say talos.config=metal-iso: config.yaml is
+//     read from the metal-iso partition through go-diskfs (the bytes em-imager
+//     write-config put there), validated for metal, stored in STATE; without
+//     such a partition, or with a config that does not validate, Talos stops
+//     there (PhaseBootFailed): nothing listens, no maintenance API, ever;
+//   - no talos.config: the maintenance Talos API on <ipv4>:TalosPort, which
+//     takes one config (a second apply hangs until the service stops, then
+//     loses its connection), stores it in STATE and leaves.
+//
+// A configured Talos serves its API on TalosPort with mutual TLS only (see
+// talosapi.API) and starts the kubelet, which registers the Node. Every call
+// and TLS handshake on TalosPort is recorded (TalosAPICalls). PowerOff stops
+// every listener, command and heartbeat (and, with NotReadyAfter, marks the
+// Node Unknown as the node lifecycle controller would); Delete also removes
+// the disks.
 //
 //	hosts, err := machine.New(machine.Options{Dir: dir, Kube: clientset})
 //	opts, _ := scwsim.Profile(scwsim.ProfileTest)
@@ -33,6 +45,8 @@ package machine
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -43,6 +57,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/configpart"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/kernelargs"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/diskimage"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/hardware"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/rescue"
@@ -50,6 +66,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/talosapi"
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+	"github.com/siderolabs/talos/pkg/machinery/config/validation"
 	"golang.org/x/crypto/ssh"
 	"k8s.io/client-go/kubernetes"
 )
@@ -104,6 +121,16 @@ const (
 	PhaseNoOS        Phase = "no-os"       // booted normally, nothing bootable on the disks
 	PhaseMaintenance Phase = "maintenance" // Talos maintenance API up
 	PhaseRunning     Phase = "running"     // Talos configured, kubelet started
+	// PhaseBootFailed: Talos booted but has no usable config (metal-iso
+	// missing or invalid, invalid STATE): it retries forever, nothing listens.
+	PhaseBootFailed Phase = "boot-failed"
+)
+
+// Where a running Talos got its config (Status.ConfigSource).
+const (
+	ConfigFromState       = "state"
+	ConfigFromMetalISO    = "metal-iso"
+	ConfigFromMaintenance = "maintenance"
 )
 
 // Event is something a machine did, for progress displays and assertions.
@@ -111,7 +138,8 @@ type Event struct {
 	At       time.Time
 	ServerID string
 	// What: rescue, boot-empty, boot-bad-state, maintenance, applied,
-	// kubelet, join-rejected, poweroff, deleted.
+	// config-from-disk, config-missing, config-invalid, kubelet,
+	// join-rejected, poweroff, deleted.
 	What   string
 	Detail string
 }
@@ -129,9 +157,11 @@ type Status struct {
 	TalosAddr string // maintenance
 	// BootDisk is the disk Talos booted from (normal boots).
 	BootDisk string
-	// BootError says why a normal boot found no OS.
+	// BootError says why a normal boot found no OS, or no config.
 	BootError string
-	NodeName  string
+	// ConfigSource is where a running Talos got its config (ConfigFrom*).
+	ConfigSource string
+	NodeName     string
 	// KubeletError is why the node did not register (join rejected...) or the
 	// last heartbeat failure.
 	KubeletError string
@@ -177,6 +207,8 @@ type host struct {
 
 	rescue      *rescue.Server
 	maintenance *talosapi.Maintenance
+	api         *talosapi.API
+	talosLogs   []interface{ Calls() []talosapi.Call } // every Talos API this machine served
 	kubelet     *talosapi.Kubelet
 	unknown     *time.Timer // pending MarkUnknown after power-off
 	bootCount   int
@@ -327,19 +359,27 @@ func (h *Hosts) bootNormal(x *host, log *slog.Logger) error {
 	x.status = Status{BootDisk: disk}
 	raw, err := diskimage.ReadState(disk)
 	if err != nil {
-		// A corrupt STATE: Talos would not find a config and fall back to maintenance.
+		// A corrupt STATE: Talos would not find a config there.
 		log.Warn("STATE unreadable", "err", err)
 		h.event(x.m.ID, "boot-bad-state", err.Error())
 		raw = nil
 	}
 	if raw != nil {
-		cfg, err := configloader.NewFromBytes(raw)
-		if err == nil {
-			h.startKubeletLocked(x, cfg, layout, log)
+		cfg, err := loadConfig(raw, talosapi.InstalledMode{})
+		if err != nil {
+			// Talos's acquire controller fails on it and retries: no maintenance.
+			h.bootFailedLocked(x, "config-invalid", fmt.Errorf("machine config in STATE: %w", err), log)
 			return nil
 		}
-		log.Warn("stored config unreadable, entering maintenance", "err", err)
-		h.event(x.m.ID, "boot-bad-state", err.Error())
+		x.status.ConfigSource = ConfigFromState
+		return h.runTalosLocked(x, cfg, layout, log)
+	}
+	switch source, ok := kernelargs.Get(layout.KernelArgs, kernelargs.ConfigParam); {
+	case ok && source == kernelargs.ConfigMetalISO:
+		return h.bootMetalISOLocked(x, disk, layout, log)
+	case ok && source != "none":
+		h.bootFailedLocked(x, "config-missing", fmt.Errorf("%s=%s: a config URL is not simulated", kernelargs.ConfigParam, source), log)
+		return nil
 	}
 	bootCount := x.bootCount
 	m, err := talosapi.StartMaintenance(talosapi.MaintenanceOptions{
@@ -356,9 +396,20 @@ func (h *Hosts) bootNormal(x *host, log *slog.Logger) error {
 			if err := diskimage.WriteState(disk, raw); err != nil {
 				return fmt.Errorf("failed to save config: %w", err)
 			}
+			m := x.maintenance
 			x.maintenance = nil // it stops itself once this call returns
+			x.status.ConfigSource = ConfigFromMaintenance
 			h.event(x.m.ID, "applied", "")
 			h.startKubeletLocked(x, cfg, layout, log)
+			// apid takes the port over once the maintenance service is gone.
+			go func() {
+				<-m.Done()
+				x.mu.Lock()
+				defer x.mu.Unlock()
+				if x.bootCount == bootCount {
+					h.startAPILocked(x, cfg, layout, log)
+				}
+			}()
 			return nil
 		},
 	})
@@ -366,11 +417,76 @@ func (h *Hosts) bootNormal(x *host, log *slog.Logger) error {
 		return fmt.Errorf("machine %s: talos api: %w", x.m.ID, err)
 	}
 	x.maintenance = m
+	x.talosLogs = append(x.talosLogs, m)
 	x.status.Phase = PhaseMaintenance
 	x.status.TalosAddr = m.Addr()
 	log.Info("talos maintenance api up", "addr", m.Addr())
 	h.event(x.m.ID, "maintenance", m.Addr())
 	return nil
+}
+
+// bootMetalISOLocked is Talos's metal platform with talos.config=metal-iso:
+// config.yaml from the volume named (or labelled) metal-iso, or nothing.
+func (h *Hosts) bootMetalISOLocked(x *host, disk string, layout *diskimage.Layout, log *slog.Logger) error {
+	raw, vol, err := configpart.Read(disk, diskimage.SectorSize)
+	if err != nil {
+		// blockutils.ReadFromVolume: volume missing -> the platform fails,
+		// the acquire controller retries; it never falls back to maintenance.
+		h.bootFailedLocked(x, "config-missing", fmt.Errorf("%s=%s: %w", kernelargs.ConfigParam, kernelargs.ConfigMetalISO, err), log)
+		return nil
+	}
+	cfg, err := loadConfig(raw, talosapi.MetalMode{})
+	if err != nil {
+		h.bootFailedLocked(x, "config-invalid", fmt.Errorf("config from %s: %w", configpart.PartitionName, err), log)
+		return nil
+	}
+	if err := diskimage.WriteState(disk, raw); err != nil {
+		h.bootFailedLocked(x, "config-invalid", fmt.Errorf("failed to save config: %w", err), log)
+		return nil
+	}
+	sum := sha256.Sum256(raw)
+	x.status.ConfigSource = ConfigFromMetalISO
+	log.Info("machine config read from disk", "partition", vol.PartitionNumber, "sha256", hex.EncodeToString(sum[:]))
+	h.event(x.m.ID, "config-from-disk", fmt.Sprintf("partition %d, sha256 %x", vol.PartitionNumber, sum))
+	return h.runTalosLocked(x, cfg, layout, log)
+}
+
+// loadConfig parses and validates a config as Talos does before using it.
+func loadConfig(raw []byte, mode validation.RuntimeMode) (config.Provider, error) {
+	cfg, err := configloader.NewFromBytes(raw)
+	if err != nil {
+		return nil, fmt.Errorf("failed to load config: %w", err)
+	}
+	if _, err := cfg.Validate(mode); err != nil {
+		return nil, fmt.Errorf("failed to validate config: %w", err)
+	}
+	return cfg, nil
+}
+
+func (h *Hosts) bootFailedLocked(x *host, what string, err error, log *slog.Logger) {
+	x.status.Phase = PhaseBootFailed
+	x.status.BootError = err.Error()
+	log.Warn("talos has no usable machine config; it stays down", "err", err)
+	h.event(x.m.ID, what, err.Error())
+}
+
+// runTalosLocked is a configured Talos: apid on TalosPort, then the kubelet.
+func (h *Hosts) runTalosLocked(x *host, cfg config.Provider, layout *diskimage.Layout, log *slog.Logger) error {
+	h.startAPILocked(x, cfg, layout, log)
+	h.startKubeletLocked(x, cfg, layout, log)
+	return nil
+}
+
+func (h *Hosts) startAPILocked(x *host, cfg config.Provider, layout *diskimage.Layout, log *slog.Logger) {
+	a, err := talosapi.StartAPI(talosapi.APIOptions{
+		Addr: net.JoinHostPort(x.m.IPv4, strconv.Itoa(h.opts.TalosPort)), Config: cfg, TalosVersion: layout.TalosVersion, Logger: log,
+	})
+	if err != nil {
+		log.Warn("talos api", "err", err)
+		return
+	}
+	x.api = a
+	x.talosLogs = append(x.talosLogs, a)
 }
 
 // startKubeletLocked starts the kubelet; a config that cannot join leaves
@@ -432,6 +548,10 @@ func (h *Hosts) stopLocked(x *host, markUnknown bool) {
 	if x.maintenance != nil {
 		x.maintenance.Close()
 		x.maintenance = nil
+	}
+	if x.api != nil {
+		x.api.Close()
+		x.api = nil
 	}
 	if x.kubelet != nil {
 		x.kubelet.Stop()
@@ -534,6 +654,23 @@ func (h *Hosts) Hardware(serverID string) (*hardware.Tree, error) {
 		return nil, fmt.Errorf("machine %s: never booted", serverID)
 	}
 	return x.tree, nil
+}
+
+// TalosAPICalls returns every call (and, on a configured node, every TLS
+// handshake) the machine's Talos API received on TalosPort, across boots:
+// empty when nothing ever talked to :50000.
+func (h *Hosts) TalosAPICalls(serverID string) ([]talosapi.Call, error) {
+	x, err := h.get(serverID, false, scwsim.Machine{})
+	if err != nil {
+		return nil, err
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var calls []talosapi.Call
+	for _, l := range x.talosLogs {
+		calls = append(calls, l.Calls()...)
+	}
+	return calls, nil
 }
 
 // HostKey is the rescue system's SSH host key of the machine (stable for its life).

@@ -38,6 +38,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	machinetype "github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"golang.org/x/crypto/ssh"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -182,26 +184,8 @@ func upload(t *testing.T, c *ssh.Client, local, remote string) {
 // runReport runs an em-imager command and parses its report.
 func runReport(t *testing.T, c *ssh.Client, cmd string) (*report.Report, int, string) {
 	t.Helper()
-	s, err := c.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	var stdout, stderr bytes.Buffer
-	s.Stdout, s.Stderr = &stdout, &stderr
-	err = s.Run(cmd)
-	code := 0
-	var ee *ssh.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitStatus()
-	} else if err != nil {
-		t.Fatalf("%s: %v", cmd, err)
-	}
-	r, perr := report.Parse(stdout.Bytes())
-	if perr != nil {
-		t.Fatalf("%s: report: %v\nstdout: %s\nstderr: %s", cmd, perr, stdout.String(), stderr.String())
-	}
-	return r, code, stderr.String()
+	r, code, _, stderr := runStdin(t, c, cmd, nil)
+	return r, code, stderr
 }
 
 func imageServer(t *testing.T, img []byte) *httptest.Server {
@@ -295,6 +279,46 @@ func nodeReady(ctx context.Context, kube kubernetes.Interface, name string) func
 		}
 		return false, errors.New("no Ready condition")
 	}
+}
+
+// talosAPI says what answers an insecure (maintenance-mode) client on addr:
+// "maintenance" (Version refused as in maintenance mode), "configured" (the
+// TLS handshake wants a client certificate), "down" or the error.
+func talosAPI(addr string) string {
+	if dialFails(addr) {
+		return "down"
+	}
+	// A server that asks for a client certificate is a configured apid:
+	// maintenance mode never does (tls.ServerOnly).
+	asked := false
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, &tls.Config{
+		InsecureSkipVerify: true, NextProtos: []string{"h2"},
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			asked = true
+			return &tls.Certificate{}, nil
+		},
+	})
+	if err == nil {
+		conn.Close()
+	}
+	if asked {
+		return "configured"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := talosclient.New(ctx, talosclient.WithEndpoints(addr), talosclient.WithTLSConfig(&tls.Config{InsecureSkipVerify: true}))
+	if err != nil {
+		return err.Error()
+	}
+	defer c.Close()
+	_, err = c.Version(ctx)
+	switch {
+	case status.Code(err) == codes.Unimplemented && strings.Contains(err.Error(), talosapi.MsgNotInMaintenance):
+		return "maintenance"
+	case err == nil:
+		return "answered Version"
+	}
+	return err.Error()
 }
 
 func dialFails(addr string) bool {
@@ -434,9 +458,13 @@ func TestRescueImageBootJoin(t *testing.T) {
 	if eph := n.Status.Capacity[corev1.ResourceEphemeralStorage]; eph.Value() != int64(m.Offer.Disks[0].Capacity) {
 		t.Fatalf("ephemeral-storage %s", eph.String())
 	}
-	waitFor(t, "maintenance API closed", func() (bool, error) { return dialFails(talosAddr), nil })
+	// Talos left maintenance mode: apid, mTLS only, took the port over.
+	waitFor(t, "maintenance API replaced by apid", func() (bool, error) {
+		got := talosAPI(talosAddr)
+		return got == "configured", errors.New(got)
+	})
 	st, _ = h.Status(m.ID)
-	if st.Phase != PhaseRunning || st.NodeName != nodeName || st.KubeletError != "" {
+	if st.Phase != PhaseRunning || st.NodeName != nodeName || st.KubeletError != "" || st.ConfigSource != ConfigFromMaintenance {
 		t.Fatalf("after apply: %+v", st)
 	}
 
@@ -462,8 +490,8 @@ func TestRescueImageBootJoin(t *testing.T) {
 	if st.Phase != PhaseRunning || st.NodeName != nodeName {
 		t.Fatalf("reboot with stored config: %+v", st)
 	}
-	if !dialFails(talosAddr) {
-		t.Fatal("maintenance API up although the machine has a config")
+	if got := talosAPI(talosAddr); got != "configured" || st.ConfigSource != ConfigFromState {
+		t.Fatalf("reboot with a config: the Talos API answers as %q, config from %q", got, st.ConfigSource)
 	}
 	waitFor(t, "lease renewed after reboot", func() (bool, error) { return lease().After(off), nil })
 

@@ -9,15 +9,25 @@
 //	c, _ := client.New(ctx, client.WithEndpoints(addr), client.WithTLSConfig(&tls.Config{InsecureSkipVerify: true}))
 //	_, err := c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: cfgYAML, Mode: machine.ApplyConfigurationRequest_AUTO})
 //
-// ApplyConfiguration behaves like Talos's maintenance service: modes reboot,
-// auto and try are accepted (no-reboot and staged: codes.Unimplemented), the
-// config is parsed with configloader (a parse error comes back as
-// "failed to parse config: ..." with codes.Unknown) and validated for metal
-// mode (codes.InvalidArgument "configuration validation failed: ..."), dry
-// runs change nothing. Once a config is accepted the server stops listening,
-// as Talos leaves maintenance mode. Version answers codes.Unimplemented "API
-// is not implemented in maintenance mode", as it does for non-SideroLink
-// clients of a real node.
+// ApplyConfiguration behaves like Talos 1.12's maintenance service
+// (internal/app/maintenance, controllers/runtime/maintenance_service.go):
+// modes reboot, auto and try are accepted (no-reboot and staged:
+// codes.Unimplemented), the config is parsed with configloader (a parse
+// error comes back as "failed to parse config: ..." with codes.Unknown) and
+// validated for metal mode (codes.InvalidArgument "configuration validation
+// failed: ..."), dry runs change nothing. The first config wins: for
+// LeaveDelay afterwards (machined reacting) a second apply is answered OK
+// and ignored; then the service stops gracefully — new calls are refused,
+// calls stuck on the config channel lose their connection after
+// ShutdownTimeout (5 s) — and nothing listens. Version, Upgrade, Reset,
+// MetaWrite and MetaDelete answer codes.Unimplemented "API is not
+// implemented in maintenance mode" (MsgNotInMaintenance), as they do for
+// non-SideroLink clients of a real node. Calls() records every call.
+//
+// API is apid of a configured node on the same port: mutual TLS with the
+// machine CA of its config, so an insecure client (maintenance-mode style,
+// or an attacker) is asked for a client certificate and fails the
+// handshake. It records every handshake attempt and call.
 //
 // Kubelet registers the Node with the kube-apiserver as kubelet would from
 // the accepted config:

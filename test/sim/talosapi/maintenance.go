@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
@@ -35,6 +36,15 @@ func (MetalMode) String() string        { return "metal" }
 func (MetalMode) RequiresInstall() bool { return true }
 func (MetalMode) InContainer() bool     { return false }
 
+// InstalledMode validates a config read back from STATE at boot, as
+// Talos's acquire controller does (validationModeDiskConfig): install
+// instructions are no longer required.
+type InstalledMode struct{}
+
+func (InstalledMode) String() string        { return "diskConfig" }
+func (InstalledMode) RequiresInstall() bool { return false }
+func (InstalledMode) InContainer() bool     { return false }
+
 // ApplyFunc receives a config the maintenance API accepted (validated for
 // metal) and its raw bytes. An error is returned to the client as is.
 type ApplyFunc func(ctx context.Context, cfg config.Provider, raw []byte) error
@@ -46,13 +56,77 @@ type MaintenanceOptions struct {
 	// OnApply is called once per accepted, non-dry-run config; then the
 	// server leaves maintenance mode (stops listening).
 	OnApply ApplyFunc
-	Logger  *slog.Logger
+	// LeaveDelay is how long the service keeps serving after it took a
+	// config, before it stops (DefaultLeaveDelay when 0, NoLeaveDelay for
+	// none): machined's controllers need that long to react.
+	LeaveDelay time.Duration
+	// ShutdownTimeout bounds the graceful stop (DefaultShutdownTimeout,
+	// Talos's, when 0): calls still running then lose their connection.
+	ShutdownTimeout time.Duration
+	Logger          *slog.Logger
+}
+
+// DefaultShutdownTimeout is how long Talos 1.12's maintenance service waits
+// for running calls when it stops (controllers/runtime/maintenance_service.go).
+const DefaultShutdownTimeout = 5 * time.Second
+
+// DefaultLeaveDelay: the acquire controller takes the config, then tears
+// the maintenance service down; until then the service's loop keeps
+// reading configs, answers OK and the acquire controller ignores them.
+const DefaultLeaveDelay = 100 * time.Millisecond
+
+// NoLeaveDelay makes the service stop as soon as it took a config.
+const NoLeaveDelay = time.Duration(-1)
+
+// MsgNotInMaintenance is what Talos 1.12's maintenance service answers,
+// with codes.Unimplemented, to the admin-only APIs (Version, Upgrade,
+// Reset, MetaWrite, MetaDelete) for clients that are not SideroLink peers.
+const MsgNotInMaintenance = "API is not implemented in maintenance mode"
+
+// Call is one request a simulated Talos API received, for assertions
+// ("no call to :50000 happened").
+type Call struct {
+	At     time.Time
+	Method string // full gRPC method, or "tls-handshake"
+	Peer   string // client address
+	Code   codes.Code
+}
+
+// callLog records calls; safe for concurrent use.
+type callLog struct {
+	mu    sync.Mutex
+	calls []Call
+}
+
+func (l *callLog) add(c Call) {
+	l.mu.Lock()
+	l.calls = append(l.calls, c)
+	l.mu.Unlock()
+}
+
+// Calls returns what was received so far.
+func (l *callLog) Calls() []Call {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]Call(nil), l.calls...)
+}
+
+// interceptor records every unary call with the code it returned.
+func (l *callLog) interceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	resp, err := handler(ctx, req)
+	c := Call{At: time.Now(), Method: info.FullMethod, Code: status.Code(err)}
+	if p, ok := peer.FromContext(ctx); ok {
+		c.Peer = p.Addr.String()
+	}
+	l.add(c)
+	return resp, err
 }
 
 // Maintenance is a running maintenance-mode Talos API: gRPC over TLS with a
 // self-signed certificate, MachineService from Talos's own API types.
 type Maintenance struct {
 	machine.UnimplementedMachineServiceServer
+	callLog
 
 	opts MaintenanceOptions
 	ln   net.Listener
@@ -60,10 +134,13 @@ type Maintenance struct {
 	log  *slog.Logger
 	cert *x509.Certificate
 
-	mu      sync.Mutex
-	applied bool
-	done    chan struct{}
-	stopped sync.Once
+	mu        sync.Mutex
+	applied   bool // a config was taken
+	stopping  bool // the graceful stop began
+	done      chan struct{}
+	stopped   sync.Once
+	closing   chan struct{} // Close: cut a leave short
+	closeOnce sync.Once
 }
 
 // StartMaintenance listens on opts.Addr and serves in the background.
@@ -87,14 +164,23 @@ func StartMaintenance(opts MaintenanceOptions) (*Maintenance, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := &Maintenance{
-		opts: opts, ln: ln, log: log.With("addr", opts.Addr), cert: parsed, done: make(chan struct{}),
-		srv: grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
-			Certificates: []tls.Certificate{cert},
-			MinVersion:   tls.VersionTLS12,
-			NextProtos:   []string{"h2"},
-		}))),
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	switch {
+	case opts.LeaveDelay == 0:
+		opts.LeaveDelay = DefaultLeaveDelay
+	case opts.LeaveDelay < 0:
+		opts.LeaveDelay = 0
+	}
+	m := &Maintenance{
+		opts: opts, ln: ln, log: log.With("addr", opts.Addr), cert: parsed, done: make(chan struct{}), closing: make(chan struct{}),
+	}
+	m.srv = grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{cert},
+		MinVersion:   tls.VersionTLS12,
+		NextProtos:   []string{"h2"},
+	})), grpc.UnaryInterceptor(m.interceptor))
 	machine.RegisterMachineServiceServer(m.srv, m)
 	go func() {
 		_ = m.srv.Serve(ln)
@@ -147,18 +233,42 @@ func (m *Maintenance) Done() <-chan struct{} { return m.done }
 
 // Close stops the server at once, dropping connections (a power-off).
 func (m *Maintenance) Close() {
+	m.closeOnce.Do(func() { close(m.closing) })
 	m.stopped.Do(func() {
 		m.srv.Stop()
 		close(m.done)
 	})
+	<-m.done
 }
 
-// leave stops the server after in-flight calls finish: Talos leaving
-// maintenance mode once it has a config.
+// leave stops the server as Talos leaves maintenance mode once it has a
+// config: after LeaveDelay, gracefully (new calls are refused with GOAWAY),
+// and calls still running after ShutdownTimeout lose their connection
+// (factory.ServerGracefulStop with a 5 s context).
 func (m *Maintenance) leave() {
 	go m.stopped.Do(func() {
-		m.srv.GracefulStop()
-		close(m.done)
+		defer close(m.done)
+		select {
+		case <-time.After(m.opts.LeaveDelay):
+		case <-m.closing:
+		}
+		m.mu.Lock()
+		m.stopping = true
+		m.mu.Unlock()
+		graceful := make(chan struct{})
+		go func() {
+			m.srv.GracefulStop()
+			close(graceful)
+		}()
+		select {
+		case <-graceful:
+		case <-time.After(m.opts.ShutdownTimeout):
+			m.srv.Stop()
+			<-graceful
+		case <-m.closing:
+			m.srv.Stop()
+			<-graceful
+		}
 	})
 }
 
@@ -187,9 +297,23 @@ func (m *Maintenance) ApplyConfiguration(ctx context.Context, in *machine.ApplyC
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.applied {
-		// Real Talos consumes one config and leaves; a second call racing
-		// the shutdown is answered like the first.
+	switch {
+	case m.applied && m.stopping:
+		// Talos 1.12 hands the config to machined over an unbuffered channel
+		// that nobody reads while the service shuts down: the call hangs
+		// until the shutdown timeout drops the connection.
+		m.mu.Unlock()
+		select {
+		case <-ctx.Done():
+		case <-m.done:
+		}
+		m.mu.Lock()
+		return nil, status.Error(codes.Unavailable, "maintenance service stopped")
+	case m.applied:
+		// The service's loop still reads configs until machined tears it
+		// down: the call succeeds, but the acquire controller already
+		// moved on with the first config. This one is never used.
+		m.log.Warn("a second config was answered OK and ignored")
 		return reply, nil
 	}
 	if m.opts.OnApply != nil {
@@ -204,7 +328,29 @@ func (m *Maintenance) ApplyConfiguration(ctx context.Context, in *machine.ApplyC
 }
 
 // Version is refused as in real maintenance mode, where only SideroLink
-// clients get the admin role it needs.
+// clients get the admin role it needs (maintenance.Server.assertAdminRole).
 func (m *Maintenance) Version(context.Context, *emptypb.Empty) (*machine.VersionResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "API is not implemented in maintenance mode")
+	return nil, status.Error(codes.Unimplemented, MsgNotInMaintenance)
+}
+
+// Upgrade, Reset, MetaWrite and MetaDelete check the admin role first, as
+// Version does; insecure callers never get further.
+func (m *Maintenance) Upgrade(context.Context, *machine.UpgradeRequest) (*machine.UpgradeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, MsgNotInMaintenance)
+}
+
+func (m *Maintenance) Reset(context.Context, *machine.ResetRequest) (*machine.ResetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, MsgNotInMaintenance)
+}
+
+func (m *Maintenance) MetaWrite(context.Context, *machine.MetaWriteRequest) (*machine.MetaWriteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, MsgNotInMaintenance)
+}
+
+func (m *Maintenance) MetaDelete(context.Context, *machine.MetaDeleteRequest) (*machine.MetaDeleteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, MsgNotInMaintenance)
+}
+
+func (m *Maintenance) GenerateClientConfiguration(context.Context, *machine.GenerateClientConfigurationRequest) (*machine.GenerateClientConfigurationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "client configuration (talosconfig) can't be generated in the maintenance mode")
 }

@@ -1,0 +1,115 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/blockdev"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/configpart"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/hostroot"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/report"
+)
+
+// WriteConfigUsage is printed for `em-imager write-config -h`.
+const WriteConfigUsage = `usage: em-imager write-config --disk PATH [--sysroot DIR] < config.yaml
+
+Puts the Talos machine config read from stdin into a GPT partition named
+metal-iso (FAT32, config.yaml) after the last partition of the image that
+"em-imager write" verified on PATH. Talos images booted with the kernel
+argument talos.config=metal-iso read it at first boot. The config is taken
+from stdin only, never from arguments or files; the report carries its
+sha256, never its content. Running it again replaces the content.
+`
+
+// WriteConfig runs `em-imager write-config`. Unlike Main it takes stdin: the
+// config (bootstrap token, cluster CAs) never travels in argv or a file.
+func WriteConfig(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	for _, a := range args {
+		if a == "-h" || a == "-help" || a == "--help" {
+			fmt.Fprint(stdout, WriteConfigUsage)
+			return 0
+		}
+	}
+	return emit(stdout, runWriteConfig(ctx, args, stdin))
+}
+
+func runWriteConfig(ctx context.Context, args []string, stdin io.Reader) *report.Report {
+	started := time.Now()
+	r := &report.Report{Command: "write-config", Timings: &report.Timings{StartedAt: started.UTC()}}
+	defer func() { r.Timings.TotalSeconds = time.Since(started).Seconds() }()
+	fs := flag.NewFlagSet("em-imager write-config", flag.ContinueOnError)
+	disk := fs.String("disk", "", "the disk `em-imager write` imaged: a block device or a regular file")
+	sysroot := fs.String("sysroot", "", "read /sys, /dev and /proc under DIR (env "+hostroot.EnvVar+")")
+	if err := parseFlags(fs, args); err != nil {
+		return fail(r, report.CodeInvalidArgument, "%v", err)
+	}
+	if *disk == "" || *disk == "auto" {
+		return fail(r, report.CodeInvalidArgument, "--disk is required: the disk `em-imager write` reported")
+	}
+	if f, ok := stdin.(*os.File); ok {
+		if _, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS); err == nil {
+			return fail(r, report.CodeInvalidArgument, "the config is read from stdin: pipe it in (em-imager write-config --disk %s < config.yaml)", *disk)
+		}
+	}
+	config, err := io.ReadAll(io.LimitReader(stdin, configpart.MaxConfigSize+1))
+	if err != nil {
+		return fail(r, report.CodeInvalidArgument, "reading the config from stdin: %v", err)
+	}
+	if err := configpart.CheckConfig(config); err != nil {
+		return fail(r, report.CodeInvalidArgument, "%v", err)
+	}
+	root := hostroot.Resolve(*sysroot)
+	d, err := blockdev.Describe(root, *disk)
+	r.Disk = d
+	if err != nil {
+		return fail(r, diskCode(err), "%v", err)
+	}
+	sectorSize := d.LogicalSectorSize
+	if d.Transport == "file" {
+		// A plain image file has no sector size of its own: the GPT says.
+		sectorSize = 0
+	}
+	res, err := configpart.Write(ctx, root.Dev(d.Path), config, configpart.Options{
+		SectorSize: sectorSize,
+		Log:        func(format string, args ...any) { r.Warnings = append(r.Warnings, fmt.Sprintf(format, args...)) },
+	})
+	if res.SHA256 != "" {
+		r.Config = &report.Config{
+			SHA256: res.SHA256, Bytes: res.Bytes, Partition: configpart.PartitionName, PartitionNumber: res.PartitionNumber,
+			StartBytes: res.StartBytes, SizeBytes: res.SizeBytes, Filesystem: configpart.Filesystem, File: configpart.FileName,
+			Replaced: res.Replaced, Verified: res.Verified,
+		}
+	}
+	if err != nil {
+		return fail(r, writeConfigCode(ctx, err), "%v", err)
+	}
+	r.OK = true
+	return r
+}
+
+func writeConfigCode(ctx context.Context, err error) string {
+	switch {
+	case ctx.Err() != nil:
+		return report.CodeInterrupted
+	case errors.Is(err, configpart.ErrConfig):
+		return report.CodeInvalidArgument
+	case errors.Is(err, configpart.ErrNotImaged), errors.Is(err, configpart.ErrChanged):
+		return report.CodeDiskNotImaged
+	case errors.Is(err, configpart.ErrNoSpace):
+		return report.CodeDiskTooSmall
+	case errors.Is(err, configpart.ErrBusy):
+		return report.CodeDiskBusy
+	case errors.Is(err, configpart.ErrSectorSize):
+		return report.CodeDiskUnsuitable
+	case errors.Is(err, configpart.ErrWrite):
+		return report.CodeWriteFailed
+	}
+	return report.CodeInternal
+}

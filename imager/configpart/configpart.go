@@ -1,0 +1,488 @@
+// Package configpart puts a Talos machine config on the install disk from the
+// rescue system, where Talos's metal platform reads it at first boot when the
+// image's kernel arguments carry talos.config=metal-iso: a GPT partition
+// named metal-iso after the image's last partition, formatted FAT32, holding
+// config.yaml. Talos then never opens its maintenance API (see
+// docs/config-delivery.md for the Talos code this relies on).
+//
+// The partition table and the filesystem are written with
+// github.com/diskfs/go-diskfs; this package only decides where the partition
+// goes and in which order things reach the disk:
+//
+//  1. the primary GPT must be valid (em-imager write verified the image and
+//     wrote its first MiB last; a failed write wiped it);
+//  2. the partition's extent is zeroed (no stale signature from an earlier
+//     install survives) and formatted, and config.yaml written and synced,
+//     while the partition is not yet in the table;
+//  3. the table is rewritten (backup GPT moved to the end of the disk, then
+//     the primary): the partition appears only once it is complete;
+//  4. the config is read back through the library and its sha256 compared;
+//  5. on a block device the kernel re-reads the partition table.
+//
+// Running it again replaces the content of the existing metal-iso partition
+// (it must still be the last one); it never adds a second one.
+package configpart
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/diskfs/go-diskfs/backend"
+	"github.com/diskfs/go-diskfs/backend/file"
+	"github.com/diskfs/go-diskfs/disk"
+	"github.com/diskfs/go-diskfs/filesystem/fat32"
+	"github.com/diskfs/go-diskfs/partition/gpt"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// PartitionName is the GPT partition name (and FAT label) Talos looks
+	// for: constants.MetalConfigISOLabel in Talos's machinery.
+	PartitionName = "metal-iso"
+	// FileName is the file Talos reads from it: constants.ConfigFilename.
+	FileName = "config.yaml"
+	// PartitionSize gives FAT32 more than the 65525 clusters its
+	// specification asks for on 512-byte sectors. Not 64 MiB: for that size
+	// go-diskfs v1.9.4 sizes the FAT two entries short of the clusters
+	// (Linux would mount it, fsck.fat and mtools refuse it); the tests
+	// check the result with both.
+	PartitionSize = 48 << 20
+	// MaxConfigSize bounds what is read from stdin, so a wrong input
+	// cannot fill the rescue system's memory.
+	MaxConfigSize = 4 << 20
+	// Filesystem is the filesystem type as Talos's block discovery names it.
+	Filesystem = "vfat"
+
+	alignBytes = 1 << 20 // partitions start on MiB boundaries, like Talos's own
+)
+
+// Sentinel errors, mapped to report codes by the command.
+var (
+	// ErrNotImaged: no valid primary GPT or boot signature, so the disk
+	// does not hold a verified image (a failed em-imager write wipes them).
+	ErrNotImaged = errors.New("the disk holds no verified image")
+	// ErrChanged: a metal-iso partition exists but is not the last one, so
+	// the disk was booted or repartitioned since it was imaged.
+	ErrChanged = errors.New("the disk changed since it was imaged")
+	ErrNoSpace = errors.New("no room for the config partition")
+	ErrBusy    = errors.New("disk busy")
+	// ErrSectorSize: the GPT is laid out for other sectors than the disk's.
+	ErrSectorSize = errors.New("sector size mismatch")
+	ErrConfig     = errors.New("invalid config input")
+	ErrWrite      = errors.New("write failed")
+	// ErrNotFound: no metal-iso volume (Read), what Talos fails on.
+	ErrNotFound = errors.New("no metal-iso volume")
+)
+
+// Options tune Write.
+type Options struct {
+	// SectorSize is the disk's logical sector size; 0 reads it from the
+	// device (block devices) or from where the GPT header is (files).
+	SectorSize int
+	// Log receives warnings that do not fail the write.
+	Log func(format string, args ...any)
+}
+
+// Result says what Write did. It never holds the config itself.
+type Result struct {
+	SHA256          string
+	Bytes           int
+	PartitionNumber int
+	StartBytes      int64
+	SizeBytes       int64
+	SectorSize      int
+	// Replaced: an existing metal-iso partition got the new content.
+	Replaced bool
+	// Verified: the config read back through the library matched.
+	Verified    bool
+	BlockDevice bool
+}
+
+// Write puts config into the metal-iso partition of the disk at path.
+func Write(ctx context.Context, path string, config []byte, o Options) (res Result, err error) {
+	if o.Log == nil {
+		o.Log = func(string, ...any) {}
+	}
+	if err := CheckConfig(config); err != nil {
+		return res, err
+	}
+	sum := sha256.Sum256(config)
+	res.SHA256, res.Bytes = hex.EncodeToString(sum[:]), len(config)
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+
+	d, err := open(path, false, o.SectorSize)
+	if err != nil {
+		return res, err
+	}
+	defer d.Close()
+	ss := int(d.LogicalBlocksize)
+	res.SectorSize, res.BlockDevice = ss, d.blockDevice
+	t, err := d.table()
+	if err != nil {
+		return res, err
+	}
+	var target, last *gpt.Partition
+	for _, p := range t.Partitions {
+		if last == nil || p.End > last.End {
+			last = p
+		}
+		if p.Name == PartitionName {
+			if target != nil {
+				return res, fmt.Errorf("%w: two partitions are named %s", ErrChanged, PartitionName)
+			}
+			target = p
+		}
+	}
+	if last == nil {
+		return res, fmt.Errorf("%w: the GPT lists no partition", ErrNotImaged)
+	}
+	if target != nil && target != last {
+		return res, fmt.Errorf("%w: partition %d (%s) is not the last one; re-image the disk first", ErrChanged, target.Index, PartitionName)
+	}
+	// The image's backup GPT sits at the end of the image, not of the disk.
+	oldBackupLBA := t.TotalSize()/uint64(ss) - 1
+	t.Resize(uint64(d.Size))
+	// Leave the image's MBR as it is (boot code, bootable flag): Talos
+	// rewrites it with its first partition table change.
+	t.ProtectiveMBR = false
+	if target == nil {
+		per := uint64(alignBytes / ss)
+		start := (last.End + per) / per * per
+		target = &gpt.Partition{
+			Index: freeIndex(t),
+			Start: start,
+			End:   start + PartitionSize/uint64(ss) - 1,
+			Type:  gpt.MicrosoftBasicData,
+			Name:  PartitionName,
+		}
+		if target.Index == 0 {
+			return res, fmt.Errorf("%w: the partition table has no free entry", ErrNoSpace)
+		}
+		if target.End > t.LastDataSector() {
+			return res, fmt.Errorf("%w: %d bytes after the image's last partition, %d needed (disk of %d bytes)",
+				ErrNoSpace, int64(t.LastDataSector()+1-start)*int64(ss), PartitionSize, d.Size)
+		}
+		t.Partitions = append(t.Partitions, target)
+	} else {
+		res.Replaced = true
+	}
+	res.PartitionNumber = target.Index
+	res.StartBytes = int64(target.Start) * int64(ss)
+	res.SizeBytes = int64(target.End-target.Start+1) * int64(ss)
+
+	if err := d.zero(res.StartBytes, res.SizeBytes); err != nil {
+		return res, err
+	}
+	if err := d.format(res.StartBytes, res.SizeBytes, config); err != nil {
+		return res, err
+	}
+	if err := d.sync(); err != nil {
+		return res, err
+	}
+	if err := ctx.Err(); err != nil && !res.Replaced {
+		// Nothing is visible yet: the partition is not in the table.
+		return res, err
+	}
+	// The commit point: go-diskfs writes and syncs the backup, then the
+	// primary GPT.
+	w, err := d.Backend.Writable()
+	if err != nil {
+		return res, fmt.Errorf("%w: %v", ErrWrite, err)
+	}
+	if err := t.Write(w, d.Size); err != nil {
+		return res, fmt.Errorf("%w: partition table: %v", ErrWrite, err)
+	}
+	if err := d.wipeStaleBackup(t, oldBackupLBA); err != nil {
+		return res, err
+	}
+	// BLKRRPART, else per-partition BLKPG (no-op on regular files), from
+	// the table as read back: go-diskfs knows a partition's sector size
+	// only for partitions it read.
+	if d.Table, err = gpt.Read(d.Backend, ss, ss); err != nil {
+		return res, fmt.Errorf("%w: reading the partition table back: %v", ErrWrite, err)
+	}
+	if err := d.ReReadPartitionTable(); err != nil {
+		o.Log("warning: the kernel did not re-read the partition table (%v); Talos reads the disk at boot", err)
+	}
+	got, _, err := d.read()
+	if err != nil {
+		return res, fmt.Errorf("%w: reading the config back: %v", ErrWrite, err)
+	}
+	if !bytes.Equal(got, config) {
+		return res, fmt.Errorf("%w: the config read back differs from the one written", ErrWrite)
+	}
+	res.Verified = true
+	return res, nil
+}
+
+// CheckConfig refuses input that cannot be a machine config: empty, larger
+// than MaxConfigSize, or not text.
+func CheckConfig(config []byte) error {
+	switch {
+	case len(bytes.TrimSpace(config)) == 0:
+		return fmt.Errorf("%w: the config on stdin is empty", ErrConfig)
+	case len(config) > MaxConfigSize:
+		return fmt.Errorf("%w: the config has more than %d bytes", ErrConfig, MaxConfigSize)
+	case bytes.IndexByte(config, 0) >= 0:
+		return fmt.Errorf("%w: the config holds NUL bytes (not YAML)", ErrConfig)
+	}
+	return nil
+}
+
+// Volume is where Read found the config.
+type Volume struct {
+	PartitionNumber int
+	StartBytes      int64
+	SizeBytes       int64
+	Label           string // the FAT volume label
+}
+
+// Read returns config.yaml from the disk's metal-iso volume the way Talos
+// finds it: a partition whose GPT name or FAT label is metal-iso and that
+// holds a filesystem. Errors wrap ErrNotFound when there is none.
+func Read(path string, sectorSize int) ([]byte, Volume, error) {
+	d, err := open(path, true, sectorSize)
+	if err != nil {
+		return nil, Volume{}, err
+	}
+	defer d.Close()
+	return d.read()
+}
+
+// partitionDisk is an open disk: go-diskfs's Disk and how it was opened.
+type partitionDisk struct {
+	*disk.Disk
+	f           *os.File
+	blockDevice bool
+}
+
+func open(path string, readOnly bool, sectorSize int) (*partitionDisk, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotImaged, err)
+	}
+	blockDev := st.Mode()&os.ModeDevice != 0 && st.Mode()&os.ModeCharDevice == 0
+	if !blockDev && !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s is neither a block device nor a regular file", ErrNotImaged, path)
+	}
+	// O_EXCL on a block device: the kernel refuses while anything holds it.
+	b, err := file.OpenFromPathWithExclusive(path, readOnly, blockDev)
+	if err != nil {
+		if errors.Is(err, unix.EBUSY) {
+			return nil, fmt.Errorf("%w: %v", ErrBusy, err)
+		}
+		return nil, fmt.Errorf("%w: opening %s: %v", ErrWrite, path, err)
+	}
+	f, _ := b.Sys()
+	d := &partitionDisk{f: f, blockDevice: blockDev, Disk: &disk.Disk{Backend: b, Size: st.Size()}}
+	if blockDev {
+		size, err := unix.IoctlGetInt(int(f.Fd()), unix.BLKGETSIZE64)
+		if err != nil {
+			b.Close()
+			return nil, fmt.Errorf("%w: size of %s: %v", ErrWrite, path, err)
+		}
+		d.Size = int64(size)
+	}
+	ss, err := d.sectorSize(sectorSize)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	d.LogicalBlocksize, d.PhysicalBlocksize = int64(ss), int64(ss)
+	d.Size -= d.Size % int64(ss)
+	return d, nil
+}
+
+// sectorSize is the device's logical sector size, checked against where
+// the GPT header is (LBA 1 is byte 512 or byte 4096).
+func (d *partitionDisk) sectorSize(want int) (int, error) {
+	if d.blockDevice {
+		ss, err := unix.IoctlGetInt(int(d.f.Fd()), unix.BLKSSZGET)
+		if err != nil {
+			return 0, fmt.Errorf("%w: logical sector size: %v", ErrWrite, err)
+		}
+		if want != 0 && want != ss {
+			return 0, fmt.Errorf("%w: the device has %d-byte sectors, %d given", ErrSectorSize, ss, want)
+		}
+		want = ss
+	}
+	var at []int
+	for _, ss := range []int{512, 4096} {
+		sig := make([]byte, 8)
+		if _, err := d.f.ReadAt(sig, int64(ss)); err == nil && string(sig) == "EFI PART" {
+			at = append(at, ss)
+		}
+	}
+	switch {
+	case len(at) == 0:
+		return 0, fmt.Errorf("%w: no GPT header at byte 512 or 4096", ErrNotImaged)
+	case want == 0 && len(at) == 1:
+		return at[0], nil
+	case want == 0:
+		return 512, nil
+	}
+	for _, ss := range at {
+		if ss == want {
+			return ss, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: the GPT is laid out for %d-byte sectors, the disk has %d-byte sectors", ErrSectorSize, at[0], want)
+}
+
+// table reads the primary GPT, which must be valid and come with a boot
+// signature: what `em-imager write` leaves only after verifying the image.
+func (d *partitionDisk) table() (*gpt.Table, error) {
+	mbr := make([]byte, 512)
+	if _, err := d.f.ReadAt(mbr, 0); err != nil || mbr[510] != 0x55 || mbr[511] != 0xAA {
+		return nil, fmt.Errorf("%w: no boot signature in the MBR", ErrNotImaged)
+	}
+	ss := int(d.LogicalBlocksize)
+	t, err := gpt.Read(d.Backend, ss, ss)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotImaged, err)
+	}
+	if t.RecoveredFromBackup {
+		return nil, fmt.Errorf("%w: the primary GPT is damaged (only the backup is valid)", ErrNotImaged)
+	}
+	d.Table = t
+	return t, nil
+}
+
+func freeIndex(t *gpt.Table) int {
+	used := map[int]bool{}
+	for _, p := range t.Partitions {
+		used[p.Index] = true
+	}
+	for i := 1; i <= 128; i++ {
+		if !used[i] {
+			return i
+		}
+	}
+	return 0
+}
+
+// zero makes [off, off+n) read as zeros: a hole in a file, a zeroed range on
+// a block device (the kernel uses WRITE ZEROES or discard), else written zeros.
+func (d *partitionDisk) zero(off, n int64) error {
+	err := unix.Fallocate(int(d.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+	if err == nil {
+		return nil
+	}
+	buf := make([]byte, alignBytes)
+	for n > 0 {
+		k := min(n, int64(len(buf)))
+		if _, err := d.f.WriteAt(buf[:k], off); err != nil {
+			return fmt.Errorf("%w: zeroing the partition: %v", ErrWrite, err)
+		}
+		off, n = off+k, n-k
+	}
+	return nil
+}
+
+func (d *partitionDisk) format(off, size int64, config []byte) error {
+	fs, err := fat32.Create(d.Backend, size, off, d.LogicalBlocksize, PartitionName, false)
+	if err != nil {
+		return fmt.Errorf("%w: formatting FAT32: %v", ErrWrite, err)
+	}
+	f, err := fs.OpenFile("/"+FileName, os.O_CREATE|os.O_RDWR|os.O_TRUNC)
+	if err != nil {
+		return fmt.Errorf("%w: creating %s: %v", ErrWrite, FileName, err)
+	}
+	if _, err := f.Write(config); err != nil {
+		return fmt.Errorf("%w: writing %s: %v", ErrWrite, FileName, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("%w: closing %s: %v", ErrWrite, FileName, err)
+	}
+	return nil
+}
+
+func (d *partitionDisk) sync() error {
+	if err := d.f.Sync(); err != nil {
+		return fmt.Errorf("%w: fsync: %v", ErrWrite, err)
+	}
+	return nil
+}
+
+// wipeStaleBackup zeroes the image's old backup GPT header, now in free
+// space, so no tool mistakes it for the disk's.
+func (d *partitionDisk) wipeStaleBackup(t *gpt.Table, lba uint64) error {
+	if lba == t.TotalSize()/uint64(d.LogicalBlocksize)-1 {
+		return nil
+	}
+	for _, p := range t.Partitions {
+		if lba >= p.Start && lba <= p.End {
+			return nil
+		}
+	}
+	if _, err := d.f.WriteAt(make([]byte, d.LogicalBlocksize), int64(lba)*d.LogicalBlocksize); err != nil {
+		return fmt.Errorf("%w: clearing the image's old backup GPT: %v", ErrWrite, err)
+	}
+	return d.sync()
+}
+
+// read finds the metal-iso volume in the table on disk and reads the config.
+// A partition named metal-iso comes first; else a FAT volume labelled so.
+func (d *partitionDisk) read() ([]byte, Volume, error) {
+	ss := int(d.LogicalBlocksize)
+	t, err := gpt.Read(d.Backend, ss, ss)
+	if err != nil {
+		return nil, Volume{}, fmt.Errorf("%w: no readable GPT: %v", ErrNotFound, err)
+	}
+	var (
+		p  *gpt.Partition
+		fs *fat32.FileSystem
+	)
+	for _, c := range t.Partitions {
+		if c.Name == PartitionName {
+			p = c
+			if fs, err = readFAT(d.Backend, c, ss); err != nil {
+				return nil, Volume{}, fmt.Errorf("%w: partition %d is named %s but holds no filesystem Talos would mount: %v", ErrNotFound, c.Index, PartitionName, err)
+			}
+			break
+		}
+	}
+	for _, c := range t.Partitions {
+		if p != nil {
+			break
+		}
+		if f, err := readFAT(d.Backend, c, ss); err == nil && strings.TrimSpace(f.Label()) == PartitionName {
+			p, fs = c, f
+		}
+	}
+	if p == nil {
+		return nil, Volume{}, fmt.Errorf("%w: no partition named or labelled %s", ErrNotFound, PartitionName)
+	}
+	v := Volume{PartitionNumber: p.Index, StartBytes: int64(p.Start) * int64(ss), SizeBytes: int64(p.End-p.Start+1) * int64(ss), Label: strings.TrimSpace(fs.Label())}
+	st, err := fs.Stat(FileName)
+	if err != nil || st.IsDir() {
+		return nil, v, fmt.Errorf("read config: %s: %w", FileName, os.ErrNotExist)
+	}
+	if st.Size() > MaxConfigSize {
+		return nil, v, fmt.Errorf("read config: %s has %d bytes, more than %d", FileName, st.Size(), MaxConfigSize)
+	}
+	f, err := fs.OpenFile("/"+FileName, os.O_RDONLY)
+	if err != nil {
+		return nil, v, fmt.Errorf("read config: %s: %w", FileName, os.ErrNotExist)
+	}
+	// One read of exactly the file's size: go-diskfs v1.9.4 reads past the
+	// end of a file when a read starts inside a cluster (io.ReadAll does).
+	b := make([]byte, st.Size())
+	if _, err := io.ReadFull(f, b); err != nil && !(err == io.EOF && len(b) == 0) {
+		return nil, v, fmt.Errorf("read config: %v", err)
+	}
+	return b, v, nil
+}
+
+func readFAT(b backend.Storage, p *gpt.Partition, ss int) (*fat32.FileSystem, error) {
+	return fat32.Read(b, int64(p.End-p.Start+1)*int64(ss), int64(p.Start)*int64(ss), int64(ss))
+}
