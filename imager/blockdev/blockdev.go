@@ -160,9 +160,9 @@ func (in Info) busyReason() string {
 	case in.SystemRoot:
 		return "holds the running system's root filesystem (" + strings.Join(in.Uses, "; ") + ")"
 	case len(in.Uses) > 0:
-		return "in use: " + strings.Join(in.Uses, "; ")
+		return "used by the running system: " + strings.Join(in.Uses, "; ")
 	case len(in.Holders) > 0:
-		return "in use by " + strings.Join(in.Holders, ", ") + " (RAID/LVM/device-mapper holders)"
+		return "held by " + strings.Join(in.Holders, ", ") + " (RAID/LVM/device-mapper)"
 	}
 	return ""
 }

@@ -32,8 +32,9 @@ import (
 const Usage = `em-imager writes a (compressed) raw disk image from a URL onto a disk, verified.
 
   em-imager write   --image URL --sha256 HEX [--disk PATH|auto] [--image-size BYTES] [--format auto|xz|zstd|gzip|raw] [flags]
-  em-imager inspect [--disk PATH|auto] [--image-size BYTES]   disks and NICs (the disk write would take), writes nothing
-  em-imager publish ...                                  prepare and upload an image + manifest
+  em-imager inspect [--disk PATH|auto] [--image-size BYTES]
+                    disks and NICs, and the disk write would take with the same flags; writes nothing
+  em-imager publish ...   prepare and upload an image + manifest
   em-imager version
 
 write and inspect print exactly one JSON report on stdout; progress goes to stderr.
