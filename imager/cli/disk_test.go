@@ -64,12 +64,21 @@ func rejectedReason(r *report.Report, path string) string {
 // answers Range requests (which lets em-imager read the xz index).
 func TestInspectAndWriteChooseAlike(t *testing.T) {
 	fixtures(t)
-	mk := func() string {
+	assertChooseAlike(t, func() string {
 		return buildHost(t, faketree.Host{Disks: []faketree.Disk{
 			{Name: "nvme0n1", Size: 64 << 20},
 			{Name: "nvme1n1", Size: 96 << 20},
 		}})
-	}
+	}, func(t *testing.T, root string, r run) {
+		assertImage(t, root, strings.TrimPrefix(r.rep.Disk.Path, "/dev/"))
+	})
+}
+
+// assertChooseAlike runs inspect, then write --disk auto, each on a fresh
+// host from mk, with and without --image-size, against servers with and
+// without Range: write must take inspect's disk, which written then checks.
+func assertChooseAlike(t *testing.T, mk func() string, written func(t *testing.T, root string, r run)) {
+	t.Helper()
 	for _, size := range []string{"", fmt.Sprint(imageSize)} {
 		var sizeArgs []string
 		if size != "" {
@@ -86,7 +95,7 @@ func TestInspectAndWriteChooseAlike(t *testing.T) {
 				if r.rep.Disk.Path != want.Path || r.rep.Disk.Rule != want.Rule || want.Rule == "" {
 					t.Fatalf("write chose %s (%s), inspect %s (%s)", r.rep.Disk.Path, r.rep.Disk.Reason, want.Path, want.Reason)
 				}
-				assertImage(t, root, strings.TrimPrefix(want.Path, "/dev/"))
+				written(t, root, r)
 			})
 		}
 	}

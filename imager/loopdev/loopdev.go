@@ -132,7 +132,9 @@ func (d *Device) Partition(tb testing.TB, mib ...int) []string {
 // directory, unmounted when the test ends unless Unmount did it before.
 func Mount(tb testing.TB, dev string) string {
 	tb.Helper()
-	Run(tb, "mkfs.ext4", "-q", "-F", dev)
+	// No lazy initialisation: nothing writes the device in the background
+	// while a test compares its bytes.
+	Run(tb, "mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", dev)
 	dir := tb.TempDir()
 	Run(tb, "mount", "-t", "ext4", dev, dir)
 	tb.Cleanup(func() {
