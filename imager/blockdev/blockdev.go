@@ -156,11 +156,15 @@ func firstNonEmpty(a, b string) string {
 
 // busyReason says why writing the disk would hurt the running system, "" if it would not.
 func (in Info) busyReason() string {
+	uses := in.Uses
+	if len(uses) > 4 { // bind mounts of one filesystem can be many
+		uses = append(uses[:4:4], fmt.Sprintf("%d more", len(in.Uses)-4))
+	}
 	switch {
 	case in.SystemRoot:
-		return "holds the running system's root filesystem (" + strings.Join(in.Uses, "; ") + ")"
+		return "holds the running system's root filesystem (" + strings.Join(uses, "; ") + ")"
 	case len(in.Uses) > 0:
-		return "used by the running system: " + strings.Join(in.Uses, "; ")
+		return "used by the running system: " + strings.Join(uses, "; ")
 	case len(in.Holders) > 0:
 		return "held by " + strings.Join(in.Holders, ", ") + " (RAID/LVM/device-mapper)"
 	}

@@ -79,7 +79,6 @@ func chooseNamed(root hostroot.Root, req Request) (Choice, error) {
 	if err := unix.Stat(open, &st); err != nil {
 		return c, fmt.Errorf("%w: %s: %v", ErrNotFound, named, err)
 	}
-	underDev := strings.HasPrefix(host, "/dev/")
 	var n node
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFBLK:
@@ -88,11 +87,11 @@ func chooseNamed(root hostroot.Root, req Request) (Choice, error) {
 			return c, fmt.Errorf("%w: %s is block device %d:%d, which sysfs does not list", ErrNotFound, named, unix.Major(st.Rdev), unix.Minor(st.Rdev))
 		}
 	case unix.S_IFREG:
-		if !underDev {
+		if !root.Fake() || !strings.HasPrefix(host, "/dev/") {
 			// A disk image file: its size is the capacity.
 			d := &report.Disk{Path: host, Name: filepath.Base(host), SizeBytes: st.Size, LogicalSectorSize: 512,
 				Transport: "file", Rule: report.RuleNamed, Reason: "--disk names a regular file"}
-			if host != path {
+			if host != filepath.Clean(path) {
 				d.Requested = path
 			}
 			c.Disk = d
@@ -100,8 +99,8 @@ func chooseNamed(root hostroot.Root, req Request) (Choice, error) {
 		}
 		// A fake tree's disks are files named like the device.
 		var ok bool
-		if n, ok = byName(root, filepath.Base(host)); !ok || !root.Fake() {
-			return c, fmt.Errorf("%w: %s is a regular file under /dev, not a block device", ErrUnsuitable, named)
+		if n, ok = byName(root, filepath.Base(host)); !ok {
+			return c, fmt.Errorf("%w: %s is no block device the tree's sysfs lists", ErrNotFound, named)
 		}
 	default:
 		return c, fmt.Errorf("%w: %s is neither a block device nor a regular file", ErrUnsuitable, named)

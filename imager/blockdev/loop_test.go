@@ -39,6 +39,18 @@ func TestRealDevices(t *testing.T) {
 		t.Fatalf("by-id link: %+v %v", c.Disk, err)
 	}
 
+	// A regular file is a file, wherever it is.
+	f, err := os.CreateTemp("/dev/shm", "em-imager-test-*.img")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Truncate(8 << 20)
+	f.Close()
+	t.Cleanup(func() { os.Remove(f.Name()) })
+	if c, err := Choose(host, Request{Disk: f.Name()}); err != nil || c.Disk.Transport != "file" || c.Disk.SizeBytes != 8<<20 {
+		t.Fatalf("a file under /dev: %+v %v", c.Disk, err)
+	}
+
 	// A mounted partition makes the whole disk busy; a loop device whose
 	// backing file lives on that filesystem, once mounted, is named too.
 	mnt := loopdev.Mount(t, parts[1])

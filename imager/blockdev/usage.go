@@ -54,6 +54,14 @@ type mount struct {
 // devices are resolved by path only where no number exists.
 func systemUse(root hostroot.Root) usageMap {
 	use := usageMap{}
+	if !root.Fake() {
+		var st unix.Stat_t
+		if unix.Stat("/", &st) == nil && unix.Major(st.Dev) != 0 {
+			if n, ok := byDevnum(root, unix.Major(st.Dev), unix.Minor(st.Dev)); ok {
+				use.add(disksBehind(root, n), true, fmt.Sprintf("/dev/%s is the device of / (%d:%d)", n.name, unix.Major(st.Dev), unix.Minor(st.Dev)))
+			}
+		}
+	}
 	for _, m := range readMountinfo(root) {
 		n, ok := node{}, false
 		if m.major != 0 {
@@ -66,14 +74,6 @@ func systemUse(root hostroot.Root) usageMap {
 			continue
 		}
 		use.add(disksBehind(root, n), m.mount == "/", label(n, m.source)+" mounted on "+m.mount)
-	}
-	if !root.Fake() {
-		var st unix.Stat_t
-		if unix.Stat("/", &st) == nil && unix.Major(st.Dev) != 0 {
-			if n, ok := byDevnum(root, unix.Major(st.Dev), unix.Minor(st.Dev)); ok {
-				use.add(disksBehind(root, n), true, fmt.Sprintf("/dev/%s is the device of / (%d:%d)", n.name, unix.Major(st.Dev), unix.Minor(st.Dev)))
-			}
-		}
 	}
 	for _, s := range readSwaps(root) {
 		if n, ok := byPath(root, s); ok {
