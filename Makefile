@@ -79,10 +79,11 @@ tidy-check:
 
 # Debian packages the tests use (xz and zstd build real Talos-like images; sgdisk
 # cross-checks the GPT images; mtools and fsck.fat the metal-iso FAT partition; binutils the test UKIs;
-# qemu-user runs the images' other-arch binaries) and make image uses (ca-certificates' certificates go into
-# the images).
+# qemu-user runs the images' other-arch binaries; losetup, partx, mkfs.ext4 and unshare set up the real loop
+# devices em-imager's tests write, as root) and make image uses (ca-certificates' certificates go into the images).
 deps:
-	@missing=""; for c in xz:xz-utils zstd:zstd curl:curl sgdisk:gdisk mtype:mtools fsck.fat:dosfstools objdump:binutils qemu-aarch64:qemu-user qemu-x86_64:qemu-user; do \
+	@missing=""; for c in xz:xz-utils zstd:zstd curl:curl sgdisk:gdisk mtype:mtools fsck.fat:dosfstools objdump:binutils \
+		qemu-aarch64:qemu-user qemu-x86_64:qemu-user losetup:mount partx:util-linux unshare:util-linux mkfs.ext4:e2fsprogs; do \
 		command -v $${c%%:*} >/dev/null || missing="$$missing $${c##*:}"; done; \
 	[ -d /usr/share/ca-certificates/mozilla ] || missing="$$missing ca-certificates"; \
 	missing=$$(printf '%s\n' $$missing | sort -u | xargs); \
