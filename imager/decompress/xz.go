@@ -357,7 +357,8 @@ func decodeBlock(j *xzJob) ([]byte, error) {
 		}
 	}
 	br := bytes.NewReader(data)
-	lr, err := lzma.Reader2Config{DictCap: h.dictCap}.NewReader2(br)
+	frames := newLZMA2Frames(br)
+	lr, err := lzma.Reader2Config{DictCap: h.dictCap}.NewReader2(frames)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, where, err)
 	}
@@ -377,6 +378,10 @@ func decodeBlock(j *xzJob) ([]byte, error) {
 	if br.Len() != 0 {
 		outBufs.put(out)
 		return nil, fmt.Errorf("%w: %s: %d compressed bytes left after the LZMA2 end marker", ErrCorrupt, where, br.Len())
+	}
+	if err := frames.end(int64(n)); err != nil {
+		outBufs.put(out)
+		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, where, err)
 	}
 	if c := newCheck(h.check); c != nil {
 		c.Write(out)
@@ -497,7 +502,8 @@ func (x *xzReader) streamBlock(h blockHeader, index int) (record, error) {
 	if h.compressed > 0 {
 		in = io.LimitReader(x.br, h.compressed)
 	}
-	lr, err := lzma.Reader2Config{DictCap: h.dictCap}.NewReader2(in)
+	frames := newLZMA2Frames(in)
+	lr, err := lzma.Reader2Config{DictCap: h.dictCap}.NewReader2(frames)
 	if err != nil {
 		return fail(fmt.Errorf("%w: %s: %v", ErrCorrupt, where, err))
 	}
@@ -532,6 +538,9 @@ func (x *xzReader) streamBlock(h blockHeader, index int) (record, error) {
 			}
 			return fail(fmt.Errorf("%w: %s: LZMA2 data: %v", ErrCorrupt, where, err))
 		}
+	}
+	if err := frames.end(total); err != nil {
+		return fail(fmt.Errorf("%w: %s: %v", ErrCorrupt, where, err))
 	}
 	compressed := x.offset() - start
 	if (h.compressed > 0 && compressed != h.compressed) || (h.uncompressed >= 0 && total != h.uncompressed) {

@@ -39,11 +39,18 @@ func (x *xzReader) parse() error {
 				return nil
 			}
 			if len(b) >= 1 && b[0] != 0 {
-				h, _ := x.br.Peek(len(magicXZ))
+				h, herr := x.br.Peek(len(magicXZ))
 				if bytes.Equal(h, magicXZ) {
 					break
 				}
+				if herr == io.EOF && bytes.HasPrefix(magicXZ, h) {
+					return fmt.Errorf("%w: xz: input ends inside a stream header at offset %d", ErrTruncated, x.offset())
+				}
 				return fmt.Errorf("%w: %d bytes of non-xz data at offset %d", ErrTrailingData, x.br.Buffered(), x.offset())
+			}
+			if len(b) < 4 && err == io.EOF && allZero(b) {
+				// A download cut inside the padding, not bad data.
+				return fmt.Errorf("%w: xz: input ends inside stream padding at offset %d", ErrTruncated, x.offset())
 			}
 			if len(b) < 4 || !bytes.Equal(b, []byte{0, 0, 0, 0}) {
 				return fmt.Errorf("%w: stream padding at offset %d is not a multiple of four zero bytes", ErrTrailingData, x.offset())
