@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"sigs.k8s.io/yaml"
@@ -12,17 +13,25 @@ import (
 
 const repoRoot = "../.."
 
+// repoModules and testClassifier are built once: go list and the
+// classifier's licence index take seconds each on a loaded machine.
+var (
+	repoModules    = sync.OnceValues(func() ([]Module, error) { return Modules(context.Background(), repoRoot) })
+	testClassifier = sync.OnceValues(Classifier)
+)
+
 // TestEveryModuleHasALicence is `make licenses` in `make test`: a new
 // dependency without a recognisable licence fails CI.
 func TestEveryModuleHasALicence(t *testing.T) {
-	mods, err := Modules(context.Background(), repoRoot)
+	all, err := repoModules()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(mods) < 50 {
-		t.Fatalf("go list found only %d modules", len(mods))
+	if len(all) < 50 {
+		t.Fatalf("go list found only %d modules", len(all))
 	}
-	c, err := Classifier()
+	mods := append([]Module(nil), all...)
+	c, err := testClassifier()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +96,7 @@ func TestIdentifyFailsWithoutLicence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := Classifier()
+	c, err := testClassifier()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +122,7 @@ func TestIdentifyFailsWithoutLicence(t *testing.T) {
 
 func mustModuleDir(t *testing.T, path string) string {
 	t.Helper()
-	mods, err := Modules(context.Background(), repoRoot)
+	mods, err := repoModules()
 	if err != nil {
 		t.Fatal(err)
 	}
