@@ -3,6 +3,7 @@
 #   make build   static bin/em-imager and bin/karpenter-scaleway-em (em-imager embedded)
 #   make test    unit, integration and end-to-end suites (builds the test tools into bin/ once)
 #   make bench   performance figures (em-imager vs curl|xz|dd, scale test)
+#   make licenses  the licence of every Go module built with, from the module cache
 #   make demo    the whole provider against the simulated Scaleway world
 #   make image   the container images as OCI layouts in bin/image (no Docker engine; build/ociimage)
 #   make image-push REGISTRY=ghcr.io/me   push them
@@ -27,7 +28,7 @@ export TEST_ASSET_KUBE_SCHEDULER := $(BIN)/kube-scheduler
 export TEST_ASSET_VERSITYGW := $(BIN)/versitygw
 export TEST_ASSET_EM_IMAGER := $(BIN)/em-imager
 
-.PHONY: all build image image-push test bench demo e2e tools deps vet fmt-check tidy-check clean chart-crds docs catalog-snapshot
+.PHONY: all build image image-push test bench demo e2e tools deps vet fmt-check tidy-check clean chart-crds docs catalog-snapshot licenses
 
 all: build
 
@@ -100,6 +101,12 @@ bench: deps build tools
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./imager/...
 	$(GO) test -run '^$$' -bench Scale -benchtime 1x -timeout 30m ./test/e2e/
 	$(GO) test -run '^$$' -bench . -benchmem ./catalog/
+
+# Every module the project builds or tests with and its licence (github.com/google/licenseclassifier/v2 on
+# the module cache); exits 1 when one has none. test/licenses runs the same audit, and the check that no
+# file here carries another author's copyright or licence, in `make test`.
+licenses:
+	$(GO) run ./test/licenses/cmd/licenses
 
 # Regenerate the embedded EM offer snapshot from the recorded API exchanges (catalog/snapshot/README.md).
 catalog-snapshot:
