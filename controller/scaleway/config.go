@@ -29,6 +29,7 @@ const (
 	EnvMaxAttempts    = "KARPENTER_SCALEWAY_EM_API_MAX_ATTEMPTS"    // attempts per call incl. the first
 	EnvRequestTimeout = "KARPENTER_SCALEWAY_EM_API_REQUEST_TIMEOUT" // per attempt
 	EnvPollInterval   = "KARPENTER_SCALEWAY_EM_API_POLL_INTERVAL"   // batched polling interval
+	EnvOrderSettle    = "KARPENTER_SCALEWAY_EM_ORDER_SETTLE"        // how long a lost order is looked for before ordering again
 )
 
 // DefaultAPIURL is Scaleway's public API endpoint.
@@ -77,6 +78,11 @@ type Config struct {
 	PollInterval time.Duration
 	// PageSize is the page size of list calls (0: 100).
 	PageSize uint32
+	// OrderSettle is how long after an order whose answer was lost (timeout,
+	// 5xx, reset) CreateServer only looks for its server, never ordering
+	// again: listings are eventually consistent and a late-committing POST
+	// shows up only after a while.
+	OrderSettle time.Duration
 }
 
 // Defaults applied by New for zero fields.
@@ -89,6 +95,7 @@ const (
 	DefaultMaxRetryAfter  = 2 * time.Minute
 	DefaultRequestTimeout = 30 * time.Second
 	DefaultPollInterval   = 15 * time.Second
+	DefaultOrderSettle    = 5 * time.Minute
 	DefaultZone           = scw.ZoneFrPar2
 )
 
@@ -123,6 +130,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = DefaultPollInterval
+	}
+	if c.OrderSettle == 0 {
+		c.OrderSettle = DefaultOrderSettle
 	}
 	return c
 }
@@ -186,6 +196,9 @@ func (c Config) Validate() error {
 	if c.PollInterval < 0 {
 		errs = append(errs, errors.New("PollInterval must not be negative"))
 	}
+	if c.OrderSettle < 0 {
+		errs = append(errs, errors.New("OrderSettle must not be negative"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -206,8 +219,8 @@ func (c Config) String() string {
 	if c.SecretKey != "" {
 		secret = "<redacted>"
 	}
-	return fmt.Sprintf("scaleway.Config{AccessKey:%q SecretKey:%s ProjectID:%q OrganizationID:%q APIURL:%q DefaultZone:%q RateLimit:%+v Retry:%+v RequestTimeout:%s PollInterval:%s}",
-		c.AccessKey, secret, c.ProjectID, c.OrganizationID, c.APIURL, c.DefaultZone, c.RateLimit, c.Retry, c.RequestTimeout, c.PollInterval)
+	return fmt.Sprintf("scaleway.Config{AccessKey:%q SecretKey:%s ProjectID:%q OrganizationID:%q APIURL:%q DefaultZone:%q RateLimit:%+v Retry:%+v RequestTimeout:%s PollInterval:%s OrderSettle:%s}",
+		c.AccessKey, secret, c.ProjectID, c.OrganizationID, c.APIURL, c.DefaultZone, c.RateLimit, c.Retry, c.RequestTimeout, c.PollInterval, c.OrderSettle)
 }
 
 // GoString keeps %#v from printing the secret key.
@@ -251,7 +264,7 @@ func ConfigFromEnv() (Config, error) {
 	for _, d := range []struct {
 		env string
 		dst *time.Duration
-	}{{EnvRequestTimeout, &c.RequestTimeout}, {EnvPollInterval, &c.PollInterval}} {
+	}{{EnvRequestTimeout, &c.RequestTimeout}, {EnvPollInterval, &c.PollInterval}, {EnvOrderSettle, &c.OrderSettle}} {
 		if v := os.Getenv(d.env); v != "" {
 			x, err := time.ParseDuration(v)
 			if err != nil || x <= 0 {
