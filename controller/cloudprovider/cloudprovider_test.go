@@ -493,8 +493,13 @@ func TestMonthlyServerIsKeptAsSpareAndReused(t *testing.T) {
 	}
 	e.waitNode(got.Status.ProviderID)
 	e.waitPhase(first.Name, install.PhaseJoined)
+	// Item 8: a resumed monthly server is labelled monthly.
+	if resumed, err := e.p.CloudProvider.Create(e.ctx, first); err != nil || resumed.Labels[catalog.LabelBillingPeriod] != "monthly" {
+		t.Fatalf("resumed monthly server: %v, %v", resumed, err)
+	}
 	e.register(first.Name)
-	if err := e.p.CloudProvider.Delete(e.ctx, e.claim(first.Name)); !cloudprovider.IsNodeClaimNotFoundError(err) {
+	firstClaim := e.claim(first.Name)
+	if err := e.p.CloudProvider.Delete(e.ctx, firstClaim); !cloudprovider.IsNodeClaimNotFoundError(err) {
 		t.Fatalf("Delete of a young monthly server = %v, want NodeClaimNotFound (kept as spare)", err)
 	}
 	_, id, _ := scaleway.ParseProviderID(got.Status.ProviderID)
@@ -528,6 +533,16 @@ func TestMonthlyServerIsKeptAsSpareAndReused(t *testing.T) {
 	}
 	if errs := e.events.find(second.Name, "InstallFailed"); len(errs) != 0 {
 		t.Fatalf("the spare's install failed: %s", errs[0].Message)
+	}
+	// Item 7: core calls Delete again for the first (registered) claim: it
+	// must leave the server the second claim took alone.
+	rebootsBefore := len(e.w.Sim.History(id))
+	if err := e.p.CloudProvider.Delete(e.ctx, firstClaim); !cloudprovider.IsNodeClaimNotFoundError(err) {
+		t.Fatalf("a second Delete of the first claim = %v, want NodeClaimNotFound", err)
+	}
+	srv, _ = e.w.Sim.Server(id)
+	if !scaleway.HasTags(srv.Tags, scaleway.Tag(scaleway.TagNodeClaim, second.Name)) || len(e.w.Sim.History(id)) != rebootsBefore {
+		t.Fatalf("the second Delete of the first claim touched the second claim's server: %v, history %v", srv.Tags, e.w.Sim.History(id))
 	}
 	e.assertNoDuplicatesNorLeaks()
 }

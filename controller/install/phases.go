@@ -121,14 +121,18 @@ func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *
 		return srv, waitError(ctx, PhaseImaging, "an imaging slot", err)
 	}
 	defer release()
-	sess, err := i.Dialer.WaitDial(pctx, host, i.retryInterval())
+	// Rescue answered SSH when this phase began: a short wait tells whether
+	// it is still there.
+	dctx, cancel := context.WithTimeout(pctx, max(20*i.retryInterval(), 10*time.Second))
+	sess, err := i.Dialer.WaitDial(dctx, host, i.retryInterval())
+	cancel()
 	if err != nil {
 		// Rescue went away (a reboot by hand, a restart after a failed boot):
 		// boot it again, within this phase's deadline.
-		log.Info("rescue SSH unreachable while imaging; rebooting into rescue", "error", err.Error())
 		if ctx.Err() != nil || pctx.Err() != nil {
 			return srv, waitError(ctx, PhaseImaging, "rescue SSH", err)
 		}
+		log.Info("rescue SSH unreachable while imaging; rebooting into rescue", "error", err.Error())
 		if srv, err = i.rebootIntoRescue(ctx, pctx, job, srv, PhaseImaging); err != nil {
 			return srv, err
 		}
