@@ -172,7 +172,7 @@ func TestDefaults(t *testing.T) {
 		"SCW_DEFAULT_PROJECT_ID": testProjectID, "RESCUE_SSH_KEY_SECRET": "karpenter-scaleway-em-rescue-ssh",
 		"TALOS_API_PORT": "50000", "DELIVERY_TIMEOUT": "30m", "IMAGING_TIMEOUT": "20m", "MAX_CONCURRENT_IMAGING": "8",
 		"ZONE_SWEEP_INTERVAL": "10m",
-		"FEATURE_GATES": "NodeRepair=false,NodeOverlay=false,StaticCapacity=false,CapacityBuffer=false,ReservedCapacity=true,SpotToSpotConsolidation=false",
+		"FEATURE_GATES":       "NodeRepair=false,NodeOverlay=false,StaticCapacity=false,CapacityBuffer=false,ReservedCapacity=true,SpotToSpotConsolidation=false",
 	}
 	for name, want := range plain {
 		if got, _, ok := envVar(c, name); !ok || got != want {
