@@ -43,6 +43,19 @@ func (e *env) breakNodeClass() {
 	}
 }
 
+// createAgain is Karpenter retrying Create: it must return the server it
+// returned first, and order nothing.
+func (e *env) createAgain(claim, first *karpv1.NodeClaim, when string) {
+	e.t.Helper()
+	again, err := e.p.CloudProvider.Create(e.ctx, claim)
+	if err != nil || again.Status.ProviderID != first.Status.ProviderID {
+		e.t.Fatalf("retried Create %s = %v, %v; want the server %s", when, again, err, first.Status.ProviderID)
+	}
+	if n := e.creates(claim.Name); n != 1 {
+		e.t.Fatalf("%d orders for %s", n, claim.Name)
+	}
+}
+
 // Item 2: once a server carries the claim's tag, a retried Create returns it,
 // whatever happened to the NodeClass meanwhile (not Ready, even deleted):
 // never NodeClassNotReady, which makes Karpenter drop the claim and abandon
@@ -55,20 +68,11 @@ func TestRetriedCreateReturnsTheServerWhateverTheNodeClass(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.breakNodeClass()
-	again, err := e.p.CloudProvider.Create(e.ctx, claim)
-	if err != nil || again.Status.ProviderID != first.Status.ProviderID {
-		t.Fatalf("retried Create with the nodeclass not Ready = %v, %v; want the server %s", again, err, first.Status.ProviderID)
-	}
+	e.createAgain(claim, first, "with the nodeclass not Ready")
 	if err := e.kube.Delete(e.ctx, e.nc); err != nil {
 		t.Fatal(err)
 	}
-	again, err = e.p.CloudProvider.Create(e.ctx, claim)
-	if err != nil || again.Status.ProviderID != first.Status.ProviderID {
-		t.Fatalf("retried Create with the nodeclass gone = %v, %v", again, err)
-	}
-	if n := e.creates(claim.Name); n != 1 {
-		t.Fatalf("%d orders", n)
-	}
+	e.createAgain(claim, first, "with the nodeclass gone")
 	e.assertNoDuplicatesNorLeaks()
 }
 
@@ -88,16 +92,10 @@ func TestZoneRemovedFromTheNodeClassKeepsItsServer(t *testing.T) {
 	}
 	e.updateNodeClass(func(nc *v1alpha1.ScalewayElasticMetalNodeClass) { nc.Spec.Zones = []string{"nl-ams-1"} })
 	e.p = e.newProvider() // nothing remembered: the zone sweep must find it
-	again, err := e.p.CloudProvider.Create(e.ctx, claim)
-	if err != nil || again.Status.ProviderID != first.Status.ProviderID {
-		t.Fatalf("retried Create after the zone was removed = %v, %v; want %s", again, err, first.Status.ProviderID)
-	}
+	e.createAgain(claim, first, "after the zone was removed")
 	list, err := e.p.CloudProvider.List(e.ctx)
 	if err != nil || len(list) != 1 || list[0].Status.ProviderID != first.Status.ProviderID {
 		t.Fatalf("List after the zone was removed = %v, %v", list, err)
-	}
-	if n := e.creates(claim.Name); n != 1 {
-		t.Fatalf("%d orders", n)
 	}
 	e.assertNoDuplicatesNorLeaks()
 }
