@@ -88,10 +88,8 @@ func (c *Controller) Reconcile(ctx context.Context, claim *karpv1.NodeClaim) (re
 	if !claim.DeletionTimestamp.IsZero() || claim.Status.ProviderID == "" ||
 		claim.StatusConditions().Get(karpv1.ConditionTypeRegistered).IsTrue() {
 		// Deleting: CloudProvider.Delete stops the worker before acting.
-		// Registered: the install is over.
-		if claim.DeletionTimestamp.IsZero() {
-			c.Stop(claim.Name)
-		}
+		// Registered: the install is over (a worker still running sees the
+		// node and records the joined phase itself).
 		return reconcile.Result{}, nil
 	}
 	w := c.ensure(claim)
