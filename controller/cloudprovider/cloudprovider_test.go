@@ -44,14 +44,18 @@ func (e *env) instanceTypes() []*cloudprovider.InstanceType {
 func TestCreateReturnsAtOnceThenTheNodeJoinsAndDeleteReleasesIt(t *testing.T) {
 	e := startEnv(t, nil)
 	claim := e.nodeClaim()
+	// Delivery is held until Create has returned: a Create that waited for
+	// it would never return.
+	hold := e.w.Sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStuck, Tag: scaleway.Tag(scaleway.TagNodeClaim, claim.Name), State: "delivering"})
 	got := e.launch(claim)
 	zone, id, err := scaleway.ParseProviderID(got.Status.ProviderID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if srv, _ := e.w.Sim.Server(id); srv.Status == string(baremetal.ServerStatusReady) {
-		t.Errorf("Create returned after delivery (status %s): it must return once the server is ordered", srv.Status)
+	if srv, _ := e.w.Sim.Server(id); srv.Status != "delivering" {
+		t.Fatalf("server %s while delivery is held", srv.Status)
 	}
+	e.w.Sim.RemoveFault(hold)
 	if got.Labels[corev1.LabelInstanceTypeStable] == "" || got.Labels[corev1.LabelTopologyZone] != string(zone) ||
 		got.Labels[catalog.LabelBillingPeriod] != string(catalog.BillingHourly) {
 		t.Errorf("hydrated labels incomplete: %v", got.Labels)

@@ -249,15 +249,20 @@ func (e *env) claimGone(name string) bool {
 	return client.IgnoreNotFound(err) == nil && (err != nil || !nc.DeletionTimestamp.IsZero())
 }
 
-// eventually polls cond until it holds or a minute passes.
+// eventually polls cond until it holds or two minutes pass.
 func (e *env) eventually(what string, cond func() bool) {
+	e.t.Helper()
+	e.poll(what, 100*time.Millisecond, cond)
+}
+
+func (e *env) poll(what string, every time.Duration, cond func() bool) {
 	e.t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for !cond() {
 		if time.Now().After(deadline) {
 			e.t.Fatalf("timed out waiting for %s", what)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(every)
 	}
 }
 
@@ -323,9 +328,11 @@ func (e *env) serverOf(claim string) (scwsim.ServerState, bool) {
 	return scwsim.ServerState{}, false
 }
 
+// waitPhase waits for the server of claim to be in phase (looked at often:
+// with the test delays a phase lasts a fraction of a second).
 func (e *env) waitPhase(claim string, phase install.Phase) {
 	e.t.Helper()
-	e.eventually("the server of "+claim+" in phase "+string(phase), func() bool {
+	e.poll("the server of "+claim+" in phase "+string(phase), 5*time.Millisecond, func() bool {
 		s, ok := e.serverOf(claim)
 		return ok && scaleway.HasTags(s.Tags, scaleway.Tag(scaleway.TagPhase, string(phase)))
 	})

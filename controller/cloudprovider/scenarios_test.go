@@ -226,17 +226,38 @@ func TestImageAnnotationIsWhatWasWritten(t *testing.T) {
 	e.assertNoDuplicatesNorLeaks()
 }
 
-// Item 8c: rescue gone while imaging (rebooted by hand): the install reboots
-// it into rescue again and finishes.
+// Item 8c: an install resumes in imaging while rescue is gone behind the
+// API's back (it still shows the server ready in rescue): the install boots
+// rescue again and finishes, instead of waiting for an SSH that never comes.
 func TestImagingRebootsIntoRescueWhenRescueIsGone(t *testing.T) {
 	e := startEnv(t, nil)
 	claim := e.nodeClaim()
-	got := e.launch(claim)
-	e.waitPhase(claim.Name, install.PhaseImaging)
-	zone, id, _ := scaleway.ParseProviderID(got.Status.ProviderID)
-	if _, err := e.p.API.RebootServer(e.ctx, zone, id, baremetal.ServerBootTypeNormal, nil); err != nil {
-		t.Fatalf("reboot by hand: %v", err)
+	got, err := e.p.CloudProvider.Create(e.ctx, claim) // not launched yet: no install runs
+	if err != nil {
+		t.Fatal(err)
 	}
+	zone, id, _ := scaleway.ParseProviderID(got.Status.ProviderID)
+	ready := func(boot string) func() bool {
+		return func() bool { s, _ := e.w.Sim.Server(id); return s.Status == "ready" && s.BootType == boot }
+	}
+	e.eventually("delivery", ready("normal"))
+	keys, err := e.p.RescueKeys.KeyIDs(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.p.API.RebootServer(e.ctx, zone, id, baremetal.ServerBootTypeRescue, keys); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually("rescue", ready("rescue"))
+	// As if an install had got to imaging when its controller stopped...
+	if _, err := e.p.API.EditTags(e.ctx, zone, id, func(tags []string) ([]string, bool) {
+		return install.SetPhaseIn(tags, install.PhaseImaging, time.Now()), true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// ...and the rescue system died since (the API still says ready, rescue).
+	e.w.Machines.PowerOff(id)
+	e.launched(claim.Name, got)
 	e.waitNode(got.Status.ProviderID)
 	if fails := e.events.find(claim.Name, "InstallFailed"); len(fails) != 0 {
 		t.Fatalf("install failed: %s", fails[0].Message)
@@ -247,8 +268,8 @@ func TestImagingRebootsIntoRescueWhenRescueIsGone(t *testing.T) {
 			rescues++
 		}
 	}
-	if rescues < 2 {
-		t.Fatalf("%d rescue boots: the imaging phase did not reboot into rescue", rescues)
+	if rescues != 2 {
+		t.Fatalf("%d rescue boots, want 2 (by hand, then the install's)", rescues)
 	}
 	e.assertNoDuplicatesNorLeaks()
 }

@@ -154,7 +154,13 @@ func (w *worker) job(claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalN
 		Server:            srv,
 		SSHKeyIDs:         keys,
 		PrivateNetworkIDs: nc.Spec.PrivateNetworkIDs,
+		// The image and the config follow the NodeClass as it is when they
+		// are needed, not as it was when the install started.
 		Image: func(ctx context.Context) (install.Image, error) {
+			nc, err := w.nodeClass(ctx, claim)
+			if err != nil {
+				return install.Image{}, err
+			}
 			img, err := c.Images.Resolve(ctx, nodeclass.ImageSettings(nc))
 			if err != nil {
 				return install.Image{}, err
@@ -165,6 +171,10 @@ func (w *worker) job(claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalN
 		},
 		Imaged: func(ctx context.Context, img install.Image) error { return w.recordImage(ctx, img) },
 		Render: func(ctx context.Context, hw *report.Report, network talosgen.Network) ([]byte, error) {
+			nc, err := w.nodeClass(ctx, claim)
+			if err != nil {
+				return nil, err
+			}
 			return c.Config.Render(ctx, claim, nc, srv, hw, network)
 		},
 		Progress: func(p install.Phase, msg string) {
@@ -176,6 +186,15 @@ func (w *worker) job(claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalN
 		},
 		Joined: func(ctx context.Context) (bool, error) { return c.nodeRegistered(ctx, w.providerID) },
 	}
+}
+
+// nodeClass reads the claim's NodeClass now.
+func (w *worker) nodeClass(ctx context.Context, claim *karpv1.NodeClaim) (*v1alpha1.ScalewayElasticMetalNodeClass, error) {
+	nc, err := nodeclass.Get(ctx, w.c.Kube, claim.Spec.NodeClassRef)
+	if err != nil {
+		return nil, fmt.Errorf("nodeclass %s: %w", claim.Spec.NodeClassRef.Name, err)
+	}
+	return nc, nil
 }
 
 // holdWindow moves the registration window at once when a phase begins
