@@ -31,15 +31,7 @@ func (c *Client) EnsureSSHKey(ctx context.Context, name, publicKey string) (stri
 	defer c.iamMu.Unlock()
 
 	find := func() (*iam.SSHKey, error) {
-		var keys []*iam.SSHKey
-		err := c.call(ctx, callSpec{op: OpListSSHKeys, idempotent: true}, func(ctx context.Context) error {
-			resp, err := c.iam.ListSSHKeys(&iam.ListSSHKeysRequest{ProjectID: scw.StringPtr(c.cfg.ProjectID)}, scw.WithContext(ctx), scw.WithAllPages())
-			if err != nil {
-				return err
-			}
-			keys = resp.SSHKeys
-			return nil
-		})
+		keys, err := c.listSSHKeys(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -80,6 +72,27 @@ func (c *Client) EnsureSSHKey(ctx context.Context, name, publicKey string) (stri
 	}
 	c.log.Info("registered ssh key", "name", name, "id", created.ID, "fingerprint", created.Fingerprint)
 	return created.ID, nil
+}
+
+// ListSSHKeys lists the IAM SSH keys of the configured project (all pages).
+func (c *Client) ListSSHKeys(ctx context.Context) ([]*iam.SSHKey, error) {
+	c.iamMu.Lock()
+	defer c.iamMu.Unlock()
+	return c.listSSHKeys(ctx)
+}
+
+// listSSHKeys is ListSSHKeys with iamMu held.
+func (c *Client) listSSHKeys(ctx context.Context) ([]*iam.SSHKey, error) {
+	var keys []*iam.SSHKey
+	err := c.call(ctx, callSpec{op: OpListSSHKeys, idempotent: true}, func(ctx context.Context) error {
+		resp, err := c.iam.ListSSHKeys(&iam.ListSSHKeysRequest{ProjectID: scw.StringPtr(c.cfg.ProjectID)}, scw.WithContext(ctx), scw.WithAllPages())
+		if err != nil {
+			return err
+		}
+		keys = resp.SSHKeys
+		return nil
+	})
+	return keys, err
 }
 
 // normalizeAuthorizedKey returns "type base64" of an authorized_keys line,

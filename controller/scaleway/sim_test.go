@@ -349,7 +349,7 @@ func TestSimRetries(t *testing.T) {
 		}
 	})
 	t.Run("429 with Retry-After", func(t *testing.T) {
-		env := startSim(t, 1, nil, nil)
+		env := startSim(t, 1, func(o *scwsim.Options) { o.RateLimited = scwsim.RateLimitedJSON }, nil)
 		env.sim.MustInject(scwsim.Fault{Kind: scwsim.FaultRateLimit, Method: "GET", Path: `/servers$`, RetryAfter: 2 * time.Second, Times: 2})
 		if _, err := env.client.ListServers(context.Background(), zone, nil); err != nil {
 			t.Fatal(err)
