@@ -64,9 +64,9 @@ type Options struct {
 	SecretKey string
 	// Addr is where Start listens (default 127.0.0.1:0).
 	Addr string
-	// Zones served (default fr-par-1, fr-par-2, nl-ams-1). Each serves the
-	// recorded catalogue; fr-par-2 keeps the recorded offer IDs, other zones
-	// get offer IDs derived from (zone, recorded ID).
+	// Zones served (default fr-par-1, fr-par-2, nl-ams-1). fr-par-2 and
+	// fr-par-1 serve their recorded offers; other zones a subset of fr-par-2's
+	// (see zoneOffers). An offer has the same ID in every zone.
 	Zones []string
 	// OrganizationID and ProjectID: the account behind the key. ProjectID is
 	// used when CreateServer/CreateSSHKey name none. Default: the zeroed IDs
