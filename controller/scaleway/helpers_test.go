@@ -199,7 +199,7 @@ type reply struct {
 // noCtype: a reply without Content-Type, as Scaleway's gateway throttles.
 const noCtype = "-"
 
-func newScripted(t *testing.T, replies ...reply) *scripted {
+func newScripted(t testing.TB, replies ...reply) *scripted {
 	s := &scripted{replies: replies}
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
