@@ -231,6 +231,10 @@ extraVolumes: [{name: extra, configMap: {name: extra}}]
 				"spec":{"image":{"bucket":"talos"},"talos":{"joinSecretRef":{"name":"a","namespace":"b"}}}}`,
 			"unknown zone": `{"apiVersion":"karpenter-scaleway-em.io/v1alpha1","kind":"ScalewayElasticMetalNodeClass","metadata":{"name":"bad3"},
 				"spec":{"zones":["fr-par-9"],"image":{"manifestURL":"https://x/m.json"},"talos":{"joinSecretRef":{"name":"a","namespace":"b"}}}}`,
+			"plain http manifest without a pin": `{"apiVersion":"karpenter-scaleway-em.io/v1alpha1","kind":"ScalewayElasticMetalNodeClass","metadata":{"name":"bad4"},
+				"spec":{"image":{"manifestURL":"http://garage-web/m.json"},"talos":{"joinSecretRef":{"name":"a","namespace":"b"}}}}`,
+			"malformed pin": `{"apiVersion":"karpenter-scaleway-em.io/v1alpha1","kind":"ScalewayElasticMetalNodeClass","metadata":{"name":"bad5"},
+				"spec":{"image":{"manifestURL":"http://garage-web/m.json","manifestSHA256":"ABC"},"talos":{"joinSecretRef":{"name":"a","namespace":"b"}}}}`,
 		}
 		for name, j := range bad {
 			u := &unstructured.Unstructured{}
@@ -239,7 +243,18 @@ extraVolumes: [{name: extra, configMap: {name: extra}}]
 			}
 			if err := apply(ctx, k.Client, u, false); err == nil {
 				t.Errorf("%s: accepted", name)
+			} else if name == "plain http manifest without a pin" && !strings.Contains(err.Error(), "manifestSHA256") {
+				t.Errorf("%s: refused without naming the pin: %v", name, err)
 			}
+		}
+		// The rule can pass: plain http with a pin is fine (the pin is the trust root).
+		pinned := &unstructured.Unstructured{}
+		if err := pinned.UnmarshalJSON([]byte(`{"apiVersion":"karpenter-scaleway-em.io/v1alpha1","kind":"ScalewayElasticMetalNodeClass","metadata":{"name":"pinned"},
+			"spec":{"image":{"manifestURL":"http://garage-web/m.json","manifestSHA256":"` + strings.Repeat("0a", 32) + `"},"talos":{"joinSecretRef":{"name":"a","namespace":"b"}}}}`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := apply(ctx, k.Client, pinned, true); err != nil {
+			t.Errorf("pinned plain http manifest refused: %v", err)
 		}
 	})
 }
