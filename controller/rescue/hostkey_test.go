@@ -116,13 +116,7 @@ func markerImager(name string) []byte {
 // em-imager runs as root only when the file on the host has the sha256 of the
 // controller's build, checked in the same command that runs it.
 func TestImagerIsCheckedOnTheHostBeforeItRuns(t *testing.T) {
-	key := newKey(t)
-	d, host, home := startHost(t, key)
-	s, err := d.Dial(context.Background(), host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, home := dialHostHome(t)
 	genuine, tampered := markerImager("ran-genuine"), markerImager("ran-tampered")
 	if err := s.Upload(context.Background(), ImagerName, genuine, 0o755); err != nil {
 		t.Fatal(err)
@@ -170,19 +164,13 @@ func lyingSHA256sum(t *testing.T, binDir, sum string) {
 }
 
 func TestRunImagerRefusesABinaryThatChangedAfterUpload(t *testing.T) {
-	key := newKey(t)
-	d, host, home := startHost(t, key)
+	s, home := dialHostHome(t)
 	genuine, tampered := markerImager("ran-genuine"), markerImager("ran-tampered")
 	if err := os.WriteFile(filepath.Join(home, ImagerName), tampered, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	lyingSHA256sum(t, filepath.Join(filepath.Dir(home), "bin"), sha256Hex(genuine))
-	s, err := d.Dial(context.Background(), host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	_, err = RunImager(context.Background(), s, ImagerArgs{Binary: genuine, SHA256: "ab"}, nil)
+	_, err := RunImager(context.Background(), s, ImagerArgs{Binary: genuine, SHA256: "ab"}, nil)
 	if !errors.Is(err, ErrImagerDigestMismatch) {
 		t.Fatalf("RunImager = %v, want ErrImagerDigestMismatch", err)
 	}
@@ -192,19 +180,13 @@ func TestRunImagerRefusesABinaryThatChangedAfterUpload(t *testing.T) {
 }
 
 func TestUploadIsCheckedWithSHA256OnTheHost(t *testing.T) {
-	key := newKey(t)
-	d, host, home := startHost(t, key)
-	s, err := d.Dial(context.Background(), host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, home := dialHostHome(t)
 	if err := s.Upload(context.Background(), ImagerName, []byte("binary"), 0o755); err != nil {
 		t.Fatalf("Upload: %v", err)
 	}
 	// A host whose file does not hold what was sent (same size, other bytes).
 	lyingSHA256sum(t, filepath.Join(filepath.Dir(home), "bin"), sha256Hex([]byte("BINARY")))
-	err = s.Upload(context.Background(), ImagerName, []byte("binary"), 0o755)
+	err := s.Upload(context.Background(), ImagerName, []byte("binary"), 0o755)
 	if err == nil || !strings.Contains(err.Error(), sha256Hex([]byte("BINARY"))) {
 		t.Fatalf("Upload to a host with other bytes = %v", err)
 	}

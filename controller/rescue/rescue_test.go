@@ -64,14 +64,20 @@ func splitAddr(t *testing.T, addr string) (string, int) {
 // dialHost starts a rescue host for a fresh key and opens a session to it,
 // closed when the test ends.
 func dialHost(t *testing.T) *Session {
+	s, _ := dialHostHome(t)
+	return s
+}
+
+// dialHostHome is dialHost that also returns the rescue user's home.
+func dialHostHome(t *testing.T) (*Session, string) {
 	t.Helper()
-	d, host, _ := startHost(t, newKey(t))
+	d, host, home := startHost(t, newKey(t))
 	s, err := d.Dial(context.Background(), host)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	return s
+	return s, home
 }
 
 // fakeImager is a shell script standing in for em-imager: progress lines on
