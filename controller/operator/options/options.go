@@ -27,26 +27,27 @@ type optionsKey struct{}
 
 // Options of the provider.
 type Options struct {
-	ClusterName     string
-	SystemNamespace string
-	RescueSSHUser   string
-	RescueSSHPort   int
-	RescueKeySecret string
+	ClusterName      string
+	SystemNamespace  string
+	RescueSSHUser    string
+	RescueSSHPort    int
+	RescueKeySecret  string
+	TalosAPIPort     int
+	IPv6Gateway      string
+	DeliveryTimeout  time.Duration
+	RescueTimeout    time.Duration
+	ImagingTimeout   time.Duration
+	BootTimeout      time.Duration
+	RetryInterval    time.Duration
+	CatalogRefresh   time.Duration
+	GCGracePeriod    time.Duration
+	GCInterval       time.Duration
+	NodeClassRecheck time.Duration
+	RepairToleration time.Duration
+
 	// JoinSecretNamespaces is the comma-separated list of namespaces join
 	// Secrets may be in; empty: SystemNamespace only (see JoinNamespaces).
 	JoinSecretNamespaces string
-	TalosAPIPort         int
-	IPv6Gateway          string
-	DeliveryTimeout      time.Duration
-	RescueTimeout        time.Duration
-	ImagingTimeout       time.Duration
-	BootTimeout          time.Duration
-	RetryInterval        time.Duration
-	CatalogRefresh       time.Duration
-	GCGracePeriod        time.Duration
-	GCInterval           time.Duration
-	NodeClassRecheck     time.Duration
-	RepairToleration     time.Duration
 }
 
 // AddFlags implements Karpenter's options.Injectable.
