@@ -72,6 +72,11 @@ func (c *CloudProvider) order(ctx context.Context, claim *karpv1.NodeClaim, nc *
 			c.Catalog.MarkUnavailable(zone, offer.Name, billing, catalog.ReasonOutOfStock)
 		case scaleway.IsQuotaExceeded(err):
 			c.Catalog.MarkUnavailable(zone, offer.Name, billing, catalog.ReasonQuota)
+		case scaleway.IsOrderRefused(err):
+			// One refused order per Create: set the offering aside and let Karpenter pick again.
+			c.Catalog.MarkUnavailable(zone, offer.Name, billing, catalog.ReasonRefused)
+			c.publish(claim, corev1.EventTypeWarning, "OrderRefused", fmt.Sprintf("%s (%s) in %s: %v", offer.Name, billing, zone, err))
+			return nil, cloudprovider.NewInsufficientCapacityError(fmt.Errorf("ordering %s in %s was refused: %w", offer.Name, zone, err))
 		default:
 			// Among these, an order whose answer was lost (ErrOrderInFlight
 			// on the next tries): no other offering is tried while it may

@@ -300,7 +300,11 @@ func (i *Installer) setPhase(ctx context.Context, srv *baremetal.Server, p Phase
 // of the caller) or a server in error releases the server.
 func waitError(ctx context.Context, p Phase, what string, err error) error {
 	var se *scaleway.ServerStateError
+	var noAddr *scaleway.NoAddressError
 	switch {
+	case errors.As(err, &noAddr):
+		// Delivered but no IPv4 listed yet: not a reason to give it back.
+		return &PhaseError{Phase: p, Err: err}
 	case errors.As(err, &se):
 		return &PhaseError{Phase: p, Release: true, Err: err}
 	case scaleway.IsNotFound(err):

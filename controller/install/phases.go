@@ -18,48 +18,34 @@ import (
 // deliver waits for the order to be delivered and attaches private networks.
 func (i *Installer) deliver(ctx, pctx context.Context, job *Job, srv *baremetal.Server) (*baremetal.Server, error) {
 	i.progress(job, PhaseOrdered, fmt.Sprintf("waiting for delivery of server %s", srv.ID))
-	got, err := i.Poller.WaitFor(pctx, srv.Zone, srv.ID, scaleway.StatusIs(baremetal.ServerStatusReady))
+	// Ready is not enough: the API can show a delivered server without IPs for a while.
+	got, _, err := i.Poller.WaitIPv4(pctx, srv.Zone, srv.ID, scaleway.StatusIs(baremetal.ServerStatusReady),
+		func(msg string) { i.progress(job, PhaseOrdered, msg) })
 	if err != nil {
 		return srv, waitError(ctx, PhaseOrdered, "delivery", err)
 	}
 	srv = got
-	if len(job.PrivateNetworkIDs) > 0 {
-		if err := i.attachPrivateNetworks(pctx, srv, job.PrivateNetworkIDs); err != nil {
-			return srv, &PhaseError{Phase: PhaseOrdered, Err: err}
-		}
+	if err := i.API.AttachPrivateNetworks(pctx, srv.Zone, srv.ID, job.PrivateNetworkIDs); err != nil {
+		return srv, &PhaseError{Phase: PhaseOrdered, Err: err}
 	}
 	return i.setPhase(ctx, srv, PhaseRescue)
 }
 
-func (i *Installer) attachPrivateNetworks(ctx context.Context, srv *baremetal.Server, ids []string) error {
-	optID, err := i.API.PrivateNetworkOptionID(ctx, srv.Zone)
+// address reads the server's IPv4 from its latest state, waiting (bounded)
+// while the API lists none.
+func (i *Installer) address(ctx, pctx context.Context, job *Job, srv *baremetal.Server, p Phase) (*baremetal.Server, string, error) {
+	got, host, err := i.Poller.IPv4(pctx, srv.Zone, srv.ID, func(msg string) { i.progress(job, p, msg) })
 	if err != nil {
-		return fmt.Errorf("finding the private network option: %w", err)
+		return srv, "", waitError(ctx, p, "the server's IPv4", err)
 	}
-	if _, err := i.API.AddServerOption(ctx, srv.Zone, srv.ID, optID); err != nil {
-		return fmt.Errorf("enabling private networks: %w", err)
-	}
-	attached, err := i.API.ListServerPrivateNetworks(ctx, srv.Zone, srv.ID)
-	if err != nil {
-		return fmt.Errorf("listing private networks: %w", err)
-	}
-	have := scaleway.VLANs(attached)
-	for _, id := range ids {
-		if _, ok := have[id]; ok {
-			continue
-		}
-		if _, err := i.API.AttachPrivateNetwork(ctx, srv.Zone, srv.ID, id); err != nil {
-			return fmt.Errorf("attaching private network %s: %w", id, err)
-		}
-	}
-	return nil
+	return got, host, nil
 }
 
 // rescue reboots into rescue (unless the server already runs it) and waits for SSH.
 func (i *Installer) rescue(ctx, pctx context.Context, job *Job, srv *baremetal.Server) (*baremetal.Server, error) {
-	host, err := ipv4(srv)
+	srv, host, err := i.address(ctx, pctx, job, srv, PhaseRescue)
 	if err != nil {
-		return srv, &PhaseError{Phase: PhaseRescue, Err: err} // a server shown without its addresses yet: retry
+		return srv, err
 	}
 	if !readyIn(srv, baremetal.ServerBootTypeRescue) {
 		if srv, err = i.rebootIntoRescue(ctx, pctx, job, srv, PhaseRescue); err != nil {
@@ -112,9 +98,9 @@ func (i *Installer) image(ctx, pctx context.Context, log logr.Logger, job *Job, 
 }
 
 func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, img Image) (*baremetal.Server, error) {
-	host, err := ipv4(srv)
+	srv, host, err := i.address(ctx, pctx, job, srv, PhaseImaging)
 	if err != nil {
-		return srv, &PhaseError{Phase: PhaseImaging, Err: err}
+		return srv, err
 	}
 	release, err := i.acquireSlot(pctx)
 	if err != nil {
@@ -207,9 +193,9 @@ func (i *Installer) waitBoot(ctx context.Context, srv *baremetal.Server, bootTyp
 // apply whose answer was lost, the maintenance API is gone and only the node
 // tells that it worked.
 func (i *Installer) boot(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server) (*baremetal.Server, error) {
-	host, err := ipv4(srv)
+	srv, host, err := i.address(ctx, pctx, job, srv, PhaseBooting)
 	if err != nil {
-		return srv, &PhaseError{Phase: PhaseBooting, Err: err}
+		return srv, err
 	}
 	if i.joined(pctx, job) {
 		return i.setPhase(ctx, srv, PhaseJoined)

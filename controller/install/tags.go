@@ -1,7 +1,6 @@
 package install
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -106,13 +105,4 @@ func NetworkOf(s *baremetal.Server) talosgen.Network {
 		}
 	}
 	return n
-}
-
-func ipv4(s *baremetal.Server) (string, error) {
-	for _, ip := range s.IPs {
-		if ip.Version == baremetal.IPVersionIPv4 && ip.Address != nil {
-			return ip.Address.String(), nil
-		}
-	}
-	return "", fmt.Errorf("server %s has no IPv4 address", s.ID)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/scaleway/scaleway-sdk-go/scw"
 	"golang.org/x/crypto/ssh"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -34,6 +35,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagesource"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/inventory"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/joinsecret"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeclass"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeinstall"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/operator/options"
@@ -124,6 +126,11 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 		Kube: direct, Namespace: opts.SystemNamespace, Name: opts.RescueKeySecret,
 		KeyName: "karpenter-scaleway-em-" + opts.ClusterName, IAM: api,
 	}
+	// NodeClasses name join Secrets: read them only where the operator allows.
+	joinSecrets := joinsecret.Reader{Reader: direct, Scope: joinsecret.Scope{
+		Namespaces: opts.JoinNamespaces(),
+		Reserved:   []types.NamespacedName{{Namespace: opts.SystemNamespace, Name: opts.RescueKeySecret}},
+	}}
 	dialer := &rescue.Dialer{User: opts.RescueSSHUser, Port: opts.RescueSSHPort, Signers: func() ([]ssh.Signer, error) {
 		s, err := keys.Signer(context.Background())
 		if err != nil {
@@ -158,7 +165,7 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 	installs := &nodeinstall.Controller{
 		Kube: kube, API: api, Installer: installer, Spares: spares, Offerings: cat, Images: images, Keys: keys.KeyIDs,
 		Window:   &registration.Window{Kube: kube},
-		Config:   &nodeinstall.Configs{Secrets: direct, API: api, IPv6Gateway: opts.IPv6Gateway, Tokens: tokens},
+		Config:   &nodeinstall.Configs{Secrets: joinSecrets, API: api, IPv6Gateway: opts.IPv6Gateway, Tokens: tokens},
 		Recorder: recorder, Log: logger.WithName("nodeinstall"), Metrics: nodeinstall.NewMetrics(reg),
 	}
 	cp := cloudprovider.New(cloudprovider.Deps{
@@ -171,7 +178,7 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 		API: api, Catalog: cat, Images: images, RescueKeys: keys, Installer: installer, Inventory: inv, Spares: spares,
 		Installs: installs, CloudProvider: cp,
 		NodeClassStatus: &nodeclass.StatusController{
-			Kube: kube, Secrets: direct, Images: images,
+			Kube: kube, Secrets: joinSecrets, Images: images,
 			Credentials: credentialsChecker{api: api, keys: keys, cluster: opts.ClusterName},
 			DefaultZone: string(scwCfg.DefaultZone), ProjectID: scwCfg.ProjectID, Interval: opts.NodeClassRecheck,
 		},

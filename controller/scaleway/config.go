@@ -30,6 +30,8 @@ const (
 	EnvRequestTimeout = "KARPENTER_SCALEWAY_EM_API_REQUEST_TIMEOUT" // per attempt
 	EnvPollInterval   = "KARPENTER_SCALEWAY_EM_API_POLL_INTERVAL"   // batched polling interval
 	EnvOrderSettle    = "KARPENTER_SCALEWAY_EM_ORDER_SETTLE"        // how long a lost order is looked for before ordering again
+	EnvThrottleWait   = "KARPENTER_SCALEWAY_EM_API_THROTTLE_WAIT"   // per call, waiting out 429s
+	EnvSettleWait     = "KARPENTER_SCALEWAY_EM_API_SETTLE_WAIT"     // for IPs and options the API is still settling
 )
 
 // DefaultAPIURL is Scaleway's public API endpoint.
@@ -56,6 +58,10 @@ type RetryPolicy struct {
 	MaxBackoff  time.Duration
 	// MaxRetryAfter caps how long a server-sent Retry-After is honoured.
 	MaxRetryAfter time.Duration
+	// ThrottleWait bounds the time one call spends waiting out 429s, which
+	// do not count against MaxAttempts (a 429 proves the request was not
+	// applied). 0 means DefaultThrottleWait.
+	ThrottleWait time.Duration
 }
 
 // Config configures a Client. Build it with ConfigFromEnv or by hand.
@@ -83,6 +89,10 @@ type Config struct {
 	// again: listings are eventually consistent and a late-committing POST
 	// shows up only after a while.
 	OrderSettle time.Duration
+	// SettleWait bounds how long the provider waits for the API to finish
+	// what it already reported done: the IPs of a server that is ready
+	// without them, a Private Network option that is still enabling.
+	SettleWait time.Duration
 }
 
 // Defaults applied by New for zero fields.
@@ -96,6 +106,8 @@ const (
 	DefaultRequestTimeout = 30 * time.Second
 	DefaultPollInterval   = 15 * time.Second
 	DefaultOrderSettle    = 5 * time.Minute
+	DefaultThrottleWait   = 2 * time.Minute
+	DefaultSettleWait     = 10 * time.Minute
 	DefaultZone           = scw.ZoneFrPar2
 )
 
@@ -133,6 +145,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.OrderSettle == 0 {
 		c.OrderSettle = DefaultOrderSettle
+	}
+	if c.Retry.ThrottleWait == 0 {
+		c.Retry.ThrottleWait = DefaultThrottleWait
+	}
+	if c.SettleWait == 0 {
+		c.SettleWait = DefaultSettleWait
 	}
 	return c
 }
@@ -184,7 +202,7 @@ func (c Config) Validate() error {
 	if c.Retry.MaxAttempts < 0 {
 		errs = append(errs, errors.New("Retry.MaxAttempts must not be negative"))
 	}
-	if c.Retry.BaseBackoff < 0 || c.Retry.MaxBackoff < 0 || c.Retry.MaxRetryAfter < 0 {
+	if c.Retry.BaseBackoff < 0 || c.Retry.MaxBackoff < 0 || c.Retry.MaxRetryAfter < 0 || c.Retry.ThrottleWait < 0 {
 		errs = append(errs, errors.New("Retry backoffs must not be negative"))
 	}
 	if c.Retry.BaseBackoff > 0 && c.Retry.MaxBackoff > 0 && c.Retry.BaseBackoff > c.Retry.MaxBackoff {
@@ -198,6 +216,9 @@ func (c Config) Validate() error {
 	}
 	if c.OrderSettle < 0 {
 		errs = append(errs, errors.New("OrderSettle must not be negative"))
+	}
+	if c.SettleWait < 0 {
+		errs = append(errs, errors.New("SettleWait must not be negative"))
 	}
 	return errors.Join(errs...)
 }
@@ -219,8 +240,8 @@ func (c Config) String() string {
 	if c.SecretKey != "" {
 		secret = "<redacted>"
 	}
-	return fmt.Sprintf("scaleway.Config{AccessKey:%q SecretKey:%s ProjectID:%q OrganizationID:%q APIURL:%q DefaultZone:%q RateLimit:%+v Retry:%+v RequestTimeout:%s PollInterval:%s OrderSettle:%s}",
-		c.AccessKey, secret, c.ProjectID, c.OrganizationID, c.APIURL, c.DefaultZone, c.RateLimit, c.Retry, c.RequestTimeout, c.PollInterval, c.OrderSettle)
+	return fmt.Sprintf("scaleway.Config{AccessKey:%q SecretKey:%s ProjectID:%q OrganizationID:%q APIURL:%q DefaultZone:%q RateLimit:%+v Retry:%+v RequestTimeout:%s PollInterval:%s SettleWait:%s OrderSettle:%s}",
+		c.AccessKey, secret, c.ProjectID, c.OrganizationID, c.APIURL, c.DefaultZone, c.RateLimit, c.Retry, c.RequestTimeout, c.PollInterval, c.SettleWait, c.OrderSettle)
 }
 
 // GoString keeps %#v from printing the secret key.
@@ -264,7 +285,8 @@ func ConfigFromEnv() (Config, error) {
 	for _, d := range []struct {
 		env string
 		dst *time.Duration
-	}{{EnvRequestTimeout, &c.RequestTimeout}, {EnvPollInterval, &c.PollInterval}, {EnvOrderSettle, &c.OrderSettle}} {
+	}{{EnvRequestTimeout, &c.RequestTimeout}, {EnvPollInterval, &c.PollInterval}, {EnvThrottleWait, &c.Retry.ThrottleWait},
+		{EnvSettleWait, &c.SettleWait}, {EnvOrderSettle, &c.OrderSettle}} {
 		if v := os.Getenv(d.env); v != "" {
 			x, err := time.ParseDuration(v)
 			if err != nil || x <= 0 {

@@ -302,7 +302,7 @@ func TestNodeNeverReadyIsRepaired(t *testing.T) {
 	e.AssertNothingLeaked()
 }
 
-// The API answers 5xx and 429 (with Retry-After) to a share of requests while
+// The API answers 5xx and bare 429s (as recorded) to a share of requests while
 // nodes are ordered and installed: everything still converges, once.
 func TestIntermittentAPIFailuresConverge(t *testing.T) {
 	e := harness.Start(t, harness.Setup{})
