@@ -365,14 +365,38 @@ func (e *env) assertNoDuplicatesNorLeaks() {
 
 // eventLog is the provider's event recorder in tests.
 type eventLog struct {
-	mu  sync.Mutex
-	evs []events.Event
+	mu      sync.Mutex
+	evs     []events.Event
+	watcher func(events.Event)
 }
 
 func (l *eventLog) Publish(evs ...events.Event) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.evs = append(l.evs, evs...)
+	if l.watcher != nil {
+		for _, ev := range evs {
+			l.watcher(ev)
+		}
+	}
+}
+
+// onPublish calls f with each event as it is published, before the
+// publisher goes on (f must not publish).
+func (l *eventLog) onPublish(f func(events.Event)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.watcher = f
+}
+
+// said reports whether an event of reason on claim says what.
+func (l *eventLog) said(claim, reason, what string) bool {
+	for _, ev := range l.find(claim, reason) {
+		if strings.Contains(ev.Message, what) {
+			return true
+		}
+	}
+	return false
 }
 
 // find returns the events of reason on the NodeClaim named claim.

@@ -5,12 +5,14 @@ package cloudprovider_test
 
 import (
 	"context"
+	"encoding/base64"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+	"github.com/scaleway/scaleway-sdk-go/scw"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
@@ -20,6 +22,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	cp "github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/cloudprovider"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 )
@@ -232,9 +235,49 @@ func TestImageAnnotationIsWhatWasWritten(t *testing.T) {
 func TestImagingRebootsIntoRescueWhenRescueIsGone(t *testing.T) {
 	e := startEnv(t, nil)
 	claim := e.nodeClaim()
-	got, err := e.p.CloudProvider.Create(e.ctx, claim) // not launched yet: no install runs
+	got, _, id := e.imagingInRescue(claim)
+	// ...and the rescue system died since (the API still says ready, rescue).
+	e.w.Machines.PowerOff(id)
+	e.launched(claim.Name, got)
+	e.waitNode(got.Status.ProviderID)
+	if fails := e.events.find(claim.Name, "InstallFailed"); len(fails) != 0 {
+		t.Fatalf("install failed: %s", fails[0].Message)
+	}
+	if n := e.rescueBoots(id); n != 2 {
+		t.Fatalf("%d rescue boots, want 2 (by hand, then the install's)", n)
+	}
+	e.assertNoDuplicatesNorLeaks()
+}
+
+// A rescue host showing another key than the one pinned for its boot is
+// not trusted again by rebooting it into a new rescue: the install fails
+// and the server goes back.
+func TestChangedRescueHostKeyReleasesWithoutReboot(t *testing.T) {
+	e := startEnv(t, nil)
+	claim := e.nodeClaim()
+	got, zone, id := e.imagingInRescue(claim)
+	srv, err := e.p.API.GetServer(e.ctx, zone, id)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// As if this controller had dialled this boot and been shown another key.
+	other := rescue.HostKeyPin("SHA256:" + base64.RawStdEncoding.EncodeToString(make([]byte, 32)))
+	e.p.Installer.Dialer.Pin(scaleway.IPv4Of(srv), other)
+	e.launched(claim.Name, got)
+	e.assertInstallFailed(claim.Name, "phase imaging", "host key", "released")
+	if n := e.rescueBoots(id); n != 1 {
+		t.Fatalf("%d rescue boots, want 1 (by hand): a changed key must not be answered by a new rescue", n)
+	}
+	e.assertNoDuplicatesNorLeaks()
+}
+
+// imagingInRescue orders claim's server (not launched yet: no install runs),
+// boots it into rescue by hand and tags it as an install stopped in imaging.
+func (e *env) imagingInRescue(claim *karpv1.NodeClaim) (*karpv1.NodeClaim, scw.Zone, string) {
+	e.t.Helper()
+	got, err := e.p.CloudProvider.Create(e.ctx, claim)
+	if err != nil {
+		e.t.Fatal(err)
 	}
 	zone, id, _ := scaleway.ParseProviderID(got.Status.ProviderID)
 	ready := func(boot string) func() bool {
@@ -243,35 +286,30 @@ func TestImagingRebootsIntoRescueWhenRescueIsGone(t *testing.T) {
 	e.eventually("delivery", ready("normal"))
 	keys, err := e.p.RescueKeys.KeyIDs(e.ctx)
 	if err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
 	if _, err := e.p.API.RebootServer(e.ctx, zone, id, baremetal.ServerBootTypeRescue, keys); err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
 	e.eventually("rescue", ready("rescue"))
-	// As if an install had got to imaging when its controller stopped...
+	// As if an install had got to imaging when its controller stopped.
 	if _, err := e.p.API.EditTags(e.ctx, zone, id, func(tags []string) ([]string, bool) {
 		return install.SetPhaseIn(tags, install.PhaseImaging, time.Now()), true
 	}); err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
-	// ...and the rescue system died since (the API still says ready, rescue).
-	e.w.Machines.PowerOff(id)
-	e.launched(claim.Name, got)
-	e.waitNode(got.Status.ProviderID)
-	if fails := e.events.find(claim.Name, "InstallFailed"); len(fails) != 0 {
-		t.Fatalf("install failed: %s", fails[0].Message)
-	}
-	rescues := 0
+	return got, zone, id
+}
+
+// rescueBoots counts the simulated machine's boots into rescue.
+func (e *env) rescueBoots(id string) int {
+	n := 0
 	for _, ev := range e.w.Machines.Events() {
 		if ev.ServerID == id && ev.What == "rescue" {
-			rescues++
+			n++
 		}
 	}
-	if rescues != 2 {
-		t.Fatalf("%d rescue boots, want 2 (by hand, then the install's)", rescues)
-	}
-	e.assertNoDuplicatesNorLeaks()
+	return n
 }
 
 // lostReply applies the config and then never answers, as when the

@@ -297,14 +297,20 @@ func (i *Installer) setPhase(ctx context.Context, srv *baremetal.Server, p Phase
 }
 
 // waitError turns a failed wait into a PhaseError: a timeout of the phase (not
-// of the caller) or a server in error releases the server.
+// of the caller), a server in error or a changed rescue host key releases
+// the server.
 func waitError(ctx context.Context, p Phase, what string, err error) error {
 	var se *scaleway.ServerStateError
 	var noAddr *scaleway.NoAddressError
+	var changed *rescue.HostKeyChangedError
 	switch {
 	case errors.As(err, &noAddr):
 		// Delivered but no IPv4 listed yet: not a reason to give it back.
 		return &PhaseError{Phase: p, Err: err}
+	case errors.As(err, &changed):
+		// Someone else answers on its address, or it rebooted behind our
+		// back: never trusted again by rebooting it, given back.
+		return &PhaseError{Phase: p, Release: true, Err: err}
 	case errors.As(err, &se):
 		return &PhaseError{Phase: p, Release: true, Err: err}
 	case scaleway.IsNotFound(err):

@@ -114,8 +114,9 @@ func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *
 	cancel()
 	if err != nil {
 		// Rescue went away (a reboot by hand, a restart after a failed boot):
-		// boot it again, within this phase's deadline.
-		if ctx.Err() != nil || pctx.Err() != nil {
+		// boot it again, within this phase's deadline. A changed host key is
+		// not rescue gone: rebooting would trust whatever answers next.
+		if ctx.Err() != nil || pctx.Err() != nil || errors.As(err, new(*rescue.HostKeyChangedError)) {
 			return srv, waitError(ctx, PhaseImaging, "rescue SSH", err)
 		}
 		log.Info("rescue SSH unreachable while imaging; rebooting into rescue", "error", err.Error())
