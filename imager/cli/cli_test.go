@@ -127,6 +127,12 @@ func (s *server) handle(w http.ResponseWriter, req *http.Request) {
 		if mode == "etag-change" {
 			etag = `"v2"`
 		}
+	case "slow":
+		// About 2 MB/s, so that a terminal shows the run's progress for a
+		// few seconds.
+		w.Header().Set("ETag", etag)
+		http.ServeContent(&throttled{ResponseWriter: w}, req, "img", time.Time{}, bytes.NewReader(data))
+		return
 	case "norange":
 		// A server that ignores Range: the whole file, every time.
 		w.Header().Set("Content-Length", fmt.Sprint(len(data)))
@@ -156,6 +162,24 @@ func (s *server) handle(w http.ResponseWriter, req *http.Request) {
 	}
 	w.Header().Set("ETag", etag)
 	http.ServeContent(w, req, "img", time.Time{}, bytes.NewReader(data))
+}
+
+// throttled writes 64 KiB every 30 ms.
+type throttled struct{ http.ResponseWriter }
+
+func (t *throttled) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		k, err := t.ResponseWriter.Write(p[:min(len(p), 64<<10)])
+		n += k
+		if err != nil {
+			return n, err
+		}
+		p = p[k:]
+		t.ResponseWriter.(http.Flusher).Flush()
+		time.Sleep(30 * time.Millisecond)
+	}
+	return n, nil
 }
 
 // host builds a fake rescue host: a fast NVMe disk, a bigger spinning disk,

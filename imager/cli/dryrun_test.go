@@ -58,7 +58,9 @@ func TestDryRunPredicts(t *testing.T) {
 			Mounts: []string{"tmpfs / tmpfs", "/dev/nvme0n1p1 /mnt xfs"},
 		})
 	}
-	fourK := func(t *testing.T) string { return host(t, faketree.Disk{Name: "nvme2n1", Size: 64 << 20, SectorSize: 4096}) }
+	fourK := func(t *testing.T) string {
+		return host(t, faketree.Disk{Name: "nvme2n1", Size: 64 << 20, SectorSize: 4096})
+	}
 	cases := []struct {
 		name string
 		host func(t *testing.T) string

@@ -275,12 +275,13 @@ func plan(spec *imageSpec, r *report.Report, choice blockdev.Choice, t diskwrite
 	s += fmt.Sprintf("Disk   %s\n", diskLine(d))
 	s += fmt.Sprintf("       chosen: %s\n", d.Reason)
 	s += fmt.Sprintf("       holds now: %s\n", diskHolds(choice.OpenPath, t.SectorSize))
-	layout := "no partition table in its first MiB"
+	layout := "no GPT in the image's first MiB"
 	if n.SectorSize > 0 {
-		layout = fmt.Sprintf("its GPT is laid out for %d-byte sectors", n.SectorSize)
+		layout = fmt.Sprintf("the image's GPT is for %d-byte sectors", n.SectorSize)
 	}
-	s += fmt.Sprintf("Checks the disk opens exclusively; %s, the disk has %d-byte sectors; it needs %s of the disk's %s",
+	s += fmt.Sprintf("Checks passed: the disk opens exclusively; %s, the disk has %d-byte sectors; the image needs %s of the disk's %s\n",
 		layout, t.SectorSize, units.Bytes(n.Bytes), units.Bytes(t.Capacity))
+	s += fmt.Sprintf("Writing erases everything on %s.", d.Path)
 	return s
 }
 

@@ -28,7 +28,7 @@ sha256, never its content. Running it again replaces the content.
 
 func newWriteConfigFlagSet() (fs *flag.FlagSet, disk, sysroot *string, allowVirtual *bool) {
 	fs = flag.NewFlagSet("em-imager write-config", flag.ContinueOnError)
-	disk = fs.String("disk", "", "the disk `em-imager write` imaged: a block device or a regular file")
+	disk = fs.String("disk", "", "the disk `PATH` that em-imager write imaged: a block device or a regular file")
 	sysroot = fs.String("sysroot", "", "read /sys, /dev and /proc under DIR (env "+hostroot.EnvVar+")")
 	allowVirtual = fs.Bool("allow-virtual", false, "accept a loop, nbd, dm, md or RAM device named by --disk")
 	return fs, disk, sysroot, allowVirtual
