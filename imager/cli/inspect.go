@@ -77,7 +77,7 @@ func tables(w io.Writer, root hostroot.Root, r *report.Report, f inspectFlags, s
 	}
 	verdict := map[string]string{}
 	for _, rd := range r.RejectedDisks {
-		verdict[rd.Path] = rd.Reason
+		verdict[rd.Path] = "not taken: " + rd.Reason
 	}
 	chosen := ""
 	if r.Disk != nil {

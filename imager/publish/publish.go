@@ -46,11 +46,11 @@ type Options struct {
 	// ImagerBinaries are em-imager builds (one per architecture) uploaded
 	// under <prefix>/tools/ for operators in a rescue shell (tools.go).
 	ImagerBinaries []string
-	XZEncoder    string   // auto | external | go
-	Concurrency  int      // 0: GOMAXPROCS
-	WorkDir      string   // where compressed files are staged ("" = os.TempDir)
-	S3           S3Config
-	HTTPClient   *http.Client // input downloads (nil: imager/source's client with timeouts)
+	XZEncoder      string // auto | external | go
+	Concurrency    int    // 0: GOMAXPROCS
+	WorkDir        string // where compressed files are staged ("" = os.TempDir)
+	S3             S3Config
+	HTTPClient     *http.Client // input downloads (nil: imager/source's client with timeouts)
 	// Now stamps the manifest (tests); nil = time.Now.
 	Now func() time.Time
 
@@ -69,20 +69,23 @@ type Object struct {
 
 // Summary is the JSON object publish prints on stdout.
 type Summary struct {
-	OK             bool               `json:"ok"`
-	Error          *SummaryError      `json:"error,omitempty"`
-	Endpoint       string             `json:"endpoint,omitempty"`
-	Bucket         string             `json:"bucket,omitempty"`
-	InputFormat    string             `json:"inputFormat,omitempty"`
-	InputSize      int64              `json:"inputSize,omitempty"`
-	InputSHA256    string             `json:"inputSHA256,omitempty"`
-	Objects        []Object           `json:"objects,omitempty"`
-	ManifestKey    string             `json:"manifestKey,omitempty"`
-	ManifestAction string             `json:"manifestAction,omitempty"` // uploaded | skipped
+	OK             bool          `json:"ok"`
+	Error          *SummaryError `json:"error,omitempty"`
+	Endpoint       string        `json:"endpoint,omitempty"`
+	Bucket         string        `json:"bucket,omitempty"`
+	InputFormat    string        `json:"inputFormat,omitempty"`
+	InputSize      int64         `json:"inputSize,omitempty"`
+	InputSHA256    string        `json:"inputSHA256,omitempty"`
+	Objects        []Object      `json:"objects,omitempty"`
+	ManifestKey    string        `json:"manifestKey,omitempty"`
+	ManifestAction string        `json:"manifestAction,omitempty"` // uploaded | skipped
+	// ManifestSHA256 is the digest of manifest.json as stored: what
+	// em-imager --manifest-sha256 pins (plain http needs it).
+	ManifestSHA256 string             `json:"manifestSha256,omitempty"`
 	Manifest       *manifest.Manifest `json:"manifest,omitempty"`
 	// Tools are the em-imager builds in the bucket, with their digests.
-	Tools []Tool `json:"tools,omitempty"`
-	DurationMS     int64              `json:"durationMs"`
+	Tools      []Tool `json:"tools,omitempty"`
+	DurationMS int64  `json:"durationMs"`
 }
 
 // SummaryError is the failure in a Summary.
@@ -317,7 +320,7 @@ func Run(ctx context.Context, o *Options, log *slog.Logger) (*Summary, error) {
 		return sum, &Error{Code: CodeInvalidArgument, Err: err}
 	}
 	// Check the bucket and the credentials before spending minutes encoding.
-	existing, err := readManifest(ctx, client, o.S3.Bucket, sum.ManifestKey)
+	existing, existingBytes, err := readManifest(ctx, client, o.S3.Bucket, sum.ManifestKey)
 	if err != nil {
 		return sum, err
 	}
@@ -398,6 +401,7 @@ func Run(ctx context.Context, o *Options, log *slog.Logger) (*Summary, error) {
 	sum.Manifest = m
 	if existing != nil && manifest.SameImage(existing, m) {
 		sum.ManifestAction = "skipped"
+		sum.ManifestSHA256 = digest(existingBytes)
 		log.Info("manifest unchanged", "key", sum.ManifestKey)
 	} else {
 		// Last, so a reader never sees a manifest whose files are incomplete.
@@ -409,6 +413,7 @@ func Run(ctx context.Context, o *Options, log *slog.Logger) (*Summary, error) {
 			return sum, s3Error("uploading "+sum.ManifestKey, err)
 		}
 		sum.ManifestAction = "uploaded"
+		sum.ManifestSHA256 = digest(body)
 		log.Info("manifest uploaded", "key", sum.ManifestKey)
 	}
 	if sum.Tools, err = putTools(ctx, client, o.S3.Bucket, o.Prefix, o.tools, log); err != nil {
@@ -418,26 +423,26 @@ func Run(ctx context.Context, o *Options, log *slog.Logger) (*Summary, error) {
 	return sum, nil
 }
 
-// readManifest returns the manifest at key, nil when there is none (or it is
-// unreadable, which publish then replaces).
-func readManifest(ctx context.Context, c *minio.Client, bucket, key string) (*manifest.Manifest, error) {
+// readManifest returns the manifest at key and its bytes, nil when there is
+// none (or it is unreadable, which publish then replaces).
+func readManifest(ctx context.Context, c *minio.Client, bucket, key string) (*manifest.Manifest, []byte, error) {
 	obj, err := c.GetObject(ctx, bucket, key, minio.GetObjectOptions{})
 	if err != nil {
-		return nil, s3Error("reading "+key, err)
+		return nil, nil, s3Error("reading "+key, err)
 	}
 	defer obj.Close()
 	data, err := io.ReadAll(io.LimitReader(obj, manifest.MaxSize+1))
 	if err != nil {
 		if minio.ToErrorResponse(err).Code == "NoSuchKey" {
-			return nil, nil
+			return nil, nil, nil
 		}
-		return nil, s3Error("reading "+key, err)
+		return nil, nil, s3Error("reading "+key, err)
 	}
 	m, err := manifest.Parse(data)
 	if err != nil {
-		return nil, nil
+		return nil, nil, nil
 	}
-	return m, nil
+	return m, data, nil
 }
 
 // putFile uploads a staged file unless the object already has the same size

@@ -75,9 +75,15 @@ func TestPublishUploadsImager(t *testing.T) {
 		t.Fatal("sha256sum -c accepted a tampered binary")
 	}
 
+	// The summary gives the manifest's digest, for --manifest-sha256.
+	stored, _ := fetch(t, c, r.sum.ManifestKey)
+	if r.sum.ManifestSHA256 != sum(stored) {
+		t.Fatalf("manifestSha256 %s, the stored manifest's is %s", r.sum.ManifestSHA256, sum(stored))
+	}
 	r = publish(t, s3.env(nil), args...)
-	if r.code != 0 || r.sum.Tools[0].Action != "skipped" || r.sum.Tools[1].Action != "skipped" {
-		t.Fatalf("republish: %+v", r.sum.Tools)
+	if r.code != 0 || r.sum.Tools[0].Action != "skipped" || r.sum.Tools[1].Action != "skipped" ||
+		r.sum.ManifestAction != "skipped" || r.sum.ManifestSHA256 != sum(stored) {
+		t.Fatalf("republish: %+v %s %s", r.sum.Tools, r.sum.ManifestAction, r.sum.ManifestSHA256)
 	}
 
 	// Without --imager-binary, the running em-imager is uploaded.
