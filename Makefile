@@ -4,9 +4,11 @@
 #   make imager-binaries   bin/em-imager-linux-{amd64,arm64}, for `em-imager publish --imager-binary`
 #   make test    unit, integration and end-to-end suites (builds the test tools into bin/ once)
 #   make bench   performance figures (em-imager vs curl|xz|dd, scale test)
+#   make licenses  the licence of every Go module built with, from the module cache
 #   make demo    the whole provider against the simulated Scaleway world
 #   make image   the container images as OCI layouts in bin/image (no Docker engine; build/ociimage)
 #   make image-push REGISTRY=ghcr.io/me   push them
+#   make smoke-live  read-only checks of a real Scaleway account (credentials from the environment; not in make test)
 #
 # Every tool comes from the Go module proxy or Debian packages; bin/ is reused across runs.
 
@@ -28,7 +30,7 @@ export TEST_ASSET_KUBE_SCHEDULER := $(BIN)/kube-scheduler
 export TEST_ASSET_VERSITYGW := $(BIN)/versitygw
 export TEST_ASSET_EM_IMAGER := $(BIN)/em-imager
 
-.PHONY: all build imager-binaries image image-push test bench demo e2e tools deps vet fmt-check tidy-check clean chart-crds docs catalog-snapshot
+.PHONY: all build imager-binaries image image-push test bench demo e2e tools deps vet fmt-check tidy-check clean chart-crds docs catalog-snapshot licenses smoke-live
 
 all: build
 
@@ -112,6 +114,19 @@ bench: deps build tools
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./imager/...
 	$(GO) test -run '^$$' -bench Scale -benchtime 1x -timeout 30m ./test/e2e/
 	$(GO) test -run '^$$' -bench . -benchmem ./catalog/
+
+# Every module the project builds or tests with and its licence (github.com/google/licenseclassifier/v2 on
+# the module cache); exits 1 when one has none. test/licenses runs the same audit, and the check that no
+# file here carries another author's copyright or licence, in `make test`.
+licenses:
+	$(GO) run ./test/licenses/cmd/licenses
+
+# Read-only checks of a real Scaleway account for the API shapes the provider relies on (offers per zone, servers
+# by the cluster's tag, IAM SSH keys); orders nothing. Never part of `make test`: it needs credentials, from the
+# environment only (SCW_ACCESS_KEY, SCW_SECRET_KEY, SCW_DEFAULT_PROJECT_ID; CLUSTER_NAME to check its servers).
+# SMOKE_FLAGS='-zones fr-par-2' narrows it. See docs/troubleshooting.md.
+smoke-live:
+	$(GO) run ./test/live/cmd/smoke-live $(SMOKE_FLAGS)
 
 # Regenerate the embedded EM offer snapshot from the recorded API exchanges (catalog/snapshot/README.md).
 catalog-snapshot:

@@ -155,12 +155,8 @@ func errorCode(ctx context.Context, err error) string {
 		return report.CodeSourceUnreachable
 	case errors.Is(err, diskwrite.ErrDigestMismatch):
 		return report.CodeDigestMismatch
-	case errors.Is(err, decompress.ErrTruncated):
-		return report.CodeTruncatedInput
-	case errors.Is(err, decompress.ErrCorrupt), errors.Is(err, decompress.ErrTrailingData):
-		return report.CodeCorruptInput
-	case errors.Is(err, decompress.ErrUnsupported):
-		return report.CodeUnsupportedFormat
+	case decompress.ReportCode(err) != "":
+		return decompress.ReportCode(err)
 	case errors.Is(err, diskwrite.ErrReadback):
 		return report.CodeVerifyFailed
 	case errors.Is(err, diskwrite.ErrWrite):
