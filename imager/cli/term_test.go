@@ -173,6 +173,31 @@ func TestTerminalQuestion(t *testing.T) {
 	}
 }
 
+// TestTerminalTypeahead: a "y" typed before the question appeared does
+// not answer it (the operator had not read which disk): the question
+// waits, and "n" then leaves the disk as it was.
+func TestTerminalTypeahead(t *testing.T) {
+	fixtures(t)
+	bin := sharedBinary(t)
+	root, d := ttyHost(t)
+	srv := newServer(t)
+	dir := t.TempDir()
+	before := d.Bytes(t)
+	// read takes the first line only; "y" stays queued at the terminal
+	// when em-imager starts, whatever the machine's speed.
+	cmd := fmt.Sprintf("read -r _; %s write --image '%s' --sha256 %s > report.json", bin, srv.url("xz"), rawSHA)
+	term := tmuxterm.Start(t, dir, []string{"EM_IMAGER_SYSROOT=" + root}, cmd)
+	term.Send("go", "Enter", "y", "Enter")
+	term.WaitText("[y/N]")
+	term.Send("n", "Enter")
+	if code := term.Exit(); code != report.ExitCode(report.CodeNotConfirmed) {
+		t.Fatalf("exit status %d: the typed-ahead y answered the question:\n%s", code, term.History())
+	}
+	if !bytes.Equal(d.Bytes(t), before) {
+		t.Fatal("a typed-ahead y wrote the disk")
+	}
+}
+
 // TestTerminalYesAndDryRun: --yes and --dry-run never ask; the dry run
 // shows its plan and writes nothing.
 func TestTerminalYesAndDryRun(t *testing.T) {

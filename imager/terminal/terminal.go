@@ -101,8 +101,12 @@ func (s *StatusLine) Finish(text string) {
 
 // Confirm prints question and reads one line from in: true for y or yes
 // (any case), false for anything else, an empty line or the end of input.
-// It returns ctx's error if ctx ends first (Ctrl-C).
+// It returns ctx's error if ctx ends first (Ctrl-C). When in is a
+// terminal, what was typed before the question is discarded.
 func Confirm(ctx context.Context, in io.Reader, out io.Writer, question string) (bool, error) {
+	if f, ok := in.(*os.File); ok && Is(f) {
+		discardTypeahead(f)
+	}
 	fmt.Fprint(out, question)
 	line := make(chan string, 1)
 	go func() {
