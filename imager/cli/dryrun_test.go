@@ -127,8 +127,11 @@ func TestDryRunPredicts(t *testing.T) {
 			if !sameDisks(before, snapshot(t, root)) {
 				t.Fatal("the dry run changed a disk")
 			}
-			if c.code == "" && (!dry.rep.DryRun || !dry.rep.OK || dry.code != 0) {
+			if !dry.rep.DryRun || (c.code == "" && (!dry.rep.OK || dry.code != 0)) {
 				t.Fatalf("dry run: %s", dry.stdout)
+			}
+			if strings.Contains(dry.stderr, `"phase":"failed"`) {
+				t.Fatalf("a dry run's refusal printed a progress line:\n%s", dry.stderr)
 			}
 			real := write(t, root, c.args(srv)...)
 			if errCode(dry) != errCode(real) || dry.code != real.code {

@@ -91,6 +91,9 @@ func runWrite(ctx context.Context, args []string, std streams) (*report.Report, 
 		w.concurrency = runtime.GOMAXPROCS(0)
 	}
 	prog := newProgress(std.stderr, w.progress, std.stderrTTY, started)
+	// A refused dry run is a dry run too: its report says so, and it
+	// prints no progress line (nothing was to be written).
+	r.DryRun = w.dryRun
 	spec, ferr := resolveImage(ctx, w.imageFlags, true)
 	if ferr != nil {
 		r.Error = ferr
@@ -124,7 +127,7 @@ func runWrite(ctx context.Context, args []string, std streams) (*report.Report, 
 		prog.say("%s", p)
 		if w.dryRun {
 			prog.say("Dry run: nothing was written. The real run would start (exit status 0).")
-			r.DryRun, r.OK = true, true
+			r.OK = true
 			return finish(r, prog, started), nil
 		}
 		yes, err := terminal.Confirm(ctx, std.stdin, std.stderr, fmt.Sprintf("Erase %s and write this image onto it? [y/N] ", choice.Disk.Path))
