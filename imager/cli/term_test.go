@@ -78,6 +78,25 @@ func ttyHost(t *testing.T) (string, *loopdev.Device) {
 	return root, d
 }
 
+// ttyCase is what the write tests at a terminal share: the binary, a
+// host whose disk holds an earlier install, the image server, a working
+// directory and the environment that points em-imager at the host.
+type ttyCase struct {
+	bin, root, dir string
+	d              *loopdev.Device
+	srv            *server
+	env            []string
+}
+
+func newTTYCase(t *testing.T) *ttyCase {
+	t.Helper()
+	fixtures(t)
+	c := &ttyCase{bin: sharedBinary(t), srv: newServer(t), dir: t.TempDir()}
+	c.root, c.d = ttyHost(t)
+	c.env = []string{"EM_IMAGER_SYSROOT=" + c.root}
+	return c
+}
+
 func readReport(t *testing.T, path string) *report.Report {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -103,12 +122,8 @@ var statusRe = regexp.MustCompile(`(?m)^(download|write|sync|verify|done|failed)
 // byte for byte as it was. "y" writes it, with one status line redrawn in
 // place while it runs.
 func TestTerminalQuestion(t *testing.T) {
-	fixtures(t)
-	bin := sharedBinary(t)
-	root, d := ttyHost(t)
-	srv := newServer(t)
-	dir := t.TempDir()
-	env := []string{"EM_IMAGER_SYSROOT=" + root}
+	c := newTTYCase(t)
+	bin, d, srv, dir, env := c.bin, c.d, c.srv, c.dir, c.env
 	cmd := fmt.Sprintf("%s write --image '%s' --sha256 %s > report.json", bin, srv.url("xz"), rawSHA)
 
 	before := d.Bytes(t)
@@ -177,16 +192,13 @@ func TestTerminalQuestion(t *testing.T) {
 // not answer it (the operator had not read which disk): the question
 // waits, and "n" then leaves the disk as it was.
 func TestTerminalTypeahead(t *testing.T) {
-	fixtures(t)
-	bin := sharedBinary(t)
-	root, d := ttyHost(t)
-	srv := newServer(t)
-	dir := t.TempDir()
+	c := newTTYCase(t)
+	bin, d, srv, dir := c.bin, c.d, c.srv, c.dir
 	before := d.Bytes(t)
 	// read takes the first line only; "y" stays queued at the terminal
 	// when em-imager starts, whatever the machine's speed.
 	cmd := fmt.Sprintf("read -r _; %s write --image '%s' --sha256 %s > report.json", bin, srv.url("xz"), rawSHA)
-	term := tmuxterm.Start(t, dir, []string{"EM_IMAGER_SYSROOT=" + root}, cmd)
+	term := tmuxterm.Start(t, dir, c.env, cmd)
 	term.Send("go", "Enter", "y", "Enter")
 	term.WaitText("[y/N]")
 	term.Send("n", "Enter")
@@ -201,12 +213,8 @@ func TestTerminalTypeahead(t *testing.T) {
 // TestTerminalYesAndDryRun: --yes and --dry-run never ask; the dry run
 // shows its plan and writes nothing.
 func TestTerminalYesAndDryRun(t *testing.T) {
-	fixtures(t)
-	bin := sharedBinary(t)
-	root, d := ttyHost(t)
-	srv := newServer(t)
-	dir := t.TempDir()
-	env := []string{"EM_IMAGER_SYSROOT=" + root}
+	c := newTTYCase(t)
+	bin, d, srv, dir, env := c.bin, c.d, c.srv, c.dir, c.env
 	before := d.Bytes(t)
 	term := tmuxterm.Start(t, dir, env, fmt.Sprintf("%s write --image '%s' --sha256 %s --dry-run > dry.json", bin, srv.url("zst"), rawSHA))
 	if code := term.Exit(); code != 0 {
@@ -306,10 +314,8 @@ func TestTerminalBareWrite(t *testing.T) {
 // prints plain progress lines (no carriage returns, no escape sequences)
 // and one JSON report on stdout, as the controller expects.
 func TestNoTerminalUnchanged(t *testing.T) {
-	fixtures(t)
-	bin := sharedBinary(t)
-	root, d := ttyHost(t)
-	srv := newServer(t)
+	c := newTTYCase(t)
+	bin, root, d, srv := c.bin, c.root, c.d, c.srv
 	srv.mode.Store("slow")
 	cmd := exec.Command(bin, "write", "--image", srv.url("xz"), "--sha256", rawSHA)
 	cmd.Env = append(os.Environ(), "EM_IMAGER_SYSROOT="+root)
