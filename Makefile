@@ -1,6 +1,7 @@
 # karpenter-scaleway-em
 #
 #   make build   static bin/em-imager and bin/karpenter-scaleway-em (em-imager embedded)
+#   make imager-binaries   bin/em-imager-linux-{amd64,arm64}, for `em-imager publish --imager-binary`
 #   make test    unit, integration and end-to-end suites (builds the test tools into bin/ once)
 #   make bench   performance figures (em-imager vs curl|xz|dd, scale test)
 #   make licenses  the licence of every Go module built with, from the module cache
@@ -29,7 +30,7 @@ export TEST_ASSET_KUBE_SCHEDULER := $(BIN)/kube-scheduler
 export TEST_ASSET_VERSITYGW := $(BIN)/versitygw
 export TEST_ASSET_EM_IMAGER := $(BIN)/em-imager
 
-.PHONY: all build image image-push test bench demo e2e tools deps vet fmt-check tidy-check clean chart-crds docs catalog-snapshot licenses smoke-live
+.PHONY: all build imager-binaries image image-push test bench demo e2e tools deps vet fmt-check tidy-check clean chart-crds docs catalog-snapshot licenses smoke-live
 
 all: build
 
@@ -48,6 +49,14 @@ $(BIN)/karpenter-scaleway-em: $(BIN)/em-imager FORCE
 	else echo "controller not built yet (controller/cmd/karpenter-scaleway-em missing)"; fi
 
 FORCE:
+
+# em-imager for both server architectures, static: publish uploads them into the bucket
+# (<prefix>/tools/em-imager-linux-<arch>) for operators in a rescue shell (imager/README.md).
+imager-binaries: $(BIN)/em-imager-linux-amd64 $(BIN)/em-imager-linux-arm64
+
+$(BIN)/em-imager-linux-%: FORCE
+	@mkdir -p $(BIN)
+	CGO_ENABLED=0 GOOS=linux GOARCH=$* $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $@ ./imager/cmd/em-imager
 
 # The two container images (controller with em-imager embedded; em-imager), linux/amd64 and
 # linux/arm64, as OCI layouts and archives in bin/image, built by build/ociimage without a
@@ -82,10 +91,13 @@ tidy-check:
 # Debian packages the tests use (xz and zstd build real Talos-like images; sgdisk
 # cross-checks the GPT images; mtools and fsck.fat the metal-iso FAT partition; binutils the test UKIs;
 # qemu-user runs the images' other-arch binaries; losetup, partx, mkfs.ext4 and unshare set up the real loop
-# devices em-imager's tests write, as root) and make image uses (ca-certificates' certificates go into the images).
+# devices em-imager's tests write, as root; mkfs.xfs, mkfs.vfat, mkswap and sfdisk make the earlier installs
+# imager/diskprobe must recognise; tmux is the real terminal em-imager's terminal tests type into) and make image
+# uses (ca-certificates' certificates go into the images).
 deps:
 	@missing=""; for c in xz:xz-utils zstd:zstd curl:curl sgdisk:gdisk mtype:mtools fsck.fat:dosfstools objdump:binutils \
-		qemu-aarch64:qemu-user qemu-x86_64:qemu-user losetup:mount partx:util-linux unshare:util-linux mkfs.ext4:e2fsprogs; do \
+		qemu-aarch64:qemu-user qemu-x86_64:qemu-user losetup:mount partx:util-linux unshare:util-linux mkfs.ext4:e2fsprogs \
+		mkfs.xfs:xfsprogs mkfs.vfat:dosfstools mkswap:util-linux sfdisk:fdisk tmux:tmux sha256sum:coreutils; do \
 		command -v $${c%%:*} >/dev/null || missing="$$missing $${c##*:}"; done; \
 	[ -d /usr/share/ca-certificates/mozilla ] || missing="$$missing ca-certificates"; \
 	missing=$$(printf '%s\n' $$missing | sort -u | xargs); \
