@@ -145,6 +145,7 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 			Kube: kube, Secrets: direct, Images: images,
 			Credentials: credentialsChecker{api: api, keys: keys, cluster: opts.ClusterName},
 			DefaultZone: string(scwCfg.DefaultZone), ProjectID: scwCfg.ProjectID, Interval: opts.NodeClassRecheck,
+			Recorder: recorder,
 		},
 		GarbageCollection: &garbagecollection.Controller{
 			Kube: kube, API: api, ClusterName: opts.ClusterName, Zones: cp.ZonesInUse,
