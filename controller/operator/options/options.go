@@ -101,6 +101,13 @@ func CheckEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
 		if !ok {
 			return
 		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			// Karpenter's BoolVarWithEnv flags have no Getter.
+			if _, err := strconv.ParseBool(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q is not a valid bool (flag --%s)", name, v, f.Name))
+			}
+			return
+		}
 		g, ok := f.Value.(flag.Getter)
 		if !ok {
 			return

@@ -59,18 +59,19 @@ func TestCheckEnvRefusesValuesThatDoNotParse(t *testing.T) {
 	(&Options{}).AddFlags(fs)
 	(&coreoptions.Options{}).AddFlags(fs)
 	env := map[string]string{
-		"DELIVERY_TIMEOUT":   "30",    // no unit
-		"RESCUE_SSH_PORT":    "ssh",   // not a number
-		"BATCH_MAX_DURATION": "10sec", // Karpenter core's flag
-		"GC_INTERVAL":        "2m",    // fine
-		"CLUSTER_NAME":       "prod",  // a string: anything goes
+		"DELIVERY_TIMEOUT":        "30",    // no unit
+		"RESCUE_SSH_PORT":         "ssh",   // not a number
+		"BATCH_MAX_DURATION":      "10sec", // Karpenter core's flag
+		"GC_INTERVAL":             "2m",    // fine
+		"CLUSTER_NAME":            "prod",  // a string: anything goes
+		"DISABLE_LEADER_ELECTION": "yes",   // Karpenter's BoolVarWithEnv
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	err := CheckEnv(fs.FlagSet, lookup)
 	if err == nil {
 		t.Fatal("bad values accepted")
 	}
-	for _, want := range []string{"DELIVERY_TIMEOUT", "RESCUE_SSH_PORT", "BATCH_MAX_DURATION"} {
+	for _, want := range []string{"DELIVERY_TIMEOUT", "RESCUE_SSH_PORT", "BATCH_MAX_DURATION", "DISABLE_LEADER_ELECTION"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
@@ -83,6 +84,7 @@ func TestCheckEnvRefusesValuesThatDoNotParse(t *testing.T) {
 	delete(env, "DELIVERY_TIMEOUT")
 	delete(env, "RESCUE_SSH_PORT")
 	delete(env, "BATCH_MAX_DURATION")
+	env["DISABLE_LEADER_ELECTION"] = "true"
 	if err := CheckEnv(fs.FlagSet, lookup); err != nil {
 		t.Errorf("valid values refused: %v", err)
 	}
