@@ -11,7 +11,7 @@ import (
 )
 
 var (
-	metricLiteral = regexp.MustCompile(`"(karpenter_scaleway_em_[a-z0-9_]+)"`)
+	metricLiteral = regexp.MustCompile(`"(karpenter_(?:scaleway_em|cloudprovider)_[a-z0-9_]+)"`)
 	prefixConst   = regexp.MustCompile(`metricPrefix\s*=\s*"(karpenter_scaleway_em_[a-z0-9_]*)"`)
 	prefixUse     = regexp.MustCompile(`metricPrefix\s*\+\s*"([a-z0-9_]+)"`)
 )
@@ -55,7 +55,8 @@ func providerMetrics(t *testing.T) []string {
 func TestMetricsReferenceCoversEveryMetric(t *testing.T) {
 	names := providerMetrics(t)
 	// The scan itself must find the families the docs describe.
-	for _, family := range []string{"karpenter_scaleway_em_api_", "karpenter_scaleway_em_catalog_", "karpenter_scaleway_em_install_", "karpenter_scaleway_em_leaked_"} {
+	for _, family := range []string{"karpenter_scaleway_em_api_", "karpenter_scaleway_em_catalog_", "karpenter_scaleway_em_install_",
+		"karpenter_scaleway_em_leaked_", "karpenter_scaleway_em_spend_", "karpenter_cloudprovider_instance_type_offering_price_estimate"} {
 		if !slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, family) }) {
 			t.Errorf("no %s* metric found in the code; the scan is broken", family)
 		}
