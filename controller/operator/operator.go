@@ -37,6 +37,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescuekey"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spend"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/talosapi"
 )
 
@@ -64,7 +65,7 @@ func Run() error {
 	op.
 		WithControllers(ctx, controllers.NewControllers(ctx, op.Manager, op.Clock, op.GetClient(), op.EventRecorder,
 			decorated, p.CloudProvider, clusterState, op.InstanceTypeStore)...).
-		WithControllers(ctx, p.NodeClassStatus, p.GarbageCollection,
+		WithControllers(ctx, p.NodeClassStatus, p.GarbageCollection, p.Spend,
 			&capacity.Controller{Kube: op.GetClient(), Catalog: p.Catalog, Interval: opts.CatalogRefresh}).
 		Start(ctx)
 	return nil
@@ -81,6 +82,7 @@ type Provider struct {
 	CloudProvider     *cloudprovider.CloudProvider
 	NodeClassStatus   *nodeclass.StatusController
 	GarbageCollection *garbagecollection.Controller
+	Spend             *spend.Controller
 }
 
 // NewProvider builds the provider. kube may be cached; direct must not be
@@ -153,6 +155,10 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 			Log: logger.WithName("garbagecollection"), Collected: garbagecollection.NewCollectedCounter(reg),
 			Tokens: tokens,
 		},
+		// Every GC interval: the same listing cadence, so the gauges lag
+		// the servers by no more than a GC sweep does.
+		Spend: &spend.Controller{API: api, Offers: cat, ClusterName: opts.ClusterName, Zones: cp.ZonesInUse,
+			Interval: opts.GCInterval, Gauges: spend.NewGauges(reg)},
 	}, nil
 }
 
