@@ -171,6 +171,12 @@ func New(opts Options) *Catalog {
 		c.zones[zone] = newZoneState(origin, zo.Hourly, zo.Monthly)
 	}
 	c.dataChangedLocked()
+	// Series at zero from the start: a graph of hidden offerings and increase() over marks see the first one.
+	c.updateUnavailableGaugeLocked()
+	for _, r := range []UnavailableReason{ReasonOutOfStock, ReasonQuota} {
+		c.metrics.marks.WithLabelValues(string(r))
+		c.metrics.expiries.WithLabelValues(string(r))
+	}
 	c.mu.Unlock()
 	return c
 }

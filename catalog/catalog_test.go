@@ -818,3 +818,20 @@ func TestStartWithoutClientWaitsForContext(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// Before any mark, each reason's unavailable series exist at zero, so a
+// dashboard graphs zero rather than nothing and increase() sees the first mark.
+func TestUnavailableSeriesStartAtZero(t *testing.T) {
+	e := newEnv(t, false)
+	for name, c := range map[string]prometheus.Collector{"unavailable_offerings": e.cat.metrics.unavailable,
+		"unavailable_marks_total": e.cat.metrics.marks, "unavailable_expiries_total": e.cat.metrics.expiries} {
+		if n := testutil.CollectAndCount(c); n != 2 {
+			t.Errorf("%s: %d series before any mark, want 2 (out_of_stock, quota)", name, n)
+		}
+	}
+	for _, r := range []string{"out_of_stock", "quota"} {
+		if got := testutil.ToFloat64(e.cat.metrics.unavailable.WithLabelValues(r)); got != 0 {
+			t.Errorf("unavailable_offerings{reason=%s} = %v, want 0", r, got)
+		}
+	}
+}

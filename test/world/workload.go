@@ -18,6 +18,8 @@ type Workload struct {
 	w                           *World
 	Namespace, App, CPU, Memory string
 	Spread                      bool
+	// NodeSelector of the pods (nil: none).
+	NodeSelector map[string]string
 
 	mu     sync.Mutex
 	want   int
@@ -29,9 +31,18 @@ type Workload struct {
 // RunWorkload starts keeping n pods of app requesting cpu and memory each
 // (one per node when spread) in namespace; Stop ends the loop.
 func (w *World) RunWorkload(namespace, app string, n int, cpu, memory string, spread bool) *Workload {
+	return w.run(&Workload{Namespace: namespace, App: app, CPU: cpu, Memory: memory, Spread: spread, want: n})
+}
+
+// RunWorkloadOn is RunWorkload for pods with a node selector, e.g. one
+// NodePool's nodes ({karpenter.sh/nodepool: name}).
+func (w *World) RunWorkloadOn(namespace, app string, n int, cpu, memory string, nodeSelector map[string]string) *Workload {
+	return w.run(&Workload{Namespace: namespace, App: app, CPU: cpu, Memory: memory, NodeSelector: nodeSelector, want: n})
+}
+
+func (w *World) run(wl *Workload) *Workload {
 	ctx, cancel := context.WithCancel(context.Background())
-	wl := &Workload{w: w, Namespace: namespace, App: app, CPU: cpu, Memory: memory, Spread: spread, want: n,
-		cancel: cancel, done: make(chan struct{})}
+	wl.w, wl.cancel, wl.done = w, cancel, make(chan struct{})
 	go func() {
 		defer close(wl.done)
 		for ctx.Err() == nil {
@@ -67,6 +78,7 @@ func (wl *Workload) reconcile(ctx context.Context) {
 	want := wl.want
 	wl.mu.Unlock()
 	d := Deployment(wl.Namespace, wl.App, int32(want), wl.CPU, wl.Memory, wl.Spread)
+	d.Spec.Template.Spec.NodeSelector = wl.NodeSelector
 	for ; alive < want; alive++ {
 		wl.mu.Lock()
 		wl.seq++
