@@ -20,7 +20,7 @@ export TEST_ASSET_KUBE_SCHEDULER := $(BIN)/kube-scheduler
 export TEST_ASSET_VERSITYGW := $(BIN)/versitygw
 export TEST_ASSET_EM_IMAGER := $(BIN)/em-imager
 
-.PHONY: all help build image image-push test bench demo e2e tools deps vet fmt-check tidy-check clean chart-crds docs dashboards catalog-snapshot
+.PHONY: all help build image image-push test bench demo e2e tools deps vet fmt-check tidy-check clean chart-crds docs dashboards catalog-snapshot licenses smoke-live
 
 all: build
 
@@ -75,11 +75,14 @@ tidy-check: ## fail when go mod tidy would change go.mod or go.sum
 
 # Debian packages the tests use (xz and zstd build real Talos-like images; sgdisk
 # cross-checks the GPT images; mtools and fsck.fat the metal-iso FAT partition; binutils the test UKIs;
-# qemu-user runs the images' other-arch binaries; prometheus gives promtool, which checks and unit-tests the
-# chart's alerts, and the Prometheus that scrapes the controller in test/monitoring) and make image uses
+# qemu-user runs the images' other-arch binaries; losetup, partx, mkfs.ext4 and unshare set up the real loop
+# devices em-imager's tests write, as root; prometheus gives promtool, which checks and unit-tests the chart's
+# alerts, and the Prometheus that scrapes the controller in test/monitoring) and make image uses
 # (ca-certificates' certificates go into the images).
 deps: ## install the Debian packages the tests and make image use
-	@missing=""; for c in xz:xz-utils zstd:zstd curl:curl sgdisk:gdisk mtype:mtools fsck.fat:dosfstools objdump:binutils qemu-aarch64:qemu-user qemu-x86_64:qemu-user prometheus:prometheus promtool:prometheus; do \
+	@missing=""; for c in xz:xz-utils zstd:zstd curl:curl sgdisk:gdisk mtype:mtools fsck.fat:dosfstools objdump:binutils \
+		qemu-aarch64:qemu-user qemu-x86_64:qemu-user losetup:mount partx:util-linux unshare:util-linux mkfs.ext4:e2fsprogs \
+		prometheus:prometheus promtool:prometheus; do \
 		command -v $${c%%:*} >/dev/null || missing="$$missing $${c##*:}"; done; \
 	[ -d /usr/share/ca-certificates/mozilla ] || missing="$$missing ca-certificates"; \
 	missing=$$(printf '%s\n' $$missing | sort -u | xargs); \
@@ -96,6 +99,19 @@ bench: deps build tools ## performance figures (em-imager vs curl|xz|dd, API cal
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./imager/...
 	$(GO) test -run '^$$' -bench Scale -benchtime 1x -timeout 30m ./test/e2e/
 	$(GO) test -run '^$$' -bench . -benchmem ./catalog/
+
+# Every module the project builds or tests with and its licence (github.com/google/licenseclassifier/v2 on
+# the module cache); exits 1 when one has none. test/licenses runs the same audit, and the check that no
+# file here carries another author's copyright or licence, in `make test`.
+licenses: ## the licence of every Go module built with, from the module cache (exit 1 when one has none)
+	$(GO) run ./test/licenses/cmd/licenses
+
+# Read-only checks of a real Scaleway account for the API shapes the provider relies on (offers per zone, servers
+# by the cluster's tag, IAM SSH keys); orders nothing. Never part of `make test`: it needs credentials, from the
+# environment only (SCW_ACCESS_KEY, SCW_SECRET_KEY, SCW_DEFAULT_PROJECT_ID; CLUSTER_NAME to check its servers).
+# SMOKE_FLAGS='-zones fr-par-2' narrows it. See docs/troubleshooting.md.
+smoke-live: ## read-only checks of a real Scaleway account (credentials from the environment; not in make test)
+	$(GO) run ./test/live/cmd/smoke-live $(SMOKE_FLAGS)
 
 # Regenerate the embedded EM offer snapshot from the recorded API exchanges (catalog/snapshot/README.md).
 catalog-snapshot: ## regenerate the embedded offer snapshot from the recorded API exchanges

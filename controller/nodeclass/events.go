@@ -13,11 +13,10 @@ import (
 )
 
 // Condition reasons the status controller sets (the image conditions take
-// imagesource's reasons).
+// imagesource's reasons, JoinConfigReady's are beside joinReason).
 const (
 	ReasonScalewayAPIUnavailable = "ScalewayAPIUnavailable"
 	ReasonProjectMismatch        = "ProjectMismatch"
-	ReasonJoinConfigInvalid      = "JoinConfigInvalid"
 )
 
 // Event reasons of the root condition; a sub-condition's event carries the

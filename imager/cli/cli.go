@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/blockdev"
@@ -30,10 +31,11 @@ import (
 // Usage is printed for help and for an unknown subcommand.
 const Usage = `em-imager writes a (compressed) raw disk image from a URL onto a disk, verified.
 
-  em-imager write   --image URL --sha256 HEX [--disk PATH|auto] [--format auto|xz|zstd|gzip|raw] [flags]
-  em-imager inspect [--disk PATH|auto] [--sysroot DIR]   disks and NICs, writes nothing
-  em-imager write-config --disk PATH < config.yaml       machine config -> metal-iso partition
-  em-imager publish ...                                  prepare and upload an image + manifest
+  em-imager write   --image URL --sha256 HEX [--disk PATH|auto] [--image-size BYTES] [--format auto|xz|zstd|gzip|raw] [flags]
+  em-imager inspect [--disk PATH|auto] [--image-size BYTES]
+                    disks and NICs, and the disk write would take with the same flags; writes nothing
+  em-imager write-config --disk PATH < config.yaml   machine config -> metal-iso partition
+  em-imager publish ...   prepare and upload an image + manifest
   em-imager version
 
 write and inspect print exactly one JSON report on stdout; progress goes to stderr.
@@ -52,7 +54,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			var w writeFlags
 			fs := newWriteFlagSet(stdout, &w)
 			if args[0] == "inspect" {
-				fmt.Fprintln(stdout, "usage: em-imager inspect [--disk PATH|auto] [--image-size BYTES] [--sysroot DIR]")
+				fmt.Fprintln(stdout, "usage: em-imager inspect [--disk PATH|auto] [--image-size BYTES] [--allow-virtual] [--sysroot DIR]")
 				return 0
 			}
 			fmt.Fprintln(stdout, "usage: em-imager write --image URL --sha256 HEX [flags]")
@@ -102,7 +104,7 @@ type writeFlags struct {
 	image, sha, disk, format, progress, sysroot string
 	imageSize                                   int64
 	concurrency, retries                        int
-	readback                                    bool
+	readback, allowVirtual                      bool
 	connectTimeout, stallTimeout, timeout       time.Duration
 }
 
@@ -111,11 +113,12 @@ func newWriteFlagSet(stderr io.Writer, w *writeFlags) *flag.FlagSet {
 	fs.SetOutput(stderr)
 	fs.StringVar(&w.image, "image", "", "image URL (http, https, file:// or a local path); a presigned URL's query is never printed")
 	fs.StringVar(&w.sha, "sha256", "", "expected SHA-256 of the raw (decompressed) image, 64 hex digits")
-	fs.StringVar(&w.disk, "disk", "auto", "target disk: a block device, an existing regular file, or auto")
+	fs.StringVar(&w.disk, "disk", "auto", "target disk: a block device or a link to one (/dev/disk/by-id/...), an existing regular file, or auto")
+	fs.BoolVar(&w.allowVirtual, "allow-virtual", false, "let --disk name a loop, nbd, dm, md or RAM device (auto never picks one)")
 	fs.StringVar(&w.format, "format", "auto", "auto (from the magic bytes), xz, zstd, gzip or raw")
 	fs.StringVar(&w.progress, "progress", "human", "progress on stderr: human (a line per second), json (report.Progress lines) or none")
 	fs.StringVar(&w.sysroot, "sysroot", "", "read /sys, /dev and /proc under DIR (tests, simulated hosts; env "+hostroot.EnvVar+")")
-	fs.Int64Var(&w.imageSize, "image-size", 0, "raw image size in bytes if known: disks smaller are refused before downloading")
+	fs.Int64Var(&w.imageSize, "image-size", 0, "raw image size in bytes (the manifest's): --disk auto picks the smallest disk that fits it, as inspect --image-size does; smaller disks are refused before downloading")
 	fs.IntVar(&w.concurrency, "concurrency", 0, "decoder workers (0 = number of CPUs)")
 	fs.IntVar(&w.retries, "retries", 8, "download attempts after an error before giving up (each resume after progress starts again)")
 	fs.BoolVar(&w.readback, "verify-readback", false, "after writing, read the image back from the disk with O_DIRECT and compare")
@@ -143,14 +146,18 @@ func runInspect(args []string, stderr io.Writer) *report.Report {
 	fs.SetOutput(stderr)
 	disk := fs.String("disk", "auto", "disk to describe, or auto for the one write --disk auto would pick")
 	sysroot := fs.String("sysroot", "", "read /sys, /dev and /proc under DIR (env "+hostroot.EnvVar+")")
-	imageSize := fs.Int64("image-size", 0, "raw image size: disks smaller are rejected")
+	imageSize := fs.Int64("image-size", 0, "raw image size, as given to write: the same disk is chosen")
+	allowVirtual := fs.Bool("allow-virtual", false, "as write --allow-virtual")
 	if err := parseFlags(fs, args); err != nil {
 		return fail(r, report.CodeInvalidArgument, "%v", err)
 	}
+	if *imageSize < 0 {
+		return fail(r, report.CodeInvalidArgument, "--image-size must not be negative")
+	}
 	root := hostroot.Resolve(*sysroot)
 	r.NICs, r.Warnings = nics(root, r.Warnings)
-	d, rejected, err := chooseDisk(root, *disk, *imageSize)
-	r.Disk, r.RejectedDisks = d, rejected
+	c, err := blockdev.Choose(root, blockdev.Request{Disk: *disk, ImageSize: *imageSize, AllowVirtual: *allowVirtual})
+	r.Disk, r.RejectedDisks = c.Disk, c.Rejected
 	if err != nil && *disk != "auto" {
 		return fail(r, diskCode(err), "%v", err)
 	}
@@ -168,17 +175,6 @@ func nics(root hostroot.Root, warnings []string) ([]report.NIC, []string) {
 		return []report.NIC{}, append(warnings, "listing network interfaces: "+err.Error())
 	}
 	return n, warnings
-}
-
-func chooseDisk(root hostroot.Root, disk string, minSize int64) (*report.Disk, []report.RejectedDisk, error) {
-	if disk == "auto" || disk == "" {
-		return blockdev.Select(root, max(minSize, 1))
-	}
-	d, err := blockdev.Describe(root, disk)
-	if err == nil && minSize > 0 && d.SizeBytes < minSize {
-		return d, nil, fmt.Errorf("%w: %s has %d bytes, the image needs %d", blockdev.ErrTooSmall, disk, d.SizeBytes, minSize)
-	}
-	return d, nil, err
 }
 
 func diskCode(err error) string {
@@ -214,12 +210,8 @@ func errorCode(ctx context.Context, err error) string {
 		return report.CodeSourceUnreachable
 	case errors.Is(err, diskwrite.ErrDigestMismatch):
 		return report.CodeDigestMismatch
-	case errors.Is(err, decompress.ErrTruncated):
-		return report.CodeTruncatedInput
-	case errors.Is(err, decompress.ErrCorrupt), errors.Is(err, decompress.ErrTrailingData):
-		return report.CodeCorruptInput
-	case errors.Is(err, decompress.ErrUnsupported):
-		return report.CodeUnsupportedFormat
+	case decompress.ReportCode(err) != "":
+		return decompress.ReportCode(err)
 	case errors.Is(err, diskwrite.ErrReadback):
 		return report.CodeVerifyFailed
 	case errors.Is(err, diskwrite.ErrWrite):
@@ -253,6 +245,9 @@ func runWrite(ctx context.Context, args []string, stderr io.Writer) *report.Repo
 	if w.progress != "human" && w.progress != "json" && w.progress != "none" {
 		return fail(r, report.CodeInvalidArgument, "--progress must be human, json or none, got %q", w.progress)
 	}
+	if w.imageSize < 0 {
+		return fail(r, report.CodeInvalidArgument, "--image-size must not be negative")
+	}
 	if w.concurrency <= 0 {
 		w.concurrency = runtime.GOMAXPROCS(0)
 	}
@@ -261,17 +256,15 @@ func runWrite(ctx context.Context, args []string, stderr io.Writer) *report.Repo
 	root := hostroot.Resolve(w.sysroot)
 	r.NICs, r.Warnings = nics(root, r.Warnings)
 
-	// A named disk is checked before anything is downloaded; auto waits
-	// until the image's size is known, to pick the smallest disk that fits.
-	var disk *report.Disk
-	if w.disk != "auto" {
-		d, _, err := chooseDisk(root, w.disk, w.imageSize)
-		r.Disk = d
-		if err != nil {
-			return finish(r, prog, started, fail(r, diskCode(err), "%v", err))
-		}
-		disk = d
+	// The disk is chosen and checked before anything is downloaded, from
+	// what is known up front (the manifest's size through --image-size),
+	// with the rule inspect uses: how the image is served changes nothing.
+	choice, err := blockdev.Choose(root, blockdev.Request{Disk: w.disk, ImageSize: w.imageSize, AllowVirtual: w.allowVirtual})
+	r.Disk, r.RejectedDisks = choice.Disk, choice.Rejected
+	if err != nil {
+		return finish(r, prog, started, fail(r, diskCode(err), "%v; nothing was written to any disk", err))
 	}
+	disk := choice.Disk
 
 	srcCtx, srcCancel := context.WithCancel(ctx)
 	defer srcCancel()
@@ -287,7 +280,7 @@ func runWrite(ctx context.Context, args []string, stderr io.Writer) *report.Repo
 		return finish(r, prog, started, fail(r, errorCode(ctx, err), "%v", err))
 	}
 	defer src.Close()
-	prog.src = src
+	prog.src.Store(src)
 
 	br := bufio.NewReaderSize(src, 1<<20)
 	header, err := br.Peek(64)
@@ -302,22 +295,17 @@ func runWrite(ctx context.Context, args []string, stderr io.Writer) *report.Repo
 	if wantFormat != "" && wantFormat != format {
 		return finish(r, prog, started, fail(r, report.CodeUnsupportedFormat, "--format %s, but the data is %s (detected from its first bytes)", wantFormat, format))
 	}
+	// The compressed file's metadata may tell the raw size (the xz index,
+	// a zstd frame header, a raw file's length): only to refuse a disk too
+	// small before writing, never to choose one.
 	rawSize := w.imageSize
 	if rawSize <= 0 {
 		if n, err := decompress.RawSize(format, header, src, src.Size()); err == nil {
 			rawSize = n
 		}
 	}
-	if disk == nil {
-		d, rejected, err := chooseDisk(root, "auto", rawSize)
-		r.Disk, r.RejectedDisks = d, rejected
-		if err != nil {
-			return finish(r, prog, started, fail(r, diskCode(err), "%v", err))
-		}
-		disk = d
-	}
 	if rawSize > disk.SizeBytes {
-		return finish(r, prog, started, fail(r, report.CodeDiskTooSmall, "the image has %d bytes, %s only %d", rawSize, disk.Path, disk.SizeBytes))
+		return finish(r, prog, started, fail(r, report.CodeDiskTooSmall, "the image has %d bytes, %s only %d; nothing was written to the disk", rawSize, disk.Path, disk.SizeBytes))
 	}
 	dec, err := decompress.NewReader(br, format, w.concurrency)
 	if err != nil {
@@ -326,12 +314,13 @@ func runWrite(ctx context.Context, args []string, stderr io.Writer) *report.Repo
 	defer dec.Close()
 
 	counters := &diskwrite.Counters{}
-	prog.counters = counters
+	prog.counters.Store(counters)
 	prog.start()
 	res, err := diskwrite.Write(ctx, dec, diskwrite.Options{
-		Path:           root.Dev(disk.Path),
+		Path:           choice.OpenPath,
 		Capacity:       disk.SizeBytes,
 		SectorSize:     disk.LogicalSectorSize,
+		ImageSize:      rawSize,
 		ExpectedSHA256: w.sha,
 		Readback:       w.readback,
 		Counters:       counters,
@@ -354,8 +343,11 @@ func runWrite(ctx context.Context, args []string, stderr io.Writer) *report.Repo
 	r.Timings.SyncSeconds = res.SyncSeconds
 	if err != nil {
 		msg := err.Error()
-		if res.Wiped {
+		switch {
+		case res.Wiped:
 			msg += "; the disk's partition table areas were wiped, it will not boot"
+		case !res.Written:
+			msg += "; nothing was written to the disk"
 		}
 		return finish(r, prog, started, fail(r, errorCode(ctx, err), "%s", msg))
 	}
@@ -376,11 +368,13 @@ func finish(r *report.Report, prog *progress, started time.Time, _ *report.Repor
 
 // progress prints a line per second on stderr while writing.
 type progress struct {
-	w        io.Writer
-	mode     string
-	started  time.Time
-	src      *source.Reader
-	counters *diskwrite.Counters
+	w       io.Writer
+	mode    string
+	started time.Time
+	// Set as the run goes on; read by the ticker and by messages that the
+	// source and the decoder's goroutines log.
+	src      atomic.Pointer[source.Reader]
+	counters atomic.Pointer[diskwrite.Counters]
 	mu       sync.Mutex
 	done     chan struct{}
 	wg       sync.WaitGroup
@@ -430,15 +424,15 @@ func (p *progress) stop(r *report.Report) {
 func (p *progress) snapshot(phase string) report.Progress {
 	el := time.Since(p.started).Seconds()
 	pr := report.Progress{Phase: "download", ElapsedSeconds: el}
-	if p.src != nil {
-		pr.BytesIn = p.src.Offset()
-		if s := p.src.Size(); s > 0 {
+	if src := p.src.Load(); src != nil {
+		pr.BytesIn = src.Offset()
+		if s := src.Size(); s > 0 {
 			pr.TotalIn = s
 		}
 	}
-	if p.counters != nil {
-		pr.BytesOut = p.counters.Out.Load()
-		if ph, ok := p.counters.Phase.Load().(string); ok {
+	if c := p.counters.Load(); c != nil {
+		pr.BytesOut = c.Out.Load()
+		if ph, ok := c.Phase.Load().(string); ok {
 			pr.Phase = ph
 		}
 	}
@@ -480,10 +474,11 @@ func (p *progress) message(format string, args ...any) {
 		return
 	}
 	msg := fmt.Sprintf(format, args...)
+	pr := p.snapshot("")
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.mode == "json" {
-		pr := report.Progress{Phase: "download", Message: msg, ElapsedSeconds: time.Since(p.started).Seconds()}
+		pr.Message = msg
 		b, _ := json.Marshal(pr)
 		fmt.Fprintf(p.w, "%s\n", b)
 		return

@@ -30,6 +30,7 @@ import (
 var (
 	rawImage  []byte
 	rawSHA    string
+	raw4kSHA  string // files["raw4k"]: the same kind of image laid out for 4 KiB sectors
 	files     = map[string][]byte{}
 	fixtureMu sync.Mutex
 	fixtureOK bool
@@ -58,6 +59,11 @@ func fixtures(t *testing.T) {
 	rawImage, _ = os.ReadFile(p)
 	rawSHA = sum
 	files["raw"] = rawImage
+	p4k := filepath.Join(dir, "metal-amd64-4k.raw")
+	if raw4kSHA, err = testimage.Write(p4k, testimage.Spec{Size: imageSize, DataBytes: 5 << 20, SectorSize: 4096, Seed: 43}); err != nil {
+		t.Fatal(err)
+	}
+	files["raw4k"], _ = os.ReadFile(p4k)
 	run := func(name string, args ...string) {
 		out, err := exec.Command(args[0], args[1:]...).Output()
 		if err != nil {
@@ -121,6 +127,12 @@ func (s *server) handle(w http.ResponseWriter, req *http.Request) {
 		if mode == "etag-change" {
 			etag = `"v2"`
 		}
+	case "norange":
+		// A server that ignores Range: the whole file, every time.
+		w.Header().Set("Content-Length", fmt.Sprint(len(data)))
+		w.WriteHeader(http.StatusOK)
+		w.Write(data)
+		return
 	case "stall":
 		// The first answer stops after a third; resumes answer and then stall.
 		w.Header().Set("ETag", etag)
@@ -266,7 +278,7 @@ func TestWriteXZAutoDisk(t *testing.T) {
 	srv := newServer(t)
 	root := host(t)
 	oldInstall(t, filepath.Join(root, "dev", "nvme0n1"))
-	r := write(t, root, "--image", srv.url("xz"), "--sha256", rawSHA, "--disk", "auto", "--format", "auto", "--verify-readback")
+	r := write(t, root, "--image", srv.url("xz"), "--sha256", rawSHA, "--disk", "auto", "--image-size", fmt.Sprint(imageSize), "--format", "auto", "--verify-readback")
 	wantCode(t, r, "")
 	assertImage(t, root, "nvme0n1")
 	d := r.rep.Disk
@@ -490,12 +502,7 @@ func TestVersionAndUsage(t *testing.T) {
 // the fake root given through the environment.
 func TestBinary(t *testing.T) {
 	fixtures(t)
-	bin := filepath.Join(t.TempDir(), "em-imager")
-	build := exec.Command("go", "build", "-o", bin, "../cmd/em-imager")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := imagerBinary(t)
 	srv := newServer(t)
 	root := host(t)
 	for _, c := range []struct {
@@ -529,4 +536,16 @@ func TestBinary(t *testing.T) {
 			t.Fatalf("code %q exit %d, want %q; stderr: %s", got, exit, c.code, errb.String())
 		}
 	}
+}
+
+// imagerBinary builds the static em-imager into the test's temporary directory.
+func imagerBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "em-imager")
+	build := exec.Command("go", "build", "-o", bin, "../cmd/em-imager")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
 }

@@ -47,6 +47,7 @@ func runWriteConfig(ctx context.Context, args []string, stdin io.Reader) *report
 	fs := flag.NewFlagSet("em-imager write-config", flag.ContinueOnError)
 	disk := fs.String("disk", "", "the disk `em-imager write` imaged: a block device or a regular file")
 	sysroot := fs.String("sysroot", "", "read /sys, /dev and /proc under DIR (env "+hostroot.EnvVar+")")
+	allowVirtual := fs.Bool("allow-virtual", false, "accept a loop, nbd, dm, md or RAM device named by --disk")
 	if err := parseFlags(fs, args); err != nil {
 		return fail(r, report.CodeInvalidArgument, "%v", err)
 	}
@@ -66,7 +67,9 @@ func runWriteConfig(ctx context.Context, args []string, stdin io.Reader) *report
 		return fail(r, report.CodeInvalidArgument, "%v", err)
 	}
 	root := hostroot.Resolve(*sysroot)
-	d, err := blockdev.Describe(root, *disk)
+	// The same disk rule as write: a link is resolved and every check runs on the device it names.
+	choice, err := blockdev.Choose(root, blockdev.Request{Disk: *disk, AllowVirtual: *allowVirtual})
+	d := choice.Disk
 	r.Disk = d
 	if err != nil {
 		return fail(r, diskCode(err), "%v", err)
@@ -76,7 +79,7 @@ func runWriteConfig(ctx context.Context, args []string, stdin io.Reader) *report
 		// A plain image file has no sector size of its own: the GPT says.
 		sectorSize = 0
 	}
-	res, err := configpart.Write(ctx, root.Dev(d.Path), config, configpart.Options{
+	res, err := configpart.Write(ctx, choice.OpenPath, config, configpart.Options{
 		SectorSize: sectorSize,
 		Log:        func(format string, args ...any) { r.Warnings = append(r.Warnings, fmt.Sprintf(format, args...)) },
 	})

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/report"
 )
 
 // Format is a container format em-imager knows how to read.
@@ -32,6 +34,20 @@ var (
 	// implement (an xz filter other than LZMA2, an unknown check type).
 	ErrUnsupported = errors.New("unsupported compressed format feature")
 )
+
+// ReportCode maps a decoding error to its report error code, "" for an
+// error that is not about the compressed data (the input's own failure).
+func ReportCode(err error) string {
+	switch {
+	case errors.Is(err, ErrTruncated):
+		return report.CodeTruncatedInput
+	case errors.Is(err, ErrCorrupt), errors.Is(err, ErrTrailingData):
+		return report.CodeCorruptInput
+	case errors.Is(err, ErrUnsupported):
+		return report.CodeUnsupportedFormat
+	}
+	return ""
+}
 
 var (
 	magicXZ   = []byte{0xFD, '7', 'z', 'X', 'Z', 0x00}

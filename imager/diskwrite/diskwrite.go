@@ -1,18 +1,23 @@
 // Package diskwrite streams an image onto a disk (block device or regular
-// file): O_DIRECT aligned writes in large chunks, hashing and writing
-// overlapped with reading, runs of zeros turned into holes/zeroed ranges
-// instead of writes, the first MiB held back and written only once the
-// SHA-256 matched, and the partition table areas wiped on any failure so a
-// half-written disk never boots.
+// file): every check that can refuse the disk (exclusive open, the device's
+// own size and sector size against the image's first MiB) before the first
+// byte is written, O_DIRECT aligned writes in large chunks, hashing and
+// writing overlapped with reading, runs of zeros turned into holes/zeroed
+// ranges instead of writes, the first MiB held back and written only once the
+// SHA-256 matched, and every GPT header (the disk's, an earlier image's
+// backup, this image's) wiped on any failure so a half-written disk never
+// boots.
 package diskwrite
 
 import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"sync/atomic"
@@ -47,8 +52,13 @@ type Options struct {
 	Path string
 	// Capacity is the usable size of the disk in bytes.
 	Capacity int64
-	// SectorSize is the disk's logical sector size (512 when 0).
+	// SectorSize is the disk's logical sector size (512 when 0); a block
+	// device's own answer (BLKSSZGET) wins.
 	SectorSize int
+	// ImageSize is the raw image size when known (manifest, --image-size,
+	// the compressed file's metadata): checked against the disk before the
+	// first byte is written, like the size the image's GPT declares.
+	ImageSize int64
 	// ExpectedSHA256 is the raw image digest (hex); required.
 	ExpectedSHA256 string
 	// Readback re-reads the written image with O_DIRECT and compares digests.
@@ -69,21 +79,24 @@ type Options struct {
 // Counters can be read while Write runs.
 type Counters struct {
 	Out   atomic.Int64 // raw image bytes handled (written or skipped)
-	Phase atomic.Value // string: write | sync | verify | done
+	Phase atomic.Value // string: write | sync | verify | done; unset until the disk is first written
 }
 
-// Result says what was written.
+// Result says what was written; on failure, how far it got.
 type Result struct {
-	RawBytes         int64
+	RawBytes         int64 // image bytes handled (written, or zeroed without writing)
 	SHA256           string
-	ZeroBytesSkipped int64
-	Direct           bool // O_DIRECT was used for the bulk of the data
+	ZeroBytesSkipped int64 // zero runs the device zeroed itself (holes, WRITE ZEROES), never written
+	Direct           bool  // the image went to the disk with O_DIRECT (an unaligned tail excepted)
 	Verified         bool
 	ReadbackVerified bool
 	BlockDevice      bool
 	WriteSeconds     float64
 	SyncSeconds      float64
-	Wiped            bool // on failure: the partition table areas were cleared
+	// Written: the disk was modified. False on a failure means it was
+	// refused before the first byte and is exactly as it was.
+	Written bool
+	Wiped   bool // on failure: every GPT header area was cleared
 }
 
 type chunk struct {
@@ -95,7 +108,8 @@ type chunk struct {
 type target struct {
 	f         *os.File
 	fd        int
-	direct    bool
+	direct    bool // O_DIRECT is set on fd right now
+	fellBack  bool // O_DIRECT was refused: buffered IO from then on
 	blockDev  bool
 	sector    int
 	punchOK   bool // fallocate punch still worth trying
@@ -103,6 +117,7 @@ type target struct {
 	capacity  int64
 	log       func(string, ...any)
 	maxOffset int64
+	oldGPT    [][2]int64 // an earlier layout's backup GPT headers, wiped with the ends of the disk
 }
 
 func alignedBuf(n int) []byte {
@@ -114,8 +129,10 @@ func alignedBuf(n int) []byte {
 	return b[off : off+n : off+n]
 }
 
-// Write copies the raw image read from r onto the disk. On error the disk's
-// first and last MiB (and the last MiB of what was written) are zeroed.
+// Write copies the raw image read from r onto the disk. It opens the disk
+// exclusively and reads the image's first MiB before writing anything: a
+// disk that is busy, too small or of the wrong sector size is refused as it
+// was. From the first write on, a failure zeroes every GPT header area.
 func Write(ctx context.Context, r io.Reader, o Options) (res Result, err error) {
 	if o.SectorSize <= 0 {
 		o.SectorSize = 512
@@ -145,29 +162,47 @@ func Write(ctx context.Context, r io.Reader, o Options) (res Result, err error) 
 	}
 	defer t.f.Close()
 	res.BlockDevice = t.blockDev
-	o.Counters.Phase.Store("write")
-	start := time.Now()
+	defer func() { res.Direct = res.Written && !t.fellBack }()
+
+	// The image's first MiB (protective MBR, primary GPT) is held back and
+	// written last; it also says what the image needs from the disk.
+	head := alignedBuf(HeadSize)
+	headLen, err := io.ReadFull(r, head)
+	if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+		return res, err
+	}
+	if err := checkImage(head[:headLen], o.ImageSize, t.sector, t.capacity); err != nil {
+		return res, err
+	}
+	t.oldGPT = t.findOldBackups()
 
 	// Clear the old partition tables first: from now until the very end the
 	// disk holds no bootable layout, whatever happens to this process.
+	o.Counters.Phase.Store("write")
+	start := time.Now()
+	res.Written = true
 	if err := t.wipe(0); err != nil {
 		return res, err
 	}
-	t.maxOffset = 0 // from here on: how far the image reached
+	t.maxOffset = 0         // from here on: how far the image reached
+	total := int64(headLen) // written by the write stage, read after Wait
+	o.Counters.Out.Store(int64(headLen))
 	defer func() {
+		res.RawBytes = total
 		if err != nil {
 			if werr := t.wipe(t.maxOffset); werr != nil {
 				err = fmt.Errorf("%w (and wiping the disk failed: %v)", err, werr)
 			} else {
 				res.Wiped = true
+				if t.blockDev {
+					_ = rereadPartitions(t.fd) // best effort: the kernel forgets the old partitions
+				}
 			}
 		}
 	}()
 
-	head := alignedBuf(HeadSize)
-	headLen := 0
 	h := sha256.New()
-	var total int64
+	h.Write(head[:headLen])
 	g, gctx := errgroup.WithContext(ctx)
 	free := make(chan []byte, o.Buffers)
 	for i := 0; i < o.Buffers; i++ {
@@ -184,7 +219,10 @@ func Write(ctx context.Context, r io.Reader, o Options) (res Result, err error) 
 	toWrite := make(chan chunk, o.Buffers)
 	g.Go(func() error { // read
 		defer close(toHash)
-		var off int64
+		if headLen < HeadSize {
+			return nil // the image ended within its first MiB
+		}
+		off := int64(headLen)
 		for {
 			var buf []byte
 			select {
@@ -228,25 +266,20 @@ func Write(ctx context.Context, r io.Reader, o Options) (res Result, err error) 
 		var zs, ze int64 = -1, -1 // pending zero range
 		flush := func() error {
 			if zs >= 0 && ze > zs {
-				if err := t.zeroRange(zs, ze-zs); err != nil {
+				punched, err := t.zeroRange(zs, ze-zs)
+				if err != nil {
 					return err
 				}
-				res.ZeroBytesSkipped += ze - zs
+				if punched {
+					res.ZeroBytesSkipped += ze - zs
+				}
 			}
 			zs, ze = -1, -1
 			return nil
 		}
 		for c := range toWrite {
 			p := c.buf[:c.n]
-			from := 0
-			if c.off == 0 {
-				if err := checkSectorSize(p, t.sector); err != nil {
-					return err
-				}
-				headLen = copy(head, p)
-				from = headLen
-			}
-			for s := from; s < c.n; {
+			for s := 0; s < c.n; {
 				e := min(s+segment, c.n)
 				// Runs of whole zero segments become holes; the unaligned
 				// tail of the image is always written.
@@ -276,7 +309,7 @@ func Write(ctx context.Context, r io.Reader, o Options) (res Result, err error) 
 				s = e
 			}
 			total = c.off + int64(c.n)
-			o.Counters.Out.Store(total)
+			o.Counters.Out.Store(c.off + int64(c.n))
 			free <- c.buf
 		}
 		return flush()
@@ -287,11 +320,10 @@ func Write(ctx context.Context, r io.Reader, o Options) (res Result, err error) 
 		}
 		return res, err
 	}
-	res.RawBytes = total
-	res.SHA256 = hex.EncodeToString(h.Sum(nil))
-	res.Direct = t.direct
+	sum := h.Sum(nil)
+	res.SHA256 = hex.EncodeToString(sum)
 	res.WriteSeconds = time.Since(start).Seconds()
-	if !bytes.Equal(h.Sum(nil), want) {
+	if !bytes.Equal(sum, want) {
 		return res, fmt.Errorf("%w: the image's SHA-256 is %s, expected %s", ErrDigestMismatch, res.SHA256, o.ExpectedSHA256)
 	}
 	res.Verified = true
@@ -343,19 +375,27 @@ func openTarget(o Options) (*target, error) {
 	} else if errors.Is(err, unix.EINVAL) {
 		// tmpfs and a few others refuse O_DIRECT: fall back to buffered IO.
 		o.Log("warning: %s does not support O_DIRECT; writing through the page cache", o.Path)
+		t.fellBack = true
 		f, err = os.OpenFile(o.Path, flags, 0)
 	}
-	if err != nil {
-		if errors.Is(err, unix.EBUSY) {
-			return nil, fmt.Errorf("%w: %v", ErrBusy, err)
-		}
+	switch {
+	case errors.Is(err, unix.EBUSY):
+		return nil, fmt.Errorf("%w: %s: the kernel refuses an exclusive open (mounted, or held by RAID/LVM/device-mapper): %v", ErrBusy, o.Path, err)
+	case errors.Is(err, unix.EPERM) && blockDev:
+		// Kernels built without CONFIG_BLK_DEV_WRITE_MOUNTED refuse writes to a mounted device this way.
+		return nil, fmt.Errorf("%w: %s: the kernel refuses writes to it (EPERM: mounted?): %v", ErrBusy, o.Path, err)
+	case err != nil:
 		return nil, fmt.Errorf("%w: opening the disk: %v", ErrWrite, err)
 	}
 	t.f, t.fd = f, int(f.Fd())
 	if blockDev {
+		// The device's own answers, not sysfs's or the caller's.
 		var size uint64
-		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(t.fd), unix.BLKGETSIZE64, uintptr(unsafe.Pointer(&size))); e == 0 && int64(size) < t.capacity {
+		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(t.fd), unix.BLKGETSIZE64, uintptr(unsafe.Pointer(&size))); e == 0 && (t.capacity <= 0 || int64(size) < t.capacity) {
 			t.capacity = int64(size)
+		}
+		if ss, err := unix.IoctlGetInt(t.fd, unix.BLKSSZGET); err == nil && ss > 0 {
+			t.sector = ss
 		}
 	}
 	return t, nil
@@ -368,9 +408,17 @@ func (t *target) writeAt(p []byte, off int64) error {
 		return nil
 	}
 	if t.direct && (off%int64(t.sector) != 0 || len(p)%t.sector != 0 || uintptrOf(p)%align != 0) {
+		// The unaligned end of an image: through the page cache, then back to O_DIRECT.
 		if err := t.setDirect(false); err != nil {
 			return err
 		}
+		defer func() {
+			if !t.fellBack {
+				if err := t.setDirect(true); err != nil {
+					t.fellBack = true
+				}
+			}
+		}()
 	}
 	for len(p) > 0 {
 		n, err := unix.Pwrite(t.fd, p, off)
@@ -379,6 +427,8 @@ func (t *target) writeAt(p []byte, off int64) error {
 		}
 		if err == unix.EINVAL && t.direct {
 			// Some filesystems accept O_DIRECT at open and refuse the write.
+			t.log("warning: O_DIRECT write refused (%v); writing through the page cache", err)
+			t.fellBack = true
 			if err := t.setDirect(false); err != nil {
 				return err
 			}
@@ -413,20 +463,25 @@ func (t *target) setDirect(on bool) error {
 	return nil
 }
 
-// zeroRange makes [off, off+n) read as zeros without writing them when the
-// device or filesystem can: a hole in a file, a zeroed range on a block
-// device (PUNCH_HOLE|KEEP_SIZE fails there rather than fall back to slow
-// writes, so zeros are written only when the device cannot do it itself).
-func (t *target) zeroRange(off, n int64) error {
+// zeroRange makes [off, off+n) read as zeros, without writing them when the
+// device or filesystem can (punched reports that): a hole in a file, a
+// zeroed range on a block device (PUNCH_HOLE|KEEP_SIZE fails there rather
+// than fall back to slow writes, so zeros are written only when the device
+// cannot do it itself).
+func (t *target) zeroRange(off, n int64) (punched bool, err error) {
 	if t.punchOK {
 		err := unix.Fallocate(t.fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
 		if err == nil {
 			t.maxOffset = max(t.maxOffset, off+n)
-			return nil
+			return true, nil
 		}
 		t.punchOK = false
 		t.log("note: cannot punch holes (%v); writing zeros instead", err)
 	}
+	return false, t.writeZeros(off, n)
+}
+
+func (t *target) writeZeros(off, n int64) error {
 	for n > 0 {
 		k := min(n, int64(len(t.zeros)))
 		if err := t.writeAt(t.zeros[:k], off); err != nil {
@@ -444,43 +499,103 @@ func (t *target) sync() error {
 	return nil
 }
 
-// wipe zeroes the first and last MiB of the disk, and the last MiB below
-// written (where the image's backup GPT went), then syncs.
+// wipe zeroes the first and last MiB of the disk, the backup GPT headers an
+// earlier layout left inside the disk, and the last MiB below written (where
+// this image's backup GPT went), then syncs.
 func (t *target) wipe(written int64) error {
 	ranges := [][2]int64{{0, min(HeadSize, t.capacity)}}
 	if t.capacity > HeadSize {
 		ranges = append(ranges, [2]int64{t.capacity - HeadSize, HeadSize})
 	}
+	ranges = append(ranges, t.oldGPT...)
 	if written > HeadSize {
 		s := (written - HeadSize) &^ (align - 1)
 		ranges = append(ranges, [2]int64{s, min(HeadSize+align, t.capacity-s)})
 	}
 	for _, r := range ranges {
-		off, n := r[0], r[1]
-		for n > 0 {
-			k := min(n, int64(len(t.zeros)))
-			if err := t.writeAt(t.zeros[:k], off); err != nil {
-				return err
-			}
-			off, n = off+k, n-k
+		if err := t.writeZeros(r[0], r[1]); err != nil {
+			return err
 		}
 	}
 	return t.sync()
 }
 
-// checkSectorSize reads the GPT header position: at byte 512 the image was
-// made for 512-byte sectors, at 4096 for 4 KiB ones.
-func checkSectorSize(head []byte, diskSector int) error {
-	sig := []byte("EFI PART")
-	imgSector := 0
-	switch {
-	case len(head) >= 520 && bytes.Equal(head[512:520], sig):
-		imgSector = 512
-	case len(head) >= 4104 && bytes.Equal(head[4096:4104], sig):
-		imgSector = 4096
+// findOldBackups reads the disk's current primary GPT header (at either
+// sector size) for the place of its backup header: an image written by an
+// earlier run, and never booted, has it where that image ended, not at the
+// end of the disk, so wiping the ends alone would leave it behind.
+func (t *target) findOldBackups() [][2]int64 {
+	buf := alignedBuf(2 * align)
+	if n, _ := unix.Pread(t.fd, buf, 0); n < len(buf) {
+		return nil
 	}
-	if imgSector != 0 && imgSector != diskSector {
+	var out [][2]int64
+	for _, sector := range []int64{512, 4096} {
+		h, ok := parseGPTHeader(buf[sector:], sector)
+		if !ok || h.alternateLBA <= 1 {
+			continue
+		}
+		off := int64(h.alternateLBA) * sector
+		if off+sector > t.capacity {
+			continue
+		}
+		start := off &^ (align - 1)
+		end := min((off+sector+align-1)&^(align-1), t.capacity)
+		out = append(out, [2]int64{start, end - start})
+	}
+	return out
+}
+
+// gptHeader is what em-imager reads from a GPT header.
+type gptHeader struct {
+	myLBA, alternateLBA, lastUsableLBA uint64
+}
+
+// parseGPTHeader reads a GPT header at the start of b: signature, size and
+// CRC32 must hold, or it is not one.
+func parseGPTHeader(b []byte, sector int64) (gptHeader, bool) {
+	if len(b) < 92 || !bytes.Equal(b[:8], []byte("EFI PART")) {
+		return gptHeader{}, false
+	}
+	size := binary.LittleEndian.Uint32(b[12:16])
+	if size < 92 || int64(size) > sector || int(size) > len(b) {
+		return gptHeader{}, false
+	}
+	hdr := append([]byte(nil), b[:size]...)
+	want := binary.LittleEndian.Uint32(hdr[16:20])
+	binary.LittleEndian.PutUint32(hdr[16:20], 0)
+	if crc32.ChecksumIEEE(hdr) != want {
+		return gptHeader{}, false
+	}
+	return gptHeader{
+		myLBA:         binary.LittleEndian.Uint64(b[24:32]),
+		alternateLBA:  binary.LittleEndian.Uint64(b[32:40]),
+		lastUsableLBA: binary.LittleEndian.Uint64(b[48:56]),
+	}, true
+}
+
+// checkImage refuses, before anything is written, an image the disk cannot
+// hold. Its first MiB's GPT header says the sector size it was laid out for
+// (at byte 512 for 512-byte sectors, 4096 for 4 KiB ones) and how far the
+// image reaches (its backup header's LBA); the caller may know the raw size.
+func checkImage(head []byte, imageSize int64, diskSector int, capacity int64) error {
+	imgSector := int64(0)
+	need := imageSize
+	for _, s := range []int64{512, 4096} {
+		if int64(len(head)) < s+8 || !bytes.Equal(head[s:s+8], []byte("EFI PART")) {
+			continue
+		}
+		imgSector = s
+		if h, ok := parseGPTHeader(head[s:], s); ok && h.myLBA == 1 {
+			need = max(need, int64(max(h.alternateLBA, h.lastUsableLBA)+1)*s)
+		}
+		break
+	}
+	if imgSector != 0 && imgSector != int64(diskSector) {
 		return fmt.Errorf("%w: the image's GPT is laid out for %d-byte sectors, the disk has %d-byte logical sectors", ErrSectorSize, imgSector, diskSector)
+	}
+	if need > capacity {
+		return fmt.Errorf("%w: the image needs %d bytes (its GPT or its declared size), the disk has %d", ErrTooSmall, need, capacity)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/faketree"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/testimage"
 )
 
 // gptImage builds a small disk image: protective MBR, a GPT header at the
@@ -88,14 +89,18 @@ func TestWriteSparseAndHoles(t *testing.T) {
 }
 
 func TestZeroRunsOverwriteOldData(t *testing.T) {
-	img := gptImage(10<<20+4096+512, 512, 2) // unaligned end: the tail goes through the page cache
+	img := gptImage(10<<20+4096+100, 512, 2) // an end not sector aligned: the tail goes through the page cache
 	disk := newDisk(t, 16<<20, 0xEE)
-	if _, err := Write(context.Background(), bytes.NewReader(img), Options{Path: disk, Capacity: 16 << 20, ExpectedSHA256: digest(img)}); err != nil {
+	res, err := Write(context.Background(), bytes.NewReader(img), Options{Path: disk, Capacity: 16 << 20, ExpectedSHA256: digest(img)})
+	if err != nil {
 		t.Fatal(err)
 	}
 	got := readDisk(t, disk)
 	if !bytes.Equal(got[:len(img)], img) {
 		t.Fatal("zero runs of the image do not read back as zeros over old data")
+	}
+	if !res.Direct {
+		t.Fatal("directIO false: the unaligned tail went through the page cache, but the image did not")
 	}
 }
 
@@ -235,5 +240,90 @@ func TestBadArguments(t *testing.T) {
 	}
 	if _, err := Write(context.Background(), bytes.NewReader(nil), Options{Path: filepath.Join(t.TempDir(), "none"), Capacity: 1 << 20, ExpectedSHA256: digest(nil)}); !errors.Is(err, ErrWrite) {
 		t.Fatalf("missing disk: %v", err)
+	}
+}
+
+// talosImage is a Talos-like image with a valid GPT (backup header at its
+// last sector), and its digest.
+func talosImage(t *testing.T, size int64, sector int, seed int64) ([]byte, string) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "img.raw")
+	sum, err := testimage.Write(p, testimage.Spec{Size: size, DataBytes: size / 8, SectorSize: sector, Seed: seed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return readDisk(t, p), sum
+}
+
+// TestRefusedBeforeWriting: what the image's first MiB says it needs (its
+// sector size, its size) is checked before the first byte is written; a
+// refused disk is byte for byte what it was, and the error says so.
+func TestRefusedBeforeWriting(t *testing.T) {
+	old, _ := talosImage(t, 16<<20, 512, 11)
+	img512, sum512 := talosImage(t, 8<<20, 512, 12)
+	big, sumBig := talosImage(t, 24<<20, 512, 13)
+	boom := errors.New("connection reset")
+	for _, c := range []struct {
+		name   string
+		r      io.Reader
+		o      Options
+		target error
+	}{
+		{"512-byte image on a 4Kn disk", bytes.NewReader(img512), Options{SectorSize: 4096, ExpectedSHA256: sum512}, ErrSectorSize},
+		// No size given: the GPT's backup header LBA says it all.
+		{"image larger than the disk", bytes.NewReader(big), Options{ExpectedSHA256: sumBig}, ErrTooSmall},
+		{"declared size larger than the disk", bytes.NewReader(img512), Options{ImageSize: 17 << 20, ExpectedSHA256: sum512}, ErrTooSmall},
+		{"source fails within the first MiB", &failAfter{r: bytes.NewReader(img512), n: 300 << 10, err: boom}, Options{ExpectedSHA256: sum512}, boom},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			disk := newDisk(t, 16<<20, 0)
+			os.WriteFile(disk, old, 0o644)
+			o := c.o
+			o.Path, o.Capacity = disk, 16<<20
+			res, err := Write(context.Background(), c.r, o)
+			if !errors.Is(err, c.target) || res.Written || res.Wiped {
+				t.Fatalf("err = %v, result %+v", err, res)
+			}
+			if !bytes.Equal(readDisk(t, disk), old) {
+				t.Fatal("a refused write changed the disk")
+			}
+		})
+	}
+}
+
+// TestStaleBackupWiped: an image written earlier and never booted has its
+// backup GPT where it ended, not at the end of the disk. A later failed
+// write must leave no GPT header anywhere, that one included.
+func TestStaleBackupWiped(t *testing.T) {
+	first, sum1 := talosImage(t, 12<<20, 512, 21)
+	second, sum2 := talosImage(t, 20<<20, 512, 22)
+	disk := newDisk(t, 32<<20, 0)
+	if _, err := Write(context.Background(), bytes.NewReader(first), Options{Path: disk, Capacity: 32 << 20, ExpectedSHA256: sum1}); err != nil {
+		t.Fatal(err)
+	}
+	if i := bytes.LastIndex(readDisk(t, disk), []byte("EFI PART")); i != 12<<20-512 {
+		t.Fatalf("the first image's backup header is at %d", i)
+	}
+	boom := errors.New("connection reset")
+	res, err := Write(context.Background(), &failAfter{r: bytes.NewReader(second), n: 3 << 20, err: boom}, Options{Path: disk, Capacity: 32 << 20, ExpectedSHA256: sum2, ChunkSize: 1 << 20})
+	if !errors.Is(err, boom) || !res.Wiped {
+		t.Fatalf("err = %v, result %+v", err, res)
+	}
+	assertWiped(t, disk)
+}
+
+// TestResultOnFailure: a failed write still says how far it got and how.
+func TestResultOnFailure(t *testing.T) {
+	img, sum := talosImage(t, 20<<20, 512, 31)
+	disk := newDisk(t, 32<<20, 0)
+	boom := errors.New("connection reset")
+	res, err := Write(context.Background(), &failAfter{r: bytes.NewReader(img), n: 18 << 20, err: boom}, Options{Path: disk, Capacity: 32 << 20, ExpectedSHA256: sum, ChunkSize: 1 << 20})
+	if !errors.Is(err, boom) {
+		t.Fatalf("err = %v", err)
+	}
+	// The stages stop at the first error: the writer got somewhere between
+	// the held-back first MiB and the point the source failed.
+	if res.RawBytes < HeadSize || res.RawBytes > 18<<20 || !res.Direct || !res.Written || !res.Wiped || res.SHA256 != "" || res.Verified {
+		t.Fatalf("result %+v", res)
 	}
 }

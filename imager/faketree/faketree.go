@@ -1,7 +1,10 @@
 // Package faketree builds a fake host tree (sys/, dev/, proc/) shaped like
 // the files em-imager reads, for tests and for simulated rescue hosts: point
 // em-imager at it with --sysroot DIR or EM_IMAGER_SYSROOT=DIR. Disks become
-// sparse regular files at DIR/dev/NAME. imager/README.md lists every file.
+// sparse regular files at DIR/dev/NAME, or real block device nodes (a loop
+// device's numbers, made with mknod) when Disk.Device is set, so a test can
+// describe the machine in sysfs and still write through the kernel's block
+// layer. imager/README.md lists every file.
 package faketree
 
 import (
@@ -12,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // Disk is one entry of /sys/block.
@@ -28,7 +33,12 @@ type Disk struct {
 	WWID       string
 	Partitions []string // partition names (sda1, nvme0n1p1): sys entries and dev nodes
 	Holders    []string // devices holding the disk (md127, dm-0)
+	Slaves     []string // devices the disk is built on (a dm or md device's members: sda2)
 	NoDevNode  bool     // leave DIR/dev/NAME out (a disk sysfs knows but udev did not create)
+	// Device is a real block device (/dev/loop3) whose major:minor DIR/dev/NAME
+	// and the sysfs `dev` files get: em-imager then opens the real device.
+	// Size must be the device's size.
+	Device string
 }
 
 // NIC is one entry of /sys/class/net.
@@ -46,10 +56,18 @@ type NIC struct {
 
 // Host is the whole fake machine.
 type Host struct {
-	Disks  []Disk
-	NICs   []NIC
-	Mounts []string // /proc/self/mounts lines: "SOURCE TARGET FSTYPE"
-	Swaps  []string // swap devices (/dev/sdb2)
+	Disks []Disk
+	NICs  []NIC
+	// Mounts are /proc/self/mounts lines, "SOURCE TARGET FSTYPE"; the same
+	// mounts go to /proc/self/mountinfo with the device numbers of SOURCE.
+	Mounts []string
+	// MountDevices names the disk or partition behind a mount source that is
+	// not a device name, for mountinfo's MAJ:MIN: {"/dev/root": "sda1"} is a
+	// kernel that mounted root= itself, without an initramfs.
+	MountDevices map[string]string
+	// NoMountinfo leaves /proc/self/mountinfo out (trees that only name devices).
+	NoMountinfo bool
+	Swaps       []string // swap devices (/dev/sdb2)
 	// DefaultRoute names the interface of the IPv4 default route (and IPv6 when DefaultRoute6 is set).
 	DefaultRoute  string
 	DefaultRoute6 string
@@ -81,8 +99,9 @@ func Build(dir string, h Host) error {
 			return err
 		}
 	}
+	devnums := map[string]string{} // kernel name -> "MAJ:MIN"
 	for i, d := range h.Disks {
-		if err := buildDisk(dir, sys, i, d); err != nil {
+		if err := buildDisk(dir, sys, i, d, devnums); err != nil {
 			return fmt.Errorf("disk %s: %w", d.Name, err)
 		}
 	}
@@ -97,6 +116,11 @@ func Build(dir string, h Host) error {
 	}
 	if err := os.WriteFile(filepath.Join(dir, "proc", "self", "mounts"), []byte(mounts.String()), 0o644); err != nil {
 		return err
+	}
+	if !h.NoMountinfo {
+		if err := os.WriteFile(filepath.Join(dir, "proc", "self", "mountinfo"), []byte(mountinfo(h, devnums)), 0o644); err != nil {
+			return err
+		}
 	}
 	swaps := "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n"
 	for _, s := range h.Swaps {
@@ -119,10 +143,62 @@ func Build(dir string, h Host) error {
 	return os.WriteFile(filepath.Join(dir, "proc", "net", "ipv6_route"), []byte(v6), 0o644)
 }
 
-func buildDisk(dir, sys string, i int, d Disk) error {
+// mountinfo renders h.Mounts as /proc/self/mountinfo does: with the
+// major:minor of the mounted device (0:N for filesystems without one).
+func mountinfo(h Host, devnums map[string]string) string {
+	var b strings.Builder
+	for i, m := range h.Mounts {
+		f := strings.Fields(m)
+		if len(f) < 3 {
+			continue
+		}
+		src := f[0]
+		num := fmt.Sprintf("0:%d", 40+i)
+		name := h.MountDevices[src]
+		if name == "" && strings.HasPrefix(src, "/dev/") {
+			name = filepath.Base(src)
+		}
+		if n, ok := devnums[name]; ok {
+			num = n
+		}
+		fmt.Fprintf(&b, "%d 1 %s / %s rw,relatime - %s %s rw\n", 20+i, num, f[1], f[2], src)
+	}
+	return b.String()
+}
+
+// devnum gives a fake disk its numbers: the kernel's majors by kind, minors
+// from 4096 up so they never meet a real device a test mixes in.
+func devnum(i, part int, name string) string {
+	major := 252
+	switch {
+	case strings.HasPrefix(name, "nvme"):
+		major = 259
+	case strings.HasPrefix(name, "sd"):
+		major = 8
+	case strings.HasPrefix(name, "loop"):
+		major = 7
+	}
+	return fmt.Sprintf("%d:%d", major, 4096+16*i+part)
+}
+
+func buildDisk(dir, sys string, i int, d Disk, devnums map[string]string) error {
 	if d.SectorSize == 0 {
 		d.SectorSize = 512
 	}
+	num := devnum(i, 0, d.Name)
+	var rdev uint64
+	if d.Device != "" {
+		var st syscall.Stat_t
+		if err := syscall.Stat(d.Device, &st); err != nil {
+			return err
+		}
+		if st.Mode&syscall.S_IFMT != syscall.S_IFBLK {
+			return fmt.Errorf("%s is not a block device", d.Device)
+		}
+		rdev = st.Rdev
+		num = fmt.Sprintf("%d:%d", unix.Major(rdev), unix.Minor(rdev))
+	}
+	devnums[d.Name] = num
 	parent := filepath.Join(sys, "devices", "pci0000:00", fmt.Sprintf("0000:00:%02x.0", 0x10+i))
 	switch {
 	case d.USB:
@@ -136,6 +212,7 @@ func buildDisk(dir, sys string, i int, d Disk) error {
 	}
 	bdir := filepath.Join(parent, "block", d.Name)
 	files := map[string]string{
+		"dev":                      num,
 		"size":                     fmt.Sprint(d.Size / 512),
 		"queue/logical_block_size": fmt.Sprint(d.SectorSize),
 		"queue/rotational":         b01(d.Rotational),
@@ -169,20 +246,50 @@ func buildDisk(dir, sys string, i int, d Disk) error {
 			return err
 		}
 	}
+	if err := os.MkdirAll(filepath.Join(bdir, "slaves"), 0o755); err != nil {
+		return err
+	}
+	for _, sl := range d.Slaves {
+		if err := write(filepath.Join(bdir, "slaves", sl), ""); err != nil {
+			return err
+		}
+	}
+	// Every block device, disk or partition, is reachable as the kernel
+	// offers it: /sys/class/block/NAME and /sys/dev/block/MAJ:MIN.
+	classLinks := func(name, num, target string) error {
+		if err := link(target, filepath.Join(sys, "class", "block", name)); err != nil {
+			return err
+		}
+		return link(target, filepath.Join(sys, "dev", "block", num))
+	}
 	for n, p := range d.Partitions {
+		pnum := devnum(i, n+1, d.Name)
+		devnums[p] = pnum
 		if err := write(filepath.Join(bdir, p, "partition"), fmt.Sprint(n+1)); err != nil {
+			return err
+		}
+		if err := write(filepath.Join(bdir, p, "dev"), pnum); err != nil {
 			return err
 		}
 		os.MkdirAll(filepath.Join(bdir, p, "holders"), 0o755)
 		if err := write(filepath.Join(dir, "dev", p), ""); err != nil {
 			return err
 		}
+		if err := classLinks(p, pnum, filepath.Join(bdir, p)); err != nil {
+			return err
+		}
 	}
 	if err := link(bdir, filepath.Join(sys, "block", d.Name)); err != nil {
 		return err
 	}
+	if err := classLinks(d.Name, num, bdir); err != nil {
+		return err
+	}
 	if d.NoDevNode {
 		return nil
+	}
+	if d.Device != "" {
+		return unix.Mknod(filepath.Join(dir, "dev", d.Name), unix.S_IFBLK|0o600, int(rdev))
 	}
 	f, err := os.OpenFile(filepath.Join(dir, "dev", d.Name), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {

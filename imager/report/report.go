@@ -110,9 +110,27 @@ type Disk struct {
 	WWID              string `json:"wwid,omitempty"`
 	LogicalSectorSize int    `json:"logicalSectorSize"`
 	Rotational        bool   `json:"rotational"`
-	Transport         string `json:"transport,omitempty"` // nvme, sata, sas, virtio, file
-	Reason            string `json:"reason"`              // why this disk was chosen
+	Transport         string `json:"transport,omitempty"` // nvme, sata, sas, virtio, loop, file
+	// Requested is the --disk value when it is a link to Path
+	// (/dev/disk/by-id/...): every check ran on Path.
+	Requested string `json:"requested,omitempty"`
+	// Rule is the rule that chose the disk (RuleNamed, RuleAutoSmallestFit,
+	// RuleAutoLargest); Reason says it in words, with the figures.
+	Rule   string `json:"rule,omitempty"`
+	Reason string `json:"reason"`
 }
+
+// Disk.Rule values. inspect and write (and every subcommand that takes
+// --disk) choose with the same rule from the same inputs.
+const (
+	RuleNamed = "named" // --disk PATH
+	// RuleAutoSmallestFit: --disk auto with the image size known (the
+	// manifest or --image-size): the smallest non-rotational disk that fits.
+	RuleAutoSmallestFit = "auto-smallest-fit"
+	// RuleAutoLargest: --disk auto without an image size: the largest
+	// non-rotational disk.
+	RuleAutoLargest = "auto-largest"
+)
 
 // RejectedDisk is a disk auto-selection looked at and did not take.
 type RejectedDisk struct {
@@ -208,7 +226,10 @@ func Parse(b []byte) (*Report, error) {
 
 // Progress is one JSON line em-imager writes on stderr with --progress json.
 type Progress struct {
-	Phase          string  `json:"phase"` // download|write|sync|verify|done
+	// Phase: download (until the disk is first written: the image's first
+	// MiB is read and checked against the disk), write, sync, verify, then
+	// done or failed.
+	Phase          string  `json:"phase"`
 	BytesIn        int64   `json:"bytesIn"`
 	BytesOut       int64   `json:"bytesOut"`
 	TotalIn        int64   `json:"totalIn,omitempty"`
