@@ -50,11 +50,11 @@ func TestOfferingPriceEstimateFollowsRefresh(t *testing.T) {
 		return testutil.ToFloat64(e.cat.metrics.priceEstimate.WithLabelValues("EM-I220E-NVME", karpv1.CapacityTypeOnDemand, "fr-par-1", "hourly"))
 	}
 	other := func() float64 {
-		return testutil.ToFloat64(e.cat.metrics.priceEstimate.WithLabelValues("EM-A215R-HDD", karpv1.CapacityTypeOnDemand, "fr-par-1", "hourly"))
+		return testutil.ToFloat64(e.cat.metrics.priceEstimate.WithLabelValues("EM-A116X-SSD", karpv1.CapacityTypeOnDemand, "fr-par-1", "hourly"))
 	}
 	before := gauge()
 	if before == 0 || other() == 0 {
-		t.Fatal("no price for EM-I220E-NVME or EM-A215R-HDD in fr-par-1")
+		t.Fatal("no price for EM-I220E-NVME or EM-A116X-SSD in fr-par-1")
 	}
 	offers, err := e.cat.Offer("fr-par-1", "EM-I220E-NVME", BillingHourly)
 	if !err {

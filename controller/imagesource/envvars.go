@@ -17,4 +17,5 @@ var EnvVars = []envvar.Var{
 	{Name: EnvPresignEndpoint, Usage: "Endpoint written into presigned URLs when the servers' rescue system cannot reach S3_ENDPOINT (a cluster-internal Service); default S3_ENDPOINT."},
 	{Name: EnvURLExpiry, Default: DefaultURLExpiry.String(), Usage: "Lifetime of presigned image URLs: must cover a whole download (em-imager resumes on the same URL); at most 7 days."},
 	{Name: EnvCacheTTL, Default: DefaultCacheTTL.String(), Usage: "How long a manifest read from the bucket is reused before it is read again."},
+	{Name: EnvCABundle, Usage: "PEM file of CA certificates trusted besides the system's, for a self-signed S3 endpoint or https manifest URL (chart value imageBucket.caBundle)."},
 }

@@ -19,4 +19,6 @@ var EnvVars = []envvar.Var{
 	{Name: EnvMaxAttempts, Default: fmt.Sprint(DefaultMaxAttempts), Usage: "Attempts per API call, the first included, for transient failures (5xx, 429, timeouts); 1 disables retries."},
 	{Name: EnvRequestTimeout, Default: DefaultRequestTimeout.String(), Usage: "Timeout of one API attempt (every page of a list together)."},
 	{Name: EnvPollInterval, Default: DefaultPollInterval.String(), Usage: "Interval of the batched server polling (one ListServers per zone for every install waiting)."},
+	{Name: EnvThrottleWait, Default: DefaultThrottleWait.String(), Usage: "How long one call may keep waiting out 429 answers (bare 429s and Retry-After) before it fails."},
+	{Name: EnvSettleWait, Default: DefaultSettleWait.String(), Usage: "How long to wait for what the API is still settling (a ready server's IPv4, private network options) before giving up."},
 }
