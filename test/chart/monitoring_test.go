@@ -43,6 +43,24 @@ func ruleFile(t *testing.T, rule *unstructured.Unstructured) []byte {
 	return b
 }
 
+// promtoolDir writes the rule's spec as rules.yaml and the alerts' unit tests
+// as alerts-test.yaml into a new directory, for promtool to run in; it
+// returns the directory and the tests.
+func promtoolDir(t *testing.T, rule *unstructured.Unstructured) (string, []byte) {
+	t.Helper()
+	dir := t.TempDir()
+	tests, err := os.ReadFile("testdata/alerts-test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{"rules.yaml": ruleFile(t, rule), "alerts-test.yaml": tests} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir, tests
+}
+
 func alertNames(t *testing.T, rule *unstructured.Unstructured) []string {
 	t.Helper()
 	groups, _, _ := unstructured.NestedSlice(rule.Object, "spec", "groups")
@@ -64,17 +82,7 @@ func TestAlertsWithPromtool(t *testing.T) {
 	tool := promtool(t)
 	objs := mustRender(t, loadChart(t, controllerChart), monitoringValues)
 	rule := mustFind(t, objs, "PrometheusRule", releaseName)
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), ruleFile(t, rule), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tests, err := os.ReadFile("testdata/alerts-test.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "alerts-test.yaml"), tests, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir, tests := promtoolDir(t, rule)
 	for _, args := range [][]string{{"check", "rules", "rules.yaml"}, {"test", "rules", "alerts-test.yaml"}} {
 		cmd := exec.Command(tool, args...)
 		cmd.Dir = dir
@@ -125,17 +133,7 @@ func TestPromtoolCatchesAWrongThreshold(t *testing.T) {
 	objs := mustRender(t, loadChart(t, controllerChart), minimalValues+`
 prometheusRule: {enabled: true, installFailuresPerHour: 3}
 `)
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), ruleFile(t, mustFind(t, objs, "PrometheusRule", releaseName)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tests, err := os.ReadFile("testdata/alerts-test.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "alerts-test.yaml"), tests, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir, _ := promtoolDir(t, mustFind(t, objs, "PrometheusRule", releaseName))
 	cmd := exec.Command(tool, "test", "rules", "alerts-test.yaml")
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()

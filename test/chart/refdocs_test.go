@@ -96,15 +96,7 @@ func TestSettingsReferenceCoversEveryVariable(t *testing.T) {
 			t.Errorf("the scan of the code did not find %s: it is broken", must)
 		}
 	}
-	doc, err := os.ReadFile(repoPath(t, "docs/settings.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range names {
-		if !strings.Contains(string(doc), "| `"+n+"` |") {
-			t.Errorf("docs/settings.md does not describe %s, which the code reads", n)
-		}
-	}
+	docLists(t, "docs/settings.md", names, func(n string) string { return "| `" + n + "` |" }, nil)
 }
 
 func TestInstanceTypeLabelReferenceIsCurrent(t *testing.T) {

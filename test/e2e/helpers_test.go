@@ -81,23 +81,10 @@ func start(t testing.TB, s setup) *env {
 	return e
 }
 
-// eventually polls cond every 100ms until it holds or timeout passes; the
-// failure names what was awaited and the last state cond reported.
+// eventually polls cond until it holds or timeout passes (world.Eventually).
 func (e *env) eventually(what string, timeout time.Duration, cond func() (bool, string)) {
 	e.t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last string
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		if time.Now().After(deadline) || e.ctx.Err() != nil {
-			e.t.Fatalf("timed out after %s waiting for %s; last state: %s", timeout, what, last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	world.Eventually(e.ctx, e.t, what, timeout, cond)
 }
 
 func (e *env) waitNodeClassReady(name string) {

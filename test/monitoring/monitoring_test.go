@@ -261,17 +261,5 @@ func waitBound(ctx context.Context, t *testing.T, wl *world.Workload, n int) {
 
 func eventually(ctx context.Context, t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(waitLong)
-	var last string
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("timed out waiting for %s; last state: %s", what, last)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	world.Eventually(ctx, t, what, waitLong, cond)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -134,4 +135,24 @@ func (wl *Workload) Bound(ctx context.Context) (bound, total int, err error) {
 		}
 	}
 	return bound, total, nil
+}
+
+// Eventually polls cond every 100ms until it holds or timeout passes (or
+// ctx ends); the failure names what was awaited and the last state cond
+// reported.
+func Eventually(ctx context.Context, t testing.TB, what string, timeout time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last string
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("timed out after %s waiting for %s; last state: %s", timeout, what, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
