@@ -333,7 +333,7 @@ func (l *lostReply) Apply(ctx context.Context, host string, cfg []byte) error {
 // Item 8d: a lost Apply answer does not burn the boot timeout: the node
 // joining ends the phase.
 func TestLostApplyAnswerEndsWhenTheNodeJoins(t *testing.T) {
-	e := startEnv(t, nil)
+	e := startLegacyEnv(t, nil)
 	lost := &lostReply{}
 	e.wrap = func(a install.TalosApplier) install.TalosApplier { lost.TalosApplier = a; return lost }
 	e.opts.BootTimeout = time.Hour // a wait for the timeout would outlast the test

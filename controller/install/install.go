@@ -1,7 +1,9 @@
 // Package install takes an ordered Elastic Metal server from delivery to a
 // Talos node booting with its machine config: wait for delivery, attach
-// private networks, reboot into rescue, run em-imager over SSH, reboot into
-// Talos and apply the config.
+// private networks, reboot into rescue, run em-imager over SSH to write the
+// image (and, with Disk delivery, the machine config into the metal-iso
+// partition), reboot into Talos and wait for the Node (or, with the legacy
+// MaintenanceAPI delivery, apply the config over :50000 first).
 //
 // It is a state machine whose phase lives on the server itself (the
 // karpenter-scaleway-em/phase tag, with the time the phase started in
@@ -39,10 +41,13 @@ const (
 	PhaseOrdered Phase = "ordered"
 	// PhaseRescue: rebooting into rescue; waiting for SSH.
 	PhaseRescue Phase = "rescue"
-	// PhaseImaging: em-imager runs (or ran) in rescue.
+	// PhaseImaging: em-imager runs (or ran) in rescue: the image, then
+	// (Disk delivery) the machine config.
 	PhaseImaging Phase = "imaging"
-	// PhaseBooting: the disk holds the verified image; reboot into Talos and
-	// apply the config. Karpenter's registration window starts here.
+	// PhaseBooting: the disk holds the verified image (and the config);
+	// reboot into Talos, apply the config over the maintenance API only
+	// with MaintenanceAPI delivery, wait for the Node. Karpenter's
+	// registration window starts here.
 	PhaseBooting Phase = "booting"
 	// PhaseJoined: the config was applied; the node boots and registers.
 	PhaseJoined Phase = "joined"
@@ -114,7 +119,25 @@ type Image struct {
 	VerifyReadback bool
 	TalosVersion   string
 	SchematicID    string
+	// Delivery is how the node gets its machine config; recorded on the
+	// server (TagConfigDelivery) when imaging ends, so booting follows what
+	// imaging did whatever the NodeClass says by then.
+	Delivery ConfigDelivery
 }
+
+// ConfigDelivery is how a node gets its machine config.
+type ConfigDelivery string
+
+const (
+	// DeliveryDisk: imaging writes the config into the disk's metal-iso
+	// partition (em-imager write-config); the image boots with
+	// talos.config=metal-iso, reads it, and never opens the maintenance
+	// API. Booting only waits for the Node.
+	DeliveryDisk ConfigDelivery = "disk"
+	// DeliveryMaintenanceAPI: booting applies the config over the Talos
+	// maintenance API on :50000 (legacy; has an exposure window).
+	DeliveryMaintenanceAPI ConfigDelivery = "maintenance-api"
+)
 
 // Installer runs the pipeline. One Installer serves all servers.
 type Installer struct {

@@ -2,6 +2,8 @@ package install
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -76,16 +78,33 @@ func (i *Installer) rebootIntoRescue(ctx, pctx context.Context, job *Job, srv *b
 	return got, nil
 }
 
-// image runs em-imager in rescue, records what it found on the server's tags
-// and the NodeClaim, then moves on to booting. A disk already holding the
-// image to write (a restart after writing) is not written again.
+// image runs em-imager in rescue (the image, then with Disk delivery the
+// machine config), records what it found on the server's tags and the
+// NodeClaim, then moves on to booting. A disk already holding the image to
+// write (a restart after writing) is not written again; the config is
+// (write-config replaces it), as rendering may have changed.
 func (i *Installer) image(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server) (*baremetal.Server, error) {
 	img, err := job.Image(pctx)
 	if err != nil {
 		return srv, &PhaseError{Phase: PhaseImaging, Err: fmt.Errorf("resolving the image: %w", err)}
 	}
-	if !Imaged(srv, img.SHA256) {
-		if srv, err = i.writeImage(ctx, pctx, log, job, srv, img); err != nil {
+	if img.Delivery == "" {
+		img.Delivery = DeliveryDisk
+	}
+	needImage := !Imaged(srv, img.SHA256)
+	if needImage || img.Delivery == DeliveryDisk {
+		srv, err = i.inRescue(ctx, pctx, log, job, srv, func(sess *rescue.Session) (*baremetal.Server, error) {
+			if needImage {
+				if srv, err = i.writeImage(ctx, pctx, log, job, srv, sess, img); err != nil {
+					return srv, err
+				}
+			}
+			if img.Delivery == DeliveryDisk {
+				return srv, i.writeConfig(ctx, pctx, log, job, srv, sess)
+			}
+			return srv, nil
+		})
+		if err != nil {
 			return srv, err
 		}
 	}
@@ -94,10 +113,14 @@ func (i *Installer) image(ctx, pctx context.Context, log logr.Logger, job *Job, 
 			return srv, &PhaseError{Phase: PhaseImaging, Err: fmt.Errorf("recording the image on the nodeclaim: %w", err)}
 		}
 	}
-	return i.setPhase(ctx, srv, PhaseBooting)
+	return i.setPhase(ctx, srv, PhaseBooting, withDelivery(img.Delivery))
 }
 
-func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, img Image) (*baremetal.Server, error) {
+// inRescue runs fn with an SSH session to srv's rescue system, holding an
+// imaging slot; a rescue system gone away is booted again within the
+// phase's deadline.
+func (i *Installer) inRescue(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server,
+	fn func(*rescue.Session) (*baremetal.Server, error)) (*baremetal.Server, error) {
 	srv, host, err := i.address(ctx, pctx, job, srv, PhaseImaging)
 	if err != nil {
 		return srv, err
@@ -128,6 +151,10 @@ func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *
 		}
 	}
 	defer sess.Close()
+	return fn(sess)
+}
+
+func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, sess *rescue.Session, img Image) (*baremetal.Server, error) {
 	i.progress(job, PhaseImaging, "writing the Talos image")
 	lastPct := -1
 	rep, err := rescue.RunImager(pctx, sess, rescue.ImagerArgs{
@@ -144,15 +171,7 @@ func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *
 		}
 	})
 	if err != nil {
-		var re *report.Error
-		if errors.As(err, &re) {
-			// A bad image or an unsuitable disk will not get better by retrying on this server.
-			return srv, &PhaseError{Phase: PhaseImaging, Release: !report.Retryable(re.Code), Err: fmt.Errorf("em-imager: %s", re.Error())}
-		}
-		if ctx.Err() == nil && pctx.Err() != nil {
-			return srv, &PhaseError{Phase: PhaseImaging, Release: true, Err: fmt.Errorf("imaging did not finish within %s", i.Timeouts.Imaging)}
-		}
-		return srv, &PhaseError{Phase: PhaseImaging, Err: err}
+		return srv, i.imagerError(ctx, pctx, "em-imager", err)
 	}
 	if rep.Timings != nil {
 		i.Metrics.observeImager(rep)
@@ -174,6 +193,52 @@ func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *
 	}
 	i.progress(job, PhaseImaging, fmt.Sprintf("image verified on %s", rep.Disk.Path))
 	return updated, nil
+}
+
+// writeConfig renders the node's machine config and has em-imager put it
+// into the metal-iso partition of the disk the image went to. The config
+// goes over the SSH session on em-imager's stdin: it is never in a command
+// line, a log, an event or an error.
+func (i *Installer) writeConfig(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, sess *rescue.Session) error {
+	hw := HardwareFromTags(srv.Tags)
+	if hw.Disk.Path == "" {
+		return &PhaseError{Phase: PhaseImaging, Release: true, Err: errors.New("the server's tags do not say which disk holds the image")}
+	}
+	cfg, err := job.Render(pctx, hw, NetworkOf(srv))
+	if err != nil {
+		return &PhaseError{Phase: PhaseImaging, Err: fmt.Errorf("rendering the machine config: %w", err)}
+	}
+	i.progress(job, PhaseImaging, "writing the machine config to the metal-iso partition of "+hw.Disk.Path)
+	rep, err := rescue.RunWriteConfig(pctx, sess, rescue.ConfigArgs{Binary: i.Imager, Disk: hw.Disk.Path, Config: cfg})
+	if err != nil {
+		return i.imagerError(ctx, pctx, "em-imager write-config", err)
+	}
+	want := sha256.Sum256(cfg)
+	if rep.Config == nil || rep.Config.SHA256 != hex.EncodeToString(want[:]) || !rep.Config.Verified {
+		return &PhaseError{Phase: PhaseImaging, Release: true, Err: errors.New("em-imager write-config did not report the config it was given as written and read back")}
+	}
+	log.Info("machine config written to the disk", "disk", hw.Disk.Path, "partition", rep.Config.Partition, "configSHA256", rep.Config.SHA256)
+	i.progress(job, PhaseImaging, fmt.Sprintf("machine config written to partition %s of %s", rep.Config.Partition, hw.Disk.Path))
+	return nil
+}
+
+// imagerError classifies a failed em-imager run: a bad image or unsuitable
+// disk, a binary on the host that is not ours, or the phase's timeout
+// release the server; anything else is retried.
+func (i *Installer) imagerError(ctx, pctx context.Context, what string, err error) error {
+	var re *report.Error
+	switch {
+	case errors.As(err, &re):
+		// A bad image or an unsuitable disk will not get better by retrying on this server.
+		return &PhaseError{Phase: PhaseImaging, Release: !report.Retryable(re.Code), Err: fmt.Errorf("%s: %s", what, re.Error())}
+	case errors.Is(err, rescue.ErrImagerDigestMismatch):
+		// Something on the rescue host changed the binary between upload
+		// and run: the host is not ours alone.
+		return &PhaseError{Phase: PhaseImaging, Release: true, Err: err}
+	case ctx.Err() == nil && pctx.Err() != nil:
+		return &PhaseError{Phase: PhaseImaging, Release: true, Err: fmt.Errorf("imaging did not finish within %s", i.Timeouts.Imaging)}
+	}
+	return &PhaseError{Phase: PhaseImaging, Err: err}
 }
 
 // readyIn reports whether srv already runs bootType, so no reboot is needed.
@@ -210,6 +275,9 @@ func (i *Installer) boot(ctx, pctx context.Context, log logr.Logger, job *Job, s
 			return srv, waitError(ctx, PhaseBooting, "the reboot into Talos", err)
 		}
 	}
+	if DeliveryOf(srv) == DeliveryDisk {
+		return i.awaitNode(ctx, pctx, log, job, srv)
+	}
 	i.progress(job, PhaseBooting, "waiting for the Talos API on "+host)
 	// Short waits for the API, each followed by a look for the node.
 	probe := max(10*i.retryInterval(), 10*time.Second)
@@ -245,6 +313,25 @@ func (i *Installer) boot(ctx, pctx context.Context, log logr.Logger, job *Job, s
 		log.Info("machine config applied")
 		i.progress(job, PhaseBooting, "machine config applied; the node is joining")
 		return i.setPhase(ctx, srv, PhaseJoined)
+	}
+}
+
+// awaitNode waits for the Node of a server whose config is on its disk.
+// Nothing talks to the Talos API: Talos reads the metal-iso partition at
+// boot, and without a usable one it stays down (fail closed), which ends
+// in the phase's timeout and the server's release.
+func (i *Installer) awaitNode(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server) (*baremetal.Server, error) {
+	i.progress(job, PhaseBooting, "Talos reads its machine config from the disk; waiting for the node to register (no maintenance API)")
+	for {
+		if i.joined(pctx, job) {
+			log.Info("the node registered; its config came from the disk")
+			return i.setPhase(ctx, srv, PhaseJoined)
+		}
+		select {
+		case <-pctx.Done():
+			return srv, waitError(ctx, PhaseBooting, "the node's registration (config on the disk)", pctx.Err())
+		case <-i.clock().After(i.retryInterval()):
+		}
 	}
 }
 

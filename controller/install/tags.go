@@ -25,9 +25,30 @@ const (
 	TagDiskSerial = "karpenter-scaleway-em/disk-serial"
 )
 
+// TagConfigDelivery records how the node gets its config (ConfigDelivery),
+// set when imaging ends: "disk" means the config is on the disk and booting
+// must never talk to :50000.
+const TagConfigDelivery = "karpenter-scaleway-em/config-delivery"
+
 // InstallTags are the tags an install writes about the disk; a spare taken
 // by a new NodeClaim drops them (its disk gets written again).
-var InstallTags = []string{TagUplinkMAC, TagDisk, TagDiskSerial, scaleway.TagImage}
+var InstallTags = []string{TagUplinkMAC, TagDisk, TagDiskSerial, scaleway.TagImage, TagConfigDelivery}
+
+// DeliveryOf is how srv's node gets its config: what imaging recorded, else
+// the maintenance API (a server imaged before the tag existed).
+func DeliveryOf(s *baremetal.Server) ConfigDelivery {
+	if v, _ := scaleway.TagValue(s.Tags, TagConfigDelivery); ConfigDelivery(v) == DeliveryDisk {
+		return DeliveryDisk
+	}
+	return DeliveryMaintenanceAPI
+}
+
+func withDelivery(d ConfigDelivery) func([]string) []string {
+	return func(tags []string) []string {
+		tags, _ = scaleway.SetTagIn(tags, TagConfigDelivery, string(d))
+		return tags
+	}
+}
 
 // PhaseOf reads the phase tag (ordered when the server has none).
 func PhaseOf(s *baremetal.Server) Phase {
