@@ -28,6 +28,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/talosapi"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/report"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/talosgen"
 )
@@ -164,10 +165,13 @@ type Installer struct {
 // DefaultImagingSlots is the default of Installer.ImagingSlots.
 const DefaultImagingSlots = 8
 
-// TalosApplier is the Talos maintenance API (talosapi.Applier in production).
+// TalosApplier is the Talos maintenance API (talosapi.Applier in
+// production), used by the legacy MaintenanceAPI delivery only.
 type TalosApplier interface {
-	WaitReady(ctx context.Context, host string, interval time.Duration) error
-	Apply(ctx context.Context, host string, cfg []byte) error
+	// WaitMaintenance returns the API once it proves maintenance mode.
+	WaitMaintenance(ctx context.Context, host string, interval time.Duration) (talosapi.Peer, error)
+	// ApplyTo sends the config to that API only (its key pinned).
+	ApplyTo(ctx context.Context, peer talosapi.Peer, cfg []byte) error
 }
 
 // Job is one server's install.
@@ -192,6 +196,11 @@ type Job struct {
 	// but its answer lost, or a restart after the apply).
 	Joined func(ctx context.Context) (bool, error)
 }
+
+// ReasonRescueHostKeyChanged starts the error of an install given up
+// because a rescue system presented another host key than the one pinned
+// for its boot.
+const ReasonRescueHostKeyChanged = "RescueHostKeyChanged"
 
 // PhaseError is a failure in one phase. Release means the server cannot go
 // on (a timeout, an error state, a bad image) and should be given back.
@@ -333,7 +342,7 @@ func waitError(ctx context.Context, p Phase, what string, err error) error {
 	case errors.As(err, &changed):
 		// Someone else answers on its address, or it rebooted behind our
 		// back: never trusted again by rebooting it, given back.
-		return &PhaseError{Phase: p, Release: true, Err: err}
+		return &PhaseError{Phase: p, Release: true, Err: fmt.Errorf("%s: %w", ReasonRescueHostKeyChanged, err)}
 	case errors.As(err, &se):
 		return &PhaseError{Phase: p, Release: true, Err: err}
 	case scaleway.IsNotFound(err):

@@ -14,6 +14,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/talosapi"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/report"
 )
 
@@ -53,6 +54,8 @@ func (i *Installer) rescue(ctx, pctx context.Context, job *Job, srv *baremetal.S
 		if srv, err = i.rebootIntoRescue(ctx, pctx, job, srv, PhaseRescue); err != nil {
 			return srv, err
 		}
+	} else {
+		i.loadHostKeyPin(srv, host)
 	}
 	i.progress(job, PhaseRescue, "waiting for rescue SSH on "+host)
 	sess, err := i.Dialer.WaitDial(pctx, host, i.retryInterval())
@@ -60,13 +63,53 @@ func (i *Installer) rescue(ctx, pctx context.Context, job *Job, srv *baremetal.S
 		return srv, waitError(ctx, PhaseRescue, "rescue SSH", err)
 	}
 	_ = sess.Close()
-	return i.setPhase(ctx, srv, PhaseImaging)
+	return i.setPhase(ctx, srv, PhaseImaging, withHostKey(sess.HostKey))
+}
+
+// loadHostKeyPin gives the dialer the pin of srv's current rescue boot
+// recorded on its tags (after a restart), unless it has one.
+func (i *Installer) loadHostKeyPin(srv *baremetal.Server, host string) {
+	v, _ := scaleway.TagValue(srv.Tags, TagRescueHostKey)
+	if pin, err := rescue.ParseHostKeyPin(v); err == nil && pin != "" && i.Dialer.Pinned(host) == "" {
+		i.Dialer.Pin(host, pin)
+	}
+}
+
+// recordHostKey puts the pin of the session's host key on the server when it
+// is not there yet, before anything is sent over the session.
+func (i *Installer) recordHostKey(ctx context.Context, log logr.Logger, srv *baremetal.Server, pin rescue.HostKeyPin) (*baremetal.Server, error) {
+	if v, _ := scaleway.TagValue(srv.Tags, TagRescueHostKey); v == string(pin) || pin == "" {
+		return srv, nil
+	}
+	log.Info("rescue host key pinned for this rescue boot", "fingerprint", string(pin))
+	return i.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
+		return withHostKey(pin)(tags), true
+	})
+}
+
+func withHostKey(pin rescue.HostKeyPin) func([]string) []string {
+	return func(tags []string) []string {
+		if pin == "" {
+			tags, _ = scaleway.RemoveTagIn(tags, TagRescueHostKey)
+		} else {
+			tags, _ = scaleway.SetTagIn(tags, TagRescueHostKey, string(pin))
+		}
+		return tags
+	}
 }
 
 // rebootIntoRescue reboots into rescue (forgetting the old boot's host key)
 // and waits until the server is ready in it.
 func (i *Installer) rebootIntoRescue(ctx, pctx context.Context, job *Job, srv *baremetal.Server, p Phase) (*baremetal.Server, error) {
 	i.progress(job, p, "rebooting into rescue")
+	// The new boot has a new host key: the old pin goes first.
+	if v, _ := scaleway.TagValue(srv.Tags, TagRescueHostKey); v != "" {
+		updated, err := i.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) { return withHostKey("")(tags), true })
+		if err != nil {
+			return srv, &PhaseError{Phase: p, Err: fmt.Errorf("dropping the old rescue host key: %w", err)}
+		}
+		srv = updated
+	}
 	if _, err := i.Dialer.RebootIntoRescue(pctx, i.API, srv, job.SSHKeyIDs); err != nil {
 		return srv, apiError(ctx, p, "reboot into rescue", err)
 	}
@@ -130,6 +173,7 @@ func (i *Installer) inRescue(ctx, pctx context.Context, log logr.Logger, job *Jo
 		return srv, waitError(ctx, PhaseImaging, "an imaging slot", err)
 	}
 	defer release()
+	i.loadHostKeyPin(srv, host)
 	// Rescue answered SSH when this phase began: a short wait tells whether
 	// it is still there.
 	dctx, cancel := context.WithTimeout(pctx, max(20*i.retryInterval(), 10*time.Second))
@@ -151,6 +195,9 @@ func (i *Installer) inRescue(ctx, pctx context.Context, log logr.Logger, job *Jo
 		}
 	}
 	defer sess.Close()
+	if srv, err = i.recordHostKey(ctx, log, srv, sess.HostKey); err != nil {
+		return srv, &PhaseError{Phase: PhaseImaging, Err: fmt.Errorf("recording the rescue host key: %w", err)}
+	}
 	return fn(sess)
 }
 
@@ -276,11 +323,27 @@ func (i *Installer) boot(ctx, pctx context.Context, log logr.Logger, job *Job, s
 		}
 	}
 	if DeliveryOf(srv) == DeliveryDisk {
-		return i.awaitNode(ctx, pctx, log, job, srv)
+		return i.awaitNode(ctx, pctx, log, job, srv, "Talos reads its machine config from the disk; waiting for the node to register (no maintenance API)")
 	}
-	i.progress(job, PhaseBooting, "waiting for the Talos API on "+host)
-	// Short waits for the API, each followed by a look for the node.
+	return i.applyOverMaintenanceAPI(ctx, pctx, log, job, srv, host)
+}
+
+// applyOverMaintenanceAPI is the legacy delivery: wait until the Talos API
+// proves maintenance mode, record its key on the server, send the config to
+// that key only. Whatever fails once a peer was chosen (another key, a
+// configured node, an apply error) may mean someone else configured the
+// server first: it is given back, unless its Node shows up meanwhile (an
+// apply whose answer was lost). The config is never sent twice.
+func (i *Installer) applyOverMaintenanceAPI(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, host string) (*baremetal.Server, error) {
+	pinned, _ := scaleway.TagValue(srv.Tags, TagTalosPeer)
 	probe := max(10*i.retryInterval(), 10*time.Second)
+	if pinned != "" {
+		// Applied (or about to be) before a restart: only the node tells;
+		// nothing is sent again, to this key or another.
+		log.Info("the config was sent to the Talos API before; waiting for the node", "peer", pinned)
+		return i.awaitNode(ctx, pctx, log, job, srv, "the config was sent to the Talos API before a restart; waiting for the node to register")
+	}
+	i.progress(job, PhaseBooting, "waiting for the Talos maintenance API on "+host)
 	var last error
 	for {
 		if i.joined(pctx, job) {
@@ -290,9 +353,14 @@ func (i *Installer) boot(ctx, pctx context.Context, log logr.Logger, job *Job, s
 			return srv, waitError(ctx, PhaseBooting, "the Talos API", fmt.Errorf("%w (last error: %v)", pctx.Err(), last))
 		}
 		wctx, cancel := context.WithTimeout(pctx, probe)
-		err := i.Talos.WaitReady(wctx, host, i.retryInterval())
+		peer, err := i.Talos.WaitMaintenance(wctx, host, i.retryInterval())
 		cancel()
 		if err != nil {
+			if talosapi.Release(err) && ctx.Err() == nil {
+				// Answers, but not as a fresh Talos in maintenance mode: configured
+				// by someone else, or not Talos at all.
+				return srv, &PhaseError{Phase: PhaseBooting, Release: true, Err: fmt.Errorf("the Talos API on %s: %w", host, err)}
+			}
 			last = err
 			continue
 		}
@@ -300,36 +368,63 @@ func (i *Installer) boot(ctx, pctx context.Context, log logr.Logger, job *Job, s
 		if err != nil {
 			return srv, &PhaseError{Phase: PhaseBooting, Err: fmt.Errorf("rendering the machine config: %w", err)}
 		}
+		// The peer goes on the server before the config leaves: a restart
+		// never sends it again, to this peer or another.
+		if srv, err = i.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
+			tags, _ = scaleway.SetTagIn(tags, TagTalosPeer, peer.Fingerprint)
+			return tags, true
+		}); err != nil {
+			return srv, &PhaseError{Phase: PhaseBooting, Err: fmt.Errorf("recording the Talos API's key: %w", err)}
+		}
+		log.Info("Talos API in maintenance mode; applying the machine config to its key only", "peer", peer.Fingerprint)
 		actx, cancel := context.WithTimeout(pctx, probe)
-		err = i.Talos.Apply(actx, host, cfg)
+		err = i.Talos.ApplyTo(actx, peer, cfg)
 		cancel()
 		if err != nil {
-			// The config may have been applied with the answer lost: the
-			// next round looks for the node before trying again.
-			log.Info("applying the machine config failed; looking for the node before trying again", "error", err.Error())
-			last = err
-			continue
+			log.Info("applying the machine config failed; the server may have been taken", "error", err.Error())
+			return i.awaitNodeOrRelease(ctx, pctx, job, srv, probe, fmt.Errorf("applying the machine config to %s: %w", host, err))
 		}
+		// Joined only when the node shows: Talos answers an apply that lost
+		// the race to another writer with OK and ignores it.
 		log.Info("machine config applied")
-		i.progress(job, PhaseBooting, "machine config applied; the node is joining")
-		return i.setPhase(ctx, srv, PhaseJoined)
+		return i.awaitNode(ctx, pctx, log, job, srv, "machine config applied; waiting for the node to register")
 	}
 }
 
-// awaitNode waits for the Node of a server whose config is on its disk.
-// Nothing talks to the Talos API: Talos reads the metal-iso partition at
-// boot, and without a usable one it stays down (fail closed), which ends
-// in the phase's timeout and the server's release.
-func (i *Installer) awaitNode(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server) (*baremetal.Server, error) {
-	i.progress(job, PhaseBooting, "Talos reads its machine config from the disk; waiting for the node to register (no maintenance API)")
+// awaitNodeOrRelease gives the node grace to register (an apply whose
+// answer was lost), else releases the server with cause.
+func (i *Installer) awaitNodeOrRelease(ctx, pctx context.Context, job *Job, srv *baremetal.Server, grace time.Duration, cause error) (*baremetal.Server, error) {
+	gctx, cancel := context.WithTimeout(pctx, grace)
+	defer cancel()
+	for {
+		if i.joined(gctx, job) {
+			return i.setPhase(ctx, srv, PhaseJoined)
+		}
+		select {
+		case <-gctx.Done():
+			if ctx.Err() != nil {
+				return srv, ctx.Err()
+			}
+			return srv, &PhaseError{Phase: PhaseBooting, Release: true, Err: cause}
+		case <-i.clock().After(i.retryInterval()):
+		}
+	}
+}
+
+// awaitNode waits, until the phase's deadline, for the Node of a server
+// that has its config. Nothing talks to the Talos API. With Disk delivery
+// Talos reads the metal-iso partition at boot, and without a usable one it
+// stays down (fail closed): the phase times out and the server is released.
+func (i *Installer) awaitNode(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, msg string) (*baremetal.Server, error) {
+	i.progress(job, PhaseBooting, msg)
 	for {
 		if i.joined(pctx, job) {
-			log.Info("the node registered; its config came from the disk")
+			log.Info("the node registered", "configDelivery", DeliveryOf(srv))
 			return i.setPhase(ctx, srv, PhaseJoined)
 		}
 		select {
 		case <-pctx.Done():
-			return srv, waitError(ctx, PhaseBooting, "the node's registration (config on the disk)", pctx.Err())
+			return srv, waitError(ctx, PhaseBooting, "the node's registration", pctx.Err())
 		case <-i.clock().After(i.retryInterval()):
 		}
 	}

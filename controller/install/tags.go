@@ -30,9 +30,21 @@ const (
 // must never talk to :50000.
 const TagConfigDelivery = "karpenter-scaleway-em/config-delivery"
 
+// TagTalosPeer is the SPKI fingerprint of the Talos maintenance API the
+// config is (about to be) sent to (MaintenanceAPI delivery), set before the
+// apply: after a restart only that API is trusted, and a configured node
+// without our Node is not retried but given back.
+const TagTalosPeer = "karpenter-scaleway-em/talos-peer"
+
+// TagRescueHostKey is the fingerprint (rescue.HostKeyPin) of the host key
+// the server's current rescue boot presented first: a restart keeps the
+// pin instead of trusting whatever key it is shown next. Removed before
+// every reboot into rescue (a new boot has a new key).
+const TagRescueHostKey = "karpenter-scaleway-em/rescue-host-key"
+
 // InstallTags are the tags an install writes about the disk; a spare taken
 // by a new NodeClaim drops them (its disk gets written again).
-var InstallTags = []string{TagUplinkMAC, TagDisk, TagDiskSerial, scaleway.TagImage, TagConfigDelivery}
+var InstallTags = []string{TagUplinkMAC, TagDisk, TagDiskSerial, scaleway.TagImage, TagConfigDelivery, TagTalosPeer, TagRescueHostKey}
 
 // DeliveryOf is how srv's node gets its config: what imaging recorded, else
 // the maintenance API (a server imaged before the tag existed).
