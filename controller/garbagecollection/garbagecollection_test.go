@@ -24,6 +24,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/simapi"
 )
 
 const zone = scw.Zone("fr-par-2")
@@ -37,23 +38,7 @@ type fixture struct {
 }
 
 func setup(t *testing.T, objs ...client.Object) *fixture {
-	opts, err := scwsim.Profile("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim := scwsim.New(opts)
-	url, err := sim.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sim.Close)
-	api, err := scaleway.New(scaleway.Config{
-		AccessKey: "SCWSIMULATED00000000", SecretKey: sim.SecretKey(), ProjectID: opts.ProjectID,
-		OrganizationID: opts.OrganizationID, APIURL: url, DefaultZone: zone,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sim, api := simapi.Start(t, zone)
 	// Karpenter's and our types register with client-go's scheme.
 	_ = v1alpha1.SchemeGroupVersion
 	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(objs...).Build()

@@ -12,25 +12,12 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/simapi"
 )
 
 func setup(t *testing.T) (*Inventory, *scaleway.Client, *scwsim.Sim) {
 	t.Helper()
-	opts, err := scwsim.Profile(scwsim.ProfileTest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim := scwsim.New(opts)
-	url, err := sim.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sim.Close)
-	api, err := scaleway.New(scaleway.Config{AccessKey: "SCWSIMULATED00000000", SecretKey: sim.SecretKey(),
-		ProjectID: opts.ProjectID, APIURL: url, DefaultZone: "fr-par-2"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sim, api := simapi.Start(t, "fr-par-2")
 	_ = v1alpha1.SchemeGroupVersion
 	nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
 	nc.Name, nc.Spec.Zones = "nc", []string{"fr-par-2"}
