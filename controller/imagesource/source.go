@@ -84,7 +84,10 @@ type Image struct {
 // an ErrNoMetalISO error saying why and what to do, for the NodeClass status.
 func (i *Image) DiskConfigDelivery() error {
 	var why string
-	b := i.Manifest.Boot
+	var b *manifest.Boot
+	if i.Manifest != nil {
+		b = i.Manifest.Boot
+	}
 	switch {
 	case b == nil:
 		why = "its manifest does not record the image's kernel arguments (published by an older em-imager publish): publish it again"

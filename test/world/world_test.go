@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/diskimage"
 	"net"
 	"os"
 	"strconv"
@@ -30,7 +31,9 @@ import (
 // SSH/SFTP, runs the uploaded em-imager against its disk with the published
 // image, and then boots into the Talos maintenance API.
 func TestWorldServesTheWholePath(t *testing.T) {
-	w := Start(t, Options{})
+	// The test applies the config by hand over the maintenance API: an image
+	// without talos.config=metal-iso (the world's default has it).
+	w := Start(t, Options{ImageKernelArgs: diskimage.DefaultKernelArgs})
 	ctx := context.Background()
 	sec, err := w.Clientset.CoreV1().Secrets(w.JoinSecret.Namespace).Get(ctx, w.JoinSecret.Name, metav1.GetOptions{})
 	if err != nil {
