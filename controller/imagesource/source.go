@@ -530,7 +530,7 @@ func (s *Source) httpGet(ctx context.Context, u *url.URL) ([]byte, error) {
 // the URL's fault, the rest is the endpoint's reachability (TLS errors say
 // what to configure).
 func httpError(err error) error {
-	if errors.Is(err, errRedirectRefused) {
+	if errors.Is(err, manifest.ErrRedirect) {
 		return &Error{Reason: ReasonInvalidSettings, Err: fmt.Errorf("manifestURL: %v; point it at the final location", unwrapURLError(err))}
 	}
 	return &Error{Reason: ReasonUnreachable, Err: fmt.Errorf("%w%s", unwrapURLError(err), tlsHint(err))}
