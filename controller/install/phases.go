@@ -212,10 +212,13 @@ func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *
 			return
 		}
 		pct := int(100 * p.BytesIn / p.TotalIn)
+		if pct/ImagingStep != lastPct/ImagingStep && job.Imaging != nil {
+			job.Imaging(pct / ImagingStep * ImagingStep)
+		}
 		if pct/25 != lastPct/25 { // an event every quarter, not every second
-			lastPct = pct
 			i.progress(job, PhaseImaging, fmt.Sprintf("imaging %d%% (%.0f MB/s raw)", pct, p.RawMBps))
 		}
+		lastPct = pct
 	})
 	if err != nil {
 		return srv, i.imagerError(ctx, pctx, "em-imager", err)

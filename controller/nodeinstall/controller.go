@@ -42,6 +42,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagesource"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/phaselabels"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/registration"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
@@ -85,12 +86,14 @@ type Controller struct {
 // Reconcile starts (or keeps) the NodeClaim's worker and holds its
 // registration window.
 func (c *Controller) Reconcile(ctx context.Context, claim *karpv1.NodeClaim) (reconcile.Result, error) {
-	if !claim.DeletionTimestamp.IsZero() || claim.Status.ProviderID == "" ||
-		claim.StatusConditions().Get(karpv1.ConditionTypeRegistered).IsTrue() {
+	if !claim.DeletionTimestamp.IsZero() || claim.Status.ProviderID == "" {
 		// Deleting: CloudProvider.Delete stops the worker before acting.
-		// Registered: the install is over (a worker still running sees the
-		// node and records the joined phase itself).
 		return reconcile.Result{}, nil
+	}
+	if claim.StatusConditions().Get(karpv1.ConditionTypeRegistered).IsTrue() {
+		// The install is over (a worker still running sees the node and
+		// records the joined phase itself).
+		return reconcile.Result{}, client.IgnoreNotFound(c.settleLabels(ctx, claim))
 	}
 	w := c.ensure(claim)
 	phase, since := w.state()
@@ -106,6 +109,28 @@ func (c *Controller) Reconcile(ctx context.Context, claim *karpv1.NodeClaim) (re
 		return reconcile.Result{RequeueAfter: time.Second}, client.IgnoreNotFound(ignoreConflict(err))
 	}
 	return reconcile.Result{RequeueAfter: c.resync()}, nil
+}
+
+// settleLabels shows a registered NodeClaim as joined, and takes the
+// install labels off its Node (core copied them there when it registered).
+func (c *Controller) settleLabels(ctx context.Context, claim *karpv1.NodeClaim) error {
+	if _, ours := claim.Labels[v1alpha1.LabelInstallPhase]; !ours {
+		return nil // not installed by this controller (or before it had labels)
+	}
+	joined := phaselabels.State{Phase: install.PhaseJoined}
+	if !joined.Shown(claim) {
+		if err := phaselabels.Set(ctx, c.Kube, claim.Name, joined); err != nil {
+			return err
+		}
+	}
+	if claim.Status.NodeName == "" {
+		return nil
+	}
+	node := &corev1.Node{}
+	if err := c.Kube.Get(ctx, types.NamespacedName{Name: claim.Status.NodeName}, node); err != nil {
+		return err
+	}
+	return phaselabels.Clear(ctx, c.Kube, node)
 }
 
 // Stop ends NodeClaim name's worker, if any, and waits until it has stopped
@@ -193,6 +218,7 @@ func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
 	c.mu.Lock()
 	c.base = ctx
 	c.mu.Unlock()
+	c.Metrics.timeouts(c.Installer.Timeouts)
 	return controllerruntime.NewControllerManagedBy(m).
 		Named("scaleway-em.nodeinstall").
 		For(&karpv1.NodeClaim{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
