@@ -201,7 +201,7 @@ func (w *worker) job(claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalN
 			w.holdWindow(p, since)
 		},
 		Imaging: func(pct int) { w.show(phaselabels.State{Phase: install.PhaseImaging, Percent: pct}) },
-		Joined: func(ctx context.Context) (bool, error) { return c.nodeRegistered(ctx, w.providerID) },
+		Joined:  func(ctx context.Context) (bool, error) { return c.nodeRegistered(ctx, w.providerID) },
 	}
 }
 
