@@ -93,7 +93,7 @@ func (c *Controller) Reconcile(ctx context.Context, claim *karpv1.NodeClaim) (re
 	if claim.StatusConditions().Get(karpv1.ConditionTypeRegistered).IsTrue() {
 		// The install is over (a worker still running sees the node and
 		// records the joined phase itself).
-		return reconcile.Result{}, client.IgnoreNotFound(c.settleLabels(ctx, claim))
+		return reconcile.Result{}, client.IgnoreNotFound(phaselabels.Settle(ctx, c.Kube, claim))
 	}
 	w := c.ensure(claim)
 	phase, since := w.state()
@@ -109,28 +109,6 @@ func (c *Controller) Reconcile(ctx context.Context, claim *karpv1.NodeClaim) (re
 		return reconcile.Result{RequeueAfter: time.Second}, client.IgnoreNotFound(ignoreConflict(err))
 	}
 	return reconcile.Result{RequeueAfter: c.resync()}, nil
-}
-
-// settleLabels shows a registered NodeClaim as joined, and takes the
-// install labels off its Node (core copied them there when it registered).
-func (c *Controller) settleLabels(ctx context.Context, claim *karpv1.NodeClaim) error {
-	if _, ours := claim.Labels[v1alpha1.LabelInstallPhase]; !ours {
-		return nil // not installed by this controller (or before it had labels)
-	}
-	joined := phaselabels.State{Phase: install.PhaseJoined}
-	if !joined.Shown(claim) {
-		if err := phaselabels.Set(ctx, c.Kube, claim.Name, joined); err != nil {
-			return err
-		}
-	}
-	if claim.Status.NodeName == "" {
-		return nil
-	}
-	node := &corev1.Node{}
-	if err := c.Kube.Get(ctx, types.NamespacedName{Name: claim.Status.NodeName}, node); err != nil {
-		return err
-	}
-	return phaselabels.Clear(ctx, c.Kube, node)
 }
 
 // Stop ends NodeClaim name's worker, if any, and waits until it has stopped

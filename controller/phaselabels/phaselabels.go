@@ -9,7 +9,7 @@
 // only what core changed) never undo it. NodeClaim annotations cannot be
 // shown by kubectl's -L, and the NodeClaim's printer columns are core's.
 //
-// Core copies a NodeClaim's labels onto its Node when it registers; Clear
+// Core copies a NodeClaim's labels onto its Node when it registers; Settle
 // takes them off the Node again (a Node does not install).
 package phaselabels
 
@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"strconv"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -59,12 +60,34 @@ func (s State) Shown(obj client.Object) bool {
 
 // Set shows s on NodeClaim name.
 func Set(ctx context.Context, kube client.Client, name string, s State) error {
-	return patch(ctx, kube, name, s.labels())
+	return kube.Patch(ctx, &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name}}, rawLabels(s.labels()))
 }
 
-// Clear removes the labels from obj (a registered NodeClaim's Node), if it
-// has any.
-func Clear(ctx context.Context, kube client.Client, obj client.Object) error {
+// Settle shows a registered NodeClaim as joined, and takes the labels off
+// its Node (core copied them there when it registered). A NodeClaim without
+// the labels (not installed by this controller) is left alone.
+func Settle(ctx context.Context, kube client.Client, claim *karpv1.NodeClaim) error {
+	if _, ours := claim.Labels[v1alpha1.LabelInstallPhase]; !ours {
+		return nil
+	}
+	joined := State{Phase: install.PhaseJoined}
+	if !joined.Shown(claim) {
+		if err := Set(ctx, kube, claim.Name, joined); err != nil {
+			return err
+		}
+	}
+	if claim.Status.NodeName == "" {
+		return nil
+	}
+	node := &corev1.Node{}
+	if err := kube.Get(ctx, types.NamespacedName{Name: claim.Status.NodeName}, node); err != nil {
+		return err
+	}
+	return unlabel(ctx, kube, node)
+}
+
+// unlabel removes the labels from obj, if it has any.
+func unlabel(ctx context.Context, kube client.Client, obj client.Object) error {
 	out := map[string]*string{}
 	for _, k := range []string{v1alpha1.LabelInstallPhase, v1alpha1.LabelImagingProgress} {
 		if _, ok := obj.GetLabels()[k]; ok {
@@ -75,11 +98,6 @@ func Clear(ctx context.Context, kube client.Client, obj client.Object) error {
 		return nil
 	}
 	return kube.Patch(ctx, obj, rawLabels(out))
-}
-
-func patch(ctx context.Context, kube client.Client, name string, labels map[string]*string) error {
-	claim := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	return kube.Patch(ctx, claim, rawLabels(labels))
 }
 
 func rawLabels(labels map[string]*string) client.Patch {
