@@ -171,6 +171,7 @@ func (d *demo) run(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeCla
 	evctx, evcancel := context.WithCancel(ctx)
 	defer evcancel()
 	go d.watchNodeClaimEvents(evctx)
+	go d.showWhileImaging(evctx)
 
 	web := w.RunWorkload("default", "web", 3, "6", "2Gi", true)
 	defer web.Stop()
@@ -257,8 +258,32 @@ func (d *demo) nodeClaimPhases(ctx context.Context) error {
 			nc.Labels[v1alpha1.LabelInstallPhase], nc.Labels[v1alpha1.LabelImagingProgress])
 	}
 	_ = tw.Flush()
-	d.printf("kubectl get nodeclaims -L %s -L %s\n%s", v1alpha1.LabelInstallPhase, v1alpha1.LabelImagingProgress, strings.TrimRight(b.String(), "\n"))
+	lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
+	for i := range lines {
+		lines[i] = strings.TrimRight(lines[i], " ")
+	}
+	d.printf("kubectl get nodeclaims -L %s -L %s\n%s", v1alpha1.LabelInstallPhase, v1alpha1.LabelImagingProgress, strings.Join(lines, "\n"))
 	return nil
+}
+
+// showWhileImaging prints the NodeClaims' phase labels once, the first time
+// one of them shows how far its imaging got.
+func (d *demo) showWhileImaging(ctx context.Context) {
+	for ctx.Err() == nil {
+		var ncs karpv1.NodeClaimList
+		if err := d.w.Kube.Client.List(ctx, &ncs); err == nil {
+			for _, nc := range ncs.Items {
+				if pct := nc.Labels[v1alpha1.LabelImagingProgress]; pct != "" && pct != "0" {
+					_ = d.nodeClaimPhases(ctx)
+					return
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 var (
