@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeinstall"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
@@ -24,6 +25,9 @@ func TestLostMetalISOFailsClosedAndReleases(t *testing.T) {
 	e.w.Machines.LoseMetalISO(id)
 
 	e.waitPhase(claim.Name, install.PhaseBooting)
+	e.eventually("the nodeclaim labelled with the booting phase", func() bool {
+		return e.claim(claim.Name).Labels[v1alpha1.LabelInstallPhase] == string(install.PhaseBooting)
+	})
 	e.eventually("the install's booting phase in the phase-start gauge", func() bool {
 		return phaseStartSeries(t, e, claim.Name, install.PhaseBooting) == 1
 	})
