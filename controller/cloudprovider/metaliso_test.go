@@ -89,4 +89,3 @@ func phaseStartSeries(t *testing.T, e *env, claim string, phase install.Phase) i
 	}
 	return n
 }
-

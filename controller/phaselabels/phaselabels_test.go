@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider"
@@ -55,23 +54,7 @@ func TestLabelsFollowTheInstallThroughCoresLifecycle(t *testing.T) {
 	kube := testenv.StartKube(t, testenv.KubeOptions{})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	c, err := cache.New(kube.Config, cache.Options{Scheme: kube.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.IndexField(ctx, &corev1.Node{}, "spec.providerID", func(o client.Object) []string {
-		return []string{o.(*corev1.Node).Spec.ProviderID}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = c.Start(ctx) }()
-	if !c.WaitForCacheSync(ctx) {
-		t.Fatal("cache never synced")
-	}
-	cached, err := client.New(kube.Config, client.Options{Scheme: kube.Scheme, Cache: &client.CacheOptions{Reader: c}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cached := kube.CachedClient(t)
 	direct := kube.Client
 	core := lifecycle.NewController(clock.RealClock{}, cached, launcher{kube: direct}, events.NewRecorder(&record.FakeRecorder{}), nodepoolhealth.NewState(), nil)
 
