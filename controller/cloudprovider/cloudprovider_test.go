@@ -56,6 +56,9 @@ func TestCreateReturnsAtOnceThenTheNodeJoinsAndDeleteReleasesIt(t *testing.T) {
 	if srv, _ := e.w.Sim.Server(id); srv.Status != "delivering" {
 		t.Fatalf("server %s while delivery is held", srv.Status)
 	}
+	e.eventually("the nodeclaim labelled with the ordered phase", func() bool {
+		return e.claim(claim.Name).Labels[v1alpha1.LabelInstallPhase] == string(install.PhaseOrdered)
+	})
 	e.w.Sim.RemoveFault(hold)
 	if got.Labels[corev1.LabelInstanceTypeStable] == "" || got.Labels[corev1.LabelTopologyZone] != string(zone) ||
 		got.Labels[catalog.LabelBillingPeriod] != string(catalog.BillingHourly) {
@@ -86,6 +89,11 @@ func TestCreateReturnsAtOnceThenTheNodeJoinsAndDeleteReleasesIt(t *testing.T) {
 		t.Errorf("node labels %v lack the nodepool", node.Labels)
 	}
 	e.waitPhase(claim.Name, install.PhaseJoined)
+	e.eventually("the nodeclaim labelled joined, without imaging progress", func() bool {
+		l := e.claim(claim.Name).Labels
+		_, pct := l[v1alpha1.LabelImagingProgress]
+		return l[v1alpha1.LabelInstallPhase] == string(install.PhaseJoined) && !pct
+	})
 	// Disk delivery (the default): the config came from the metal-iso
 	// partition, and nothing ever talked to the node's :50000.
 	e.assertConfigFromDisk(id)

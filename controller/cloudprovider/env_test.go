@@ -50,6 +50,7 @@ type env struct {
 	imgr   []byte
 	ctx    context.Context
 	events *eventLog
+	reg    *prometheus.Registry // the running provider's metrics
 	count  int
 	stop   func() // stops the running controller
 	// wrap, when set, wraps each new provider's Talos client.
@@ -122,7 +123,8 @@ func (e *env) newProvider() *operator.Provider {
 	if e.stop != nil {
 		e.stop()
 	}
-	p, err := operator.NewProvider(e.ctx, e.opts, e.kube, e.kube, e.events, prometheus.NewRegistry(), testr.New(e.t))
+	e.reg = prometheus.NewRegistry()
+	p, err := operator.NewProvider(e.ctx, e.opts, e.kube, e.kube, e.events, e.reg, testr.New(e.t))
 	if err != nil {
 		e.t.Fatal(err)
 	}

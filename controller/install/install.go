@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -56,14 +57,11 @@ const (
 	PhaseSpare Phase = "spare"
 )
 
+// ActivePhases are the phases an install runs in, in order.
+var ActivePhases = []Phase{PhaseOrdered, PhaseRescue, PhaseImaging, PhaseBooting}
+
 // Active reports whether p is a phase an install runs in.
-func (p Phase) Active() bool {
-	switch p {
-	case PhaseOrdered, PhaseRescue, PhaseImaging, PhaseBooting:
-		return true
-	}
-	return false
-}
+func (p Phase) Active() bool { return slices.Contains(ActivePhases, p) }
 
 // Timeouts per phase, each counted from the phase's start (the phase-since
 // tag). Real Scaleway: delivery 4-5 min (up to an hour at worst), a reboot
@@ -162,6 +160,9 @@ type Installer struct {
 	slots     chan struct{}
 }
 
+// ImagingStep is the granularity (percent) of Job.Imaging.
+const ImagingStep = 10
+
 // DefaultImagingSlots is the default of Installer.ImagingSlots.
 const DefaultImagingSlots = 8
 
@@ -189,6 +190,9 @@ type Job struct {
 	Render func(ctx context.Context, hw *report.Report, net talosgen.Network) ([]byte, error)
 	// Progress is told of phase changes and imaging progress, for events.
 	Progress func(phase Phase, message string)
+	// Imaging is told how far the image is written, in percent, each time
+	// it passes a multiple of ImagingStep (not per MiB).
+	Imaging func(percent int)
 	// Phase is told the phase the server is in and when it started, each
 	// time a phase begins or resumes (the registration window follows it).
 	Phase func(phase Phase, since time.Time)

@@ -2,6 +2,7 @@ package install
 
 import (
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -101,5 +102,20 @@ func TestImagedNeedsTheWrittenDigest(t *testing.T) {
 	}
 	if Imaged(srv, "ffff"+sha[4:]) {
 		t.Fatal("another image is taken for the written one")
+	}
+}
+
+// Imaging progress reaches the NodeClaim once per 10 % step, never per report.
+func TestImagingProgressIsToldOncePerStep(t *testing.T) {
+	var told []int
+	last := -1
+	for _, pct := range []int{0, 3, 9, 10, 11, 19, 35, 36, 99, 100} {
+		if step, ok := ImagingStepReached(last, pct); ok {
+			told = append(told, step)
+		}
+		last = pct
+	}
+	if want := []int{0, 10, 30, 90, 100}; !slices.Equal(told, want) {
+		t.Fatalf("told %v, want %v", told, want)
 	}
 }

@@ -212,10 +212,13 @@ func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *
 			return
 		}
 		pct := int(100 * p.BytesIn / p.TotalIn)
+		if step, ok := ImagingStepReached(lastPct, pct); ok && job.Imaging != nil {
+			job.Imaging(step)
+		}
 		if pct/25 != lastPct/25 { // an event every quarter, not every second
-			lastPct = pct
 			i.progress(job, PhaseImaging, fmt.Sprintf("imaging %d%% (%.0f MB/s raw)", pct, p.RawMBps))
 		}
+		lastPct = pct
 	})
 	if err != nil {
 		return srv, i.imagerError(ctx, pctx, "em-imager", err)
@@ -240,6 +243,16 @@ func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *
 	}
 	i.progress(job, PhaseImaging, fmt.Sprintf("image verified on %s", rep.Disk.Path))
 	return updated, nil
+}
+
+// ImagingStepReached is the multiple of ImagingStep that pct is in, when
+// the progress moved into it from last (-1: nothing reported yet); ok is
+// false within the same step, so Job.Imaging is told about each step once.
+func ImagingStepReached(last, pct int) (step int, ok bool) {
+	if last >= 0 && pct/ImagingStep == last/ImagingStep {
+		return 0, false
+	}
+	return pct / ImagingStep * ImagingStep, true
 }
 
 // writeConfig renders the node's machine config and has em-imager put it

@@ -42,6 +42,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagesource"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/phaselabels"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/registration"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
@@ -85,12 +86,14 @@ type Controller struct {
 // Reconcile starts (or keeps) the NodeClaim's worker and holds its
 // registration window.
 func (c *Controller) Reconcile(ctx context.Context, claim *karpv1.NodeClaim) (reconcile.Result, error) {
-	if !claim.DeletionTimestamp.IsZero() || claim.Status.ProviderID == "" ||
-		claim.StatusConditions().Get(karpv1.ConditionTypeRegistered).IsTrue() {
+	if !claim.DeletionTimestamp.IsZero() || claim.Status.ProviderID == "" {
 		// Deleting: CloudProvider.Delete stops the worker before acting.
-		// Registered: the install is over (a worker still running sees the
-		// node and records the joined phase itself).
 		return reconcile.Result{}, nil
+	}
+	if claim.StatusConditions().Get(karpv1.ConditionTypeRegistered).IsTrue() {
+		// The install is over (a worker still running sees the node and
+		// records the joined phase itself).
+		return reconcile.Result{}, client.IgnoreNotFound(phaselabels.Settle(ctx, c.Kube, claim))
 	}
 	w := c.ensure(claim)
 	phase, since := w.state()
@@ -193,6 +196,7 @@ func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
 	c.mu.Lock()
 	c.base = ctx
 	c.mu.Unlock()
+	c.Metrics.timeouts(c.Installer.Timeouts)
 	return controllerruntime.NewControllerManagedBy(m).
 		Named("scaleway-em.nodeinstall").
 		For(&karpv1.NodeClaim{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {

@@ -20,6 +20,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeclass"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/phaselabels"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/report"
@@ -40,6 +41,7 @@ type worker struct {
 	phase install.Phase
 	since time.Time
 	over  bool
+	shown phaselabels.State // what the NodeClaim's labels show
 }
 
 // state is the phase the install is in and when it started ("" before the
@@ -70,6 +72,7 @@ func (w *worker) run(ctx context.Context) {
 		w.over = true
 		w.mu.Unlock()
 		c.Metrics.stopped()
+		c.Metrics.forget(w.name)
 		c.forget(w)
 		close(w.done)
 	}()
@@ -115,6 +118,7 @@ func (w *worker) attempt(ctx context.Context) (done bool, err error) {
 	}
 	w.setState(install.PhaseOf(srv), install.PhaseSince(srv))
 	if install.PhaseOf(srv) == install.PhaseJoined {
+		w.show(phaselabels.State{Phase: install.PhaseJoined})
 		return true, nil // the node is joining; core's registration window decides
 	}
 	claim, err := c.getClaim(ctx, w.name)
@@ -144,6 +148,7 @@ func (w *worker) attempt(ctx context.Context) (done bool, err error) {
 		w.fail(ctx, final, err)
 		return true, nil
 	}
+	w.show(phaselabels.State{Phase: install.PhaseJoined})
 	c.Metrics.finished(install.PhaseJoined, "joined")
 	return true, nil
 }
@@ -191,10 +196,35 @@ func (w *worker) job(claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalN
 		},
 		Phase: func(p install.Phase, since time.Time) {
 			w.setState(p, since)
+			c.Metrics.phaseStarted(w.name, claim.Spec.NodeClassRef.Name, p, since)
+			w.show(phaselabels.State{Phase: p})
 			w.holdWindow(p, since)
 		},
-		Joined: func(ctx context.Context) (bool, error) { return c.nodeRegistered(ctx, w.providerID) },
+		Imaging: func(pct int) { w.show(phaselabels.State{Phase: install.PhaseImaging, Percent: pct}) },
+		Joined:  func(ctx context.Context) (bool, error) { return c.nodeRegistered(ctx, w.providerID) },
 	}
+}
+
+// show puts s on the NodeClaim's labels unless they show it already. A
+// failed write is logged and left: the next change writes again.
+func (w *worker) show(s phaselabels.State) {
+	w.mu.Lock()
+	same := w.shown == s
+	w.mu.Unlock()
+	if same {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := phaselabels.Set(ctx, w.c.Kube, w.name, s); err != nil {
+		if !apierrors.IsNotFound(err) {
+			w.log.Error(err, "showing the install phase on the nodeclaim", "phase", s.Phase)
+		}
+		return
+	}
+	w.mu.Lock()
+	w.shown = s
+	w.mu.Unlock()
 }
 
 // nodeClass reads the claim's NodeClass now.

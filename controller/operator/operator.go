@@ -43,6 +43,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescuekey"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/serverphases"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spend"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/talosapi"
@@ -194,7 +195,7 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 		// Every GC interval: the same listing cadence, so the gauges lag
 		// the servers by no more than a GC sweep does.
 		Spend: &spend.Controller{Servers: inv.Servers, Offers: cat,
-			Interval: opts.GCInterval, Gauges: spend.NewGauges(reg)},
+			Interval: opts.GCInterval, Gauges: spend.NewGauges(reg), Listed: serverphases.NewGauge(reg, cat).Update},
 	}, nil
 }
 

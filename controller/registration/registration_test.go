@@ -6,12 +6,10 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider"
@@ -43,24 +41,7 @@ func startCore(t *testing.T) *core {
 	kube := testenv.StartKube(t, testenv.KubeOptions{})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	// Core lists Nodes by spec.providerID through its cache's index.
-	c, err := cache.New(kube.Config, cache.Options{Scheme: kube.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.IndexField(ctx, &corev1.Node{}, "spec.providerID", func(o client.Object) []string {
-		return []string{o.(*corev1.Node).Spec.ProviderID}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = c.Start(ctx) }()
-	if !c.WaitForCacheSync(ctx) {
-		t.Fatal("cache never synced")
-	}
-	cached, err := client.New(kube.Config, client.Options{Scheme: kube.Scheme, Cache: &client.CacheOptions{Reader: c}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cached := kube.CachedClient(t)
 	clk := clocktesting.NewFakeClock(time.Now())
 	return &core{
 		t: t, ctx: ctx, direct: kube.Client, clock: clk,

@@ -32,6 +32,9 @@ type Controller struct {
 	Interval time.Duration
 	Clock    clock.Clock
 	Gauges   *Gauges
+	// Listed, when set, is given each complete listing too (the servers
+	// by phase gauge): one listing feeds both.
+	Listed func(servers []*baremetal.Server)
 }
 
 // Reconcile lists and recomputes. A failed listing keeps the previous
@@ -46,6 +49,9 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 		return reconciler.Result{}, err
 	}
 	c.Gauges.Set(Compute(all, c.Offers, c.Clock.Now()))
+	if c.Listed != nil {
+		c.Listed(all)
+	}
 	return reconciler.Result{RequeueAfter: interval}, nil
 }
 

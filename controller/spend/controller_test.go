@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
+	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	"github.com/scaleway/scaleway-sdk-go/scw"
 	"k8s.io/client-go/kubernetes/scheme"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -63,7 +64,9 @@ func TestControllerPricesTheClustersServers(t *testing.T) {
 	// The inventory lists (cluster c1 only, every zone it may have servers in).
 	inv := &inventory.Inventory{API: api, Kube: fake.NewClientBuilder().WithScheme(scheme.Scheme).Build(), ClusterName: "c1",
 		DefaultZone: "fr-par-2", Log: testr.New(t)}
-	c := &spend.Controller{Servers: inv.Servers, Offers: cat, Clock: clocktesting.NewFakeClock(time.Now()), Gauges: gauges}
+	listed := -1
+	c := &spend.Controller{Servers: inv.Servers, Offers: cat, Clock: clocktesting.NewFakeClock(time.Now()), Gauges: gauges,
+		Listed: func(all []*baremetal.Server) { listed = len(all) }}
 	res, err := c.Reconcile(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -78,10 +81,16 @@ func TestControllerPricesTheClustersServers(t *testing.T) {
 	if got.Servers != 2 || got.Unpriced != 0 || !near(got.Hourly, want) || !near(got.Commitment, monthly.PricePerMonth.ToFloat()+monthly.Fee.ToFloat()) {
 		t.Fatalf("gp: %+v, want the two servers of c1 (%.4f/h), not the other cluster's", got, want)
 	}
+	if listed != 2 {
+		t.Errorf("Listed was given %d servers, want the listing of c1's two", listed)
+	}
 
 	sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStatus, Method: "GET", Path: `/servers$`, Status: 500})
 	if _, err := c.Reconcile(ctx); err == nil {
 		t.Fatal("a failed listing reported no error")
+	}
+	if listed != 2 {
+		t.Errorf("a failed listing was passed on (%d servers)", listed)
 	}
 	if after := gauges.Totals().NodeClass("gp"); after != got {
 		t.Errorf("after a failed listing: %+v, want the last totals %+v kept", after, got)

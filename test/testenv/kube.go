@@ -12,11 +12,13 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	karpenterapis "sigs.k8s.io/karpenter/pkg/apis"
@@ -293,4 +295,31 @@ func StartKube(t testing.TB, opts KubeOptions) *Kube {
 		}
 	})
 	return k
+}
+
+// CachedClient is a client that reads through a started informer cache, as
+// Karpenter core's controllers do, with the spec.providerID index on Nodes
+// that core lists them by. The cache stops with t.
+func (k *Kube) CachedClient(t testing.TB) client.Client {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	c, err := cache.New(k.Config, cache.Options{Scheme: k.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.IndexField(ctx, &corev1.Node{}, "spec.providerID", func(o client.Object) []string {
+		return []string{o.(*corev1.Node).Spec.ProviderID}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		t.Fatal("cache never synced")
+	}
+	cached, err := client.New(k.Config, client.Options{Scheme: k.Scheme, Cache: &client.CacheOptions{Reader: c}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cached
 }

@@ -34,6 +34,17 @@ const (
 	AnnotationSchematicID = "karpenter-scaleway-em.io/schematic-id"
 )
 
+// Labels the install controller keeps on its NodeClaims, for
+// `kubectl get nodeclaims -L karpenter-scaleway-em.io/install-phase -L karpenter-scaleway-em.io/imaging-progress`.
+const (
+	// LabelInstallPhase is the install phase of the NodeClaim's server
+	// (ordered, rescue, imaging, booting, joined).
+	LabelInstallPhase = "karpenter-scaleway-em.io/install-phase"
+	// LabelImagingProgress is how much of the image is written, in percent
+	// (steps of 10), while the phase is imaging.
+	LabelImagingProgress = "karpenter-scaleway-em.io/imaging-progress"
+)
+
 // Values of spec.talos.bootstrapToken.
 const (
 	BootstrapTokenShared       = "Shared"

@@ -139,7 +139,7 @@ type Event struct {
 	ServerID string
 	// What: rescue, boot-empty, boot-bad-state, maintenance, applied,
 	// config-from-disk, config-missing, config-invalid, kubelet,
-	// join-rejected, poweroff, deleted.
+	// join-rejected, poweroff, deleted, metal-iso-lost (LoseMetalISO).
 	What   string
 	Detail string
 }
@@ -174,6 +174,9 @@ type Hosts struct {
 
 	mu       sync.Mutex
 	machines map[string]*host
+
+	faultMu sync.Mutex
+	loseISO map[string]bool // LoseMetalISO
 }
 
 var _ scwsim.Host = (*Hosts)(nil)
@@ -344,6 +347,9 @@ func (h *Hosts) bootNormal(x *host, log *slog.Logger) error {
 		layout *diskimage.Layout
 		errs   []string
 	)
+	if err := h.wipeMetalISOLocked(x); err != nil {
+		return fmt.Errorf("machine %s: losing metal-iso: %w", x.m.ID, err)
+	}
 	for _, d := range x.tree.Spec.Disks {
 		p := x.tree.DevicePath(d.Name)
 		l, err := diskimage.InspectFile(p)
@@ -689,6 +695,50 @@ func (h *Hosts) HostKey(serverID string) (ssh.PublicKey, error) {
 		return nil, fmt.Errorf("machine %s: never booted into rescue", serverID)
 	}
 	return x.hostKey.PublicKey(), nil
+}
+
+// LoseMetalISO makes every later normal boot of serverID find the
+// filesystem of its metal-iso partition gone (a disk that lost what rescue
+// wrote): Talos booted with talos.config=metal-iso finds no volume and
+// stays down. The machine need not exist yet.
+func (h *Hosts) LoseMetalISO(serverID string) {
+	h.faultMu.Lock()
+	defer h.faultMu.Unlock()
+	if h.loseISO == nil {
+		h.loseISO = map[string]bool{}
+	}
+	h.loseISO[serverID] = true
+}
+
+// wipeMetalISOLocked zeroes the start of every metal-iso filesystem on
+// x's disks when LoseMetalISO asked for it.
+func (h *Hosts) wipeMetalISOLocked(x *host) error {
+	h.faultMu.Lock()
+	lose := h.loseISO[x.m.ID]
+	h.faultMu.Unlock()
+	if !lose {
+		return nil
+	}
+	for _, d := range x.tree.Spec.Disks {
+		p := x.tree.DevicePath(d.Name)
+		_, vol, err := configpart.Read(p, diskimage.SectorSize)
+		if err != nil {
+			continue
+		}
+		f, err := os.OpenFile(p, os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		_, err = f.WriteAt(make([]byte, min(vol.SizeBytes, 1<<20)), vol.StartBytes)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		h.event(x.m.ID, "metal-iso-lost", fmt.Sprintf("%s partition %d", d.Name, vol.PartitionNumber))
+	}
+	return nil
 }
 
 // SetNeverReady overrides Options.NeverReady for one machine from its next

@@ -58,6 +58,7 @@ type demo struct {
 	mbps    map[string]string // nodeclaim -> last imaging throughput seen
 	seenEvt map[string]int32
 	config  map[string]string // server ID -> where its Talos got its config, and the :50000 calls
+	spend   string            // what each NodeClass cost at the end of the scale-up
 }
 
 func (d *demo) printf(format string, args ...any) {
@@ -170,6 +171,7 @@ func (d *demo) run(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeCla
 	evctx, evcancel := context.WithCancel(ctx)
 	defer evcancel()
 	go d.watchNodeClaimEvents(evctx)
+	go d.showWhileImaging(evctx)
 
 	web := w.RunWorkload("default", "web", 3, "6", "2Gi", true)
 	defer web.Stop()
@@ -204,12 +206,21 @@ func (d *demo) run(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeCla
 	if installing == 0 {
 		return errors.New("the second wave waited for the first wave's installs")
 	}
+	if err := d.nodeClaimPhases(ctx); err != nil {
+		return err
+	}
 	if err := d.waitPods(ctx, timeout, web, batch, api); err != nil {
 		return err
 	}
 	upTook := time.Since(t0)
 	nodes, _ := w.Clientset.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	d.printf("scale-up complete in %s: %d nodes, all 6 pods bound", upTook.Round(100*time.Millisecond), len(nodes.Items))
+	if err := d.nodeClaimPhases(ctx); err != nil {
+		return err
+	}
+	if d.spend, err = d.spendByNodeClass(ctx, c, len(nodes.Items)); err != nil {
+		return err
+	}
 
 	d.printf("removing the workload: nodes become empty, Karpenter consolidates them")
 	t1 := time.Now()
@@ -228,6 +239,105 @@ func (d *demo) run(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeCla
 	d.printf("scale-down complete in %s: every server released", time.Since(t1).Round(100*time.Millisecond))
 	tracker.Stop()
 	return d.summary(tracker.Timelines())
+}
+
+// nodeClaimPhases prints what
+// `kubectl get nodeclaims -L karpenter-scaleway-em.io/install-phase -L karpenter-scaleway-em.io/imaging-progress`
+// shows: the install controller's labels.
+func (d *demo) nodeClaimPhases(ctx context.Context) error {
+	var ncs karpv1.NodeClaimList
+	if err := d.w.Kube.Client.List(ctx, &ncs); err != nil {
+		return err
+	}
+	sort.Slice(ncs.Items, func(i, j int) bool { return ncs.Items[i].Name < ncs.Items[j].Name })
+	var b bytes.Buffer
+	tw := tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tTYPE\tNODE\tINSTALL-PHASE\tIMAGING-PROGRESS")
+	for _, nc := range ncs.Items {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", nc.Name, nc.Labels["node.kubernetes.io/instance-type"], nc.Status.NodeName,
+			nc.Labels[v1alpha1.LabelInstallPhase], nc.Labels[v1alpha1.LabelImagingProgress])
+	}
+	_ = tw.Flush()
+	lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
+	for i := range lines {
+		lines[i] = strings.TrimRight(lines[i], " ")
+	}
+	d.printf("kubectl get nodeclaims -L %s -L %s\n%s", v1alpha1.LabelInstallPhase, v1alpha1.LabelImagingProgress, strings.Join(lines, "\n"))
+	return nil
+}
+
+// showWhileImaging prints the NodeClaims' phase labels once, the first time
+// one of them shows how far its imaging got.
+func (d *demo) showWhileImaging(ctx context.Context) {
+	for ctx.Err() == nil {
+		var ncs karpv1.NodeClaimList
+		if err := d.w.Kube.Client.List(ctx, &ncs); err == nil {
+			for _, nc := range ncs.Items {
+				if pct := nc.Labels[v1alpha1.LabelImagingProgress]; pct != "" && pct != "0" {
+					_ = d.nodeClaimPhases(ctx)
+					return
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+var (
+	spendRE     = regexp.MustCompile(`^karpenter_scaleway_em_spend_(hourly_eur|monthly_commitment_eur)\{(.*)\} (\S+)$`)
+	nodeClassRE = regexp.MustCompile(`nodeclass="([^"]*)"`)
+)
+
+// spendByNodeClass reads the spend gauges from the controller's metrics once
+// they count the servers of the nodes that exist (they are recomputed every
+// GC interval), and says what each NodeClass costs.
+func (d *demo) spendByNodeClass(ctx context.Context, c *world.Controller, servers int) (string, error) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		text, err := c.Metrics(ctx)
+		if err != nil {
+			return "", err
+		}
+		hourly, commitment := map[string]float64{}, map[string]float64{}
+		for _, line := range strings.Split(text, "\n") {
+			m := spendRE.FindStringSubmatch(line)
+			if m == nil {
+				continue
+			}
+			nc := nodeClassRE.FindStringSubmatch(m[2])
+			var v float64
+			if _, err := fmt.Sscan(m[3], &v); err != nil || nc == nil {
+				continue
+			}
+			if m[1] == "hourly_eur" {
+				hourly[nc[1]] += v
+			} else {
+				commitment[nc[1]] += v
+			}
+		}
+		counted := strings.Count(text, "\nkarpenter_scaleway_em_servers{")
+		if len(hourly) > 0 && counted > 0 {
+			var parts []string
+			for nc, v := range hourly {
+				parts = append(parts, fmt.Sprintf("NodeClass %s: %.3f EUR/h, monthly commitment %.2f EUR", nc, v, commitment[nc]))
+			}
+			sort.Strings(parts)
+			out := "spend (karpenter_scaleway_em_spend_*): " + strings.Join(parts, "; ")
+			d.printf("%s", out)
+			return out, nil
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("no spend gauges for the %d servers after a minute", servers)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 func (d *demo) onServerEvent(ev world.Event) {
@@ -494,6 +604,21 @@ func (d *demo) summary(tls []world.Timeline) error {
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(d.out)
+	noAPI := 0
+	d.mu.Lock()
+	for _, cfg := range d.config {
+		if cfg == configmetalISO+", 0" {
+			noAPI++
+		}
+	}
+	spent := d.spend
+	d.mu.Unlock()
+	if noAPI == len(tls) {
+		fmt.Fprintf(d.out, "maintenance API (:50000): used by none of the %d nodes (each read its config from the metal-iso partition: Disk delivery)\n", len(tls))
+	} else {
+		fmt.Fprintf(d.out, "maintenance API (:50000): used by %d of the %d nodes\n", len(tls)-noAPI, len(tls))
+	}
+	fmt.Fprintln(d.out, spent)
 	if len(tls) == 0 {
 		problems = append(problems, "no server was ordered")
 	}
