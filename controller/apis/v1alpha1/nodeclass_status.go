@@ -72,8 +72,9 @@ type ScalewayElasticMetalNodeClassStatus struct {
 	// spec.zones is empty. The ZONES column shows them.
 	// +optional
 	Zones []string `json:"zones,omitempty"`
-	// Installs is the install-failure breaker's state (package breaker), kept here so that a restarted
-	// controller does not order again for a NodeClass whose installs keep failing.
+	// Installs is the install-failure breaker's state (docs/money-safety.md): consecutive install failures
+	// stop orders for the NodeClass (InstallsHealthy=False) until a probe after a backoff joins, or the spec
+	// or the join Secret changes. Kept here so that a restarted controller does not order again.
 	// +optional
 	Installs *InstallsStatus `json:"installs,omitempty"`
 	// Conditions contains signals for health and readiness.
