@@ -139,4 +139,3 @@ func TestCodeOfAndHardware(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
-

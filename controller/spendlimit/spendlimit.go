@@ -76,13 +76,13 @@ func (e *ExceededError) Error() string {
 // Session is one Create's view of a NodeClass's spend, holding the
 // NodeClass's lock until End.
 type Session struct {
-	l         *Limiter
-	nc        string
-	hourly    float64
-	committed float64
+	l                        *Limiter
+	nc                       string
+	hourly                   float64
+	committed                float64
 	maxHourly, maxCommitment float64
 	hasHourly, hasCommitment bool
-	unlock    func()
+	unlock                   func()
 }
 
 // Begin opens a session for nc; nil (and no lock) when nc has no limits.
@@ -208,4 +208,3 @@ func (l *Limiter) pendingFor() time.Duration {
 	}
 	return DefaultPending
 }
-

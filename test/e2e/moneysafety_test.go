@@ -79,6 +79,7 @@ func TestFailingInstallsStopOrdersUntilTheSpecIsFixed(t *testing.T) {
 		healthy = fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message)
 		return c.IsFalse() && !nc.StatusConditions().Root().IsTrue(), healthy + "; " + e.Summary()
 	})
+	t.Logf("InstallsHealthy %s", healthy)
 	for _, want := range []string{"InstallsFailing", "phase imaging", "code disk_not_found", "no server is ordered before"} {
 		if !strings.Contains(healthy, want) {
 			t.Errorf("InstallsHealthy %q does not say %q", healthy, want)
