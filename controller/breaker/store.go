@@ -20,6 +20,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 )
 
 // Offerings hides an offering (*catalog.Catalog).
@@ -148,12 +149,13 @@ type Failure struct {
 }
 
 // Failed counts a failed install against its NodeClass (and its offering
-// when the failure is the hardware's). Only a *install.PhaseError is an
-// install failure; anything else (the server taken away, the NodeClass
-// gone) says nothing about whether the NodeClass can install.
+// when the failure is the hardware's). Only a *install.PhaseError after
+// delivery is an install failure: a delivery that failed or timed out (phase
+// ordered) is Scaleway's, and a server taken away or a NodeClass gone say
+// nothing about whether the NodeClass can install.
 func (s *Store) Failed(ctx context.Context, f Failure) error {
 	var pe *install.PhaseError
-	if !errors.As(f.Err, &pe) || f.Claim.Spec.NodeClassRef == nil {
+	if !errors.As(f.Err, &pe) || f.Claim.Spec.NodeClassRef == nil || pe.Phase == install.PhaseOrdered || scaleway.IsNotFound(pe.Err) {
 		return nil
 	}
 	name := f.Claim.Spec.NodeClassRef.Name

@@ -212,9 +212,14 @@ func TestFailedProbeJoinedAndSecretChange(t *testing.T) {
 		t.Errorf("Admit after a failed probe: %v, want refused", err)
 	}
 
-	// Not an install failure: the NodeClass is not blamed.
-	if err := s.Failed(w.ctx, breaker.Failure{Claim: probe, Err: errors.New("the server is gone")}); err != nil {
-		t.Fatal(err)
+	// Not install failures: the NodeClass is not blamed.
+	for _, err := range []error{
+		errors.New("the server is gone"),
+		&install.PhaseError{Phase: install.PhaseOrdered, Release: true, Err: errors.New("phase ordered did not finish within 30m0s")},
+	} {
+		if err := s.Failed(w.ctx, breaker.Failure{Claim: probe, Err: err}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if n := w.get(t, "flaky").Status.Installs.ConsecutiveFailures; n != 3 {
 		t.Errorf("count %d after a non-install failure, want 3", n)
