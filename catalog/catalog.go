@@ -31,6 +31,8 @@ const (
 	DefaultRefreshTimeout  = time.Minute
 	DefaultOutOfStockTTL   = 3 * time.Minute
 	DefaultQuotaTTL        = 30 * time.Minute
+	// DefaultInstallFailedTTL hides an offering whose hardware failed an install (no disk matches, disk too small).
+	DefaultInstallFailedTTL = time.Hour
 )
 
 // Options configure a Catalog. Every field is optional.
@@ -55,6 +57,8 @@ type Options struct {
 	// MarkUnavailable hides an offering.
 	OutOfStockTTL time.Duration
 	QuotaTTL      time.Duration
+	// InstallFailedTTL (default 1h) is how long an offering whose hardware failed an install stays hidden.
+	InstallFailedTTL time.Duration
 	// Logger; default discards.
 	Logger logr.Logger
 	// Registerer for the karpenter_scaleway_em_catalog_* metrics; default a private registry.
@@ -70,6 +74,12 @@ const (
 	// ReasonRefused: the API refused the order for a reason of its own (an offer withdrawn from the zone, a
 	// 503 with a message, a 4xx without a body): as lasting as a quota.
 	ReasonRefused UnavailableReason = "refused"
+	// ReasonInstallFailed: an install failed on this offering's hardware (no disk matches, disk too small):
+	// hidden for InstallFailedTTL so that Karpenter picks another (package breaker).
+	ReasonInstallFailed UnavailableReason = "install_failed"
+	// ReasonSpendLimit: an order of this offering would cross a NodeClass's spend limit (package spendlimit):
+	// hidden for the out-of-stock TTL, so that Karpenter tries another offering or NodePool.
+	ReasonSpendLimit UnavailableReason = "spend_limit"
 )
 
 type offerKey struct {
@@ -136,6 +146,9 @@ func New(opts Options) *Catalog {
 	}
 	if opts.QuotaTTL <= 0 {
 		opts.QuotaTTL = DefaultQuotaTTL
+	}
+	if opts.InstallFailedTTL <= 0 {
+		opts.InstallFailedTTL = DefaultInstallFailedTTL
 	}
 	if opts.Logger.GetSink() == nil {
 		opts.Logger = logr.Discard()

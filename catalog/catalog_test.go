@@ -838,11 +838,11 @@ func TestUnavailableSeriesStartAtZero(t *testing.T) {
 	e := newEnv(t, false)
 	for name, c := range map[string]prometheus.Collector{"unavailable_offerings": e.cat.metrics.unavailable,
 		"unavailable_marks_total": e.cat.metrics.marks, "unavailable_expiries_total": e.cat.metrics.expiries} {
-		if n := testutil.CollectAndCount(c); n != 3 {
-			t.Errorf("%s: %d series before any mark, want 3 (out_of_stock, quota, refused)", name, n)
+		if n := testutil.CollectAndCount(c); n != 5 {
+			t.Errorf("%s: %d series before any mark, want 5 (out_of_stock, quota, refused, install_failed, spend_limit)", name, n)
 		}
 	}
-	for _, r := range []string{"out_of_stock", "quota", "refused"} {
+	for _, r := range []string{"out_of_stock", "quota", "refused", "install_failed", "spend_limit"} {
 		if got := testutil.ToFloat64(e.cat.metrics.unavailable.WithLabelValues(r)); got != 0 {
 			t.Errorf("unavailable_offerings{reason=%s} = %v, want 0", r, got)
 		}
@@ -877,5 +877,32 @@ func TestSharedOfferIDsStayPerZone(t *testing.T) {
 	}
 	if _, ok := e.cat.Offer("fr-par-1", "EM-T620E-H100", BillingHourly); ok {
 		t.Error("fr-par-1 sells EM-T620E-H100")
+	}
+}
+
+// An offering whose hardware failed an install stays hidden for InstallFailedTTL (1h by default); a spend
+// limit hides one only for the out-of-stock TTL.
+func TestInstallFailedAndSpendLimitTTLs(t *testing.T) {
+	e := newEnv(t, false)
+	hidden := func(offer string) bool {
+		_, ok := e.cat.Unavailable("fr-par-2", offer, BillingHourly)
+		return ok
+	}
+	e.cat.MarkUnavailable("fr-par-2", "EM-I220E-NVME", BillingHourly, ReasonInstallFailed)
+	e.cat.MarkUnavailable("fr-par-2", "EM-A116X-SSD", BillingHourly, ReasonSpendLimit)
+	e.clock.Step(DefaultOutOfStockTTL)
+	if hidden("EM-A116X-SSD") {
+		t.Error("spend_limit mark outlived the out-of-stock TTL")
+	}
+	if !hidden("EM-I220E-NVME") {
+		t.Fatal("install_failed mark expired with the out-of-stock TTL")
+	}
+	e.clock.Step(DefaultInstallFailedTTL - DefaultOutOfStockTTL - time.Second)
+	if !hidden("EM-I220E-NVME") {
+		t.Fatal("install_failed mark expired early")
+	}
+	e.clock.Step(time.Second)
+	if hidden("EM-I220E-NVME") {
+		t.Error("install_failed mark did not expire after its TTL")
 	}
 }

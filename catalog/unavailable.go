@@ -5,8 +5,8 @@ import (
 )
 
 // MarkUnavailable hides the offering (zone, offer, billing) from InstanceTypes (Available=false) for a TTL
-// chosen by reason: OutOfStockTTL for out_of_stock, QuotaTTL for quota and refused (an unknown reason gets
-// the out-of-stock TTL). Marking again extends, never shortens, the mark.
+// chosen by reason: OutOfStockTTL for out_of_stock and spend_limit, QuotaTTL for quota and refused,
+// InstallFailedTTL for install_failed (an unknown reason gets the out-of-stock TTL). Marking again extends, never shortens, the mark.
 func (c *Catalog) MarkUnavailable(zone, offerName string, billing BillingPeriod, reason UnavailableReason) {
 	if zone == "" || offerName == "" || !billing.Valid() {
 		c.log.Info("ignoring unavailable mark with missing zone, offer or billing period",
@@ -17,7 +17,9 @@ func (c *Catalog) MarkUnavailable(zone, offerName string, billing BillingPeriod,
 	switch reason {
 	case ReasonQuota, ReasonRefused:
 		ttl = c.opts.QuotaTTL
-	case ReasonOutOfStock:
+	case ReasonInstallFailed:
+		ttl = c.opts.InstallFailedTTL
+	case ReasonOutOfStock, ReasonSpendLimit:
 	default:
 		c.log.Info("unknown unavailable reason, using the out-of-stock TTL", "reason", reason)
 	}
@@ -85,7 +87,7 @@ func (c *Catalog) expireLocked(now time.Time) {
 }
 
 // unavailableReasons are every UnavailableReason: each has its series from the start.
-var unavailableReasons = []UnavailableReason{ReasonOutOfStock, ReasonQuota, ReasonRefused}
+var unavailableReasons = []UnavailableReason{ReasonOutOfStock, ReasonQuota, ReasonRefused, ReasonInstallFailed, ReasonSpendLimit}
 
 func (c *Catalog) updateUnavailableGaugeLocked() {
 	counts := map[UnavailableReason]int{}

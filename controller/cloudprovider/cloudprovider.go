@@ -31,6 +31,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeclass"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spendlimit"
 )
 
 // Name of this cloud provider.
@@ -49,6 +50,12 @@ type RescueKeys interface {
 // Installs stops a NodeClaim's install before Delete acts (*nodeinstall.Controller).
 type Installs interface {
 	Stop(nodeClaim string)
+}
+
+// Breaker is the install-failure breaker (*breaker.Store): Admit refuses an
+// order for a NodeClass whose installs keep failing.
+type Breaker interface {
+	Admit(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass, claim string) error
 }
 
 // Options of the CloudProvider.
@@ -70,6 +77,9 @@ type Deps struct {
 	Installs  Installs
 	Images    ImageSource
 	Keys      RescueKeys
+	// Breaker and Limits gate orders (nil: none).
+	Breaker Breaker
+	Limits  *spendlimit.Limiter
 }
 
 // CloudProvider is Karpenter's CloudProvider for Elastic Metal.
@@ -169,6 +179,11 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 	}
 	if _, err := c.Keys.KeyIDs(ctx); err != nil {
 		return nil, fmt.Errorf("rescue SSH key: %w", err)
+	}
+	if c.Breaker != nil {
+		if err := c.Breaker.Admit(ctx, nc, claim.Name); err != nil {
+			return nil, err
+		}
 	}
 	srv, err = c.order(ctx, claim, nc)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spendlimit"
 )
 
 // order gives the NodeClaim a server: a spare monthly server of the
@@ -38,6 +39,13 @@ func (c *CloudProvider) order(ctx context.Context, claim *karpv1.NodeClaim, nc *
 		return nil, cloudprovider.NewInsufficientCapacityError(fmt.Errorf("no available Elastic Metal offering matches the nodeclaim's requirements"))
 	}
 	claimTag := scaleway.Tag(scaleway.TagNodeClaim, claim.Name)
+	var limits *spendlimit.Session
+	if c.Limits != nil {
+		if limits, err = c.Limits.Begin(ctx, nc); err != nil {
+			return nil, err
+		}
+		defer limits.End()
+	}
 	var lastErr error
 	for _, cand := range candidates {
 		zone, billing := offeringZone(cand.offering), offeringBilling(cand.offering)
@@ -55,6 +63,14 @@ func (c *CloudProvider) order(ctx context.Context, claim *karpv1.NodeClaim, nc *
 				return srv, nil
 			}
 		}
+		if err := limits.Check(zone, offer); err != nil {
+			// Another offering may fit under the limit; this one is set
+			// aside briefly so that Karpenter's next choice is another.
+			c.Catalog.MarkUnavailable(zone, offer.Name, billing, catalog.ReasonSpendLimit)
+			c.publish(claim, corev1.EventTypeWarning, "SpendLimitReached", fmt.Sprintf("%s (%s) in %s not ordered: %v", offer.Name, billing, zone, err))
+			lastErr = err
+			continue
+		}
 		srv, _, err := c.API.CreateServer(ctx, scaleway.CreateServerRequest{
 			Zone:           scw.Zone(zone),
 			OfferID:        offer.ID,
@@ -64,6 +80,7 @@ func (c *CloudProvider) order(ctx context.Context, claim *karpv1.NodeClaim, nc *
 			IdempotencyTag: claimTag,
 		})
 		if err == nil {
+			limits.Ordered(srv, zone, offer)
 			c.publish(claim, corev1.EventTypeNormal, "Ordered", fmt.Sprintf("ordered %s (%s) in %s: server %s", offer.Name, billing, zone, srv.ID))
 			return srv, nil
 		}
@@ -93,7 +110,7 @@ func (c *CloudProvider) order(ctx context.Context, claim *karpv1.NodeClaim, nc *
 	if lastErr == nil {
 		lastErr = errors.New("no offering of the catalogue matches")
 	}
-	return nil, cloudprovider.NewInsufficientCapacityError(fmt.Errorf("every compatible offering is out of stock or over quota: %w", lastErr))
+	return nil, cloudprovider.NewInsufficientCapacityError(fmt.Errorf("every compatible offering is out of stock, over quota or over a spend limit: %w", lastErr))
 }
 
 // serverTags are an order's tags. The image tag is not among them: it says

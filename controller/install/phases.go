@@ -290,7 +290,7 @@ func (i *Installer) imagerError(ctx, pctx context.Context, what string, err erro
 	switch {
 	case errors.As(err, &re):
 		// A bad image or an unsuitable disk will not get better by retrying on this server.
-		return &PhaseError{Phase: PhaseImaging, Release: !report.Retryable(re.Code), Err: fmt.Errorf("%s: %s", what, re.Error())}
+		return &PhaseError{Phase: PhaseImaging, Release: !report.Retryable(re.Code), Err: fmt.Errorf("%s: %w", what, re)}
 	case errors.Is(err, rescue.ErrImagerDigestMismatch):
 		// Something on the rescue host changed the binary between upload
 		// and run: the host is not ours alone.

@@ -60,6 +60,15 @@ type StatusController struct {
 	Interval time.Duration
 	// Recorder receives an event for each condition that changes (nil: none).
 	Recorder events.Recorder
+	// Installs sets InstallsHealthy from the install-failure breaker's state (a *breaker.Store); nil: always True.
+	Installs InstallsBreaker
+}
+
+// InstallsBreaker keeps InstallsHealthy (*breaker.Store): Sync drops a stale
+// breaker state, sets the condition, and says when it changes by itself
+// (Unix nanoseconds; 0: never).
+type InstallsBreaker interface {
+	Sync(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass) int64
 }
 
 // Reconcile implements reconcile.ObjectReconciler.
@@ -112,6 +121,13 @@ func (c *StatusController) Reconcile(ctx context.Context, nc *v1alpha1.ScalewayE
 	joinErr := c.checkJoinConfig(ctx, nc)
 	setCondition(conds, v1alpha1.ConditionTypeJoinConfigReady, joinReason(joinErr), joinErr)
 
+	var breakerChange time.Time
+	if c.Installs == nil {
+		conds.SetTrue(v1alpha1.ConditionTypeInstallsHealthy)
+	} else if at := c.Installs.Sync(ctx, nc); at != 0 {
+		breakerChange = time.Unix(0, at)
+	}
+
 	if !equality.Semantic.DeepEqual(stored.Status, nc.Status) {
 		if err := c.Kube.Status().Patch(ctx, nc, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})); err != nil {
 			return reconcile.Result{}, client.IgnoreNotFound(err)
@@ -127,6 +143,10 @@ func (c *StatusController) Reconcile(ctx context.Context, nc *v1alpha1.ScalewayE
 	if !conds.Root().IsTrue() {
 		log.FromContext(ctx).Info("nodeclass not ready", "nodeclass", nc.Name, "reason", conds.Root().Reason, "message", conds.Root().Message)
 		interval = min(interval, 30*time.Second)
+	}
+	if !breakerChange.IsZero() {
+		// The end of a backoff turns InstallsHealthy True for the probe.
+		interval = max(min(interval, time.Until(breakerChange)+time.Second), time.Second)
 	}
 	return reconcile.Result{RequeueAfter: interval}, nil
 }

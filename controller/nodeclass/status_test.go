@@ -203,14 +203,14 @@ func TestConditionsAndTheirEvents(t *testing.T) {
 	if !slices.Equal(nc.Status.Zones, []string{"fr-par-2"}) {
 		t.Errorf("status.zones = %v, want the default zone", nc.Status.Zones)
 	}
-	got := reasons(e.events(t, "general", 5))
-	want := []string{"Normal/CredentialsReady", "Normal/ImageReady", "Normal/JoinConfigReady", "Normal/ProjectReady", "Normal/Ready"}
+	got := reasons(e.events(t, "general", 6))
+	want := []string{"Normal/CredentialsReady", "Normal/ImageReady", "Normal/InstallsHealthy", "Normal/JoinConfigReady", "Normal/ProjectReady", "Normal/Ready"}
 	if !slices.Equal(got, want) {
 		t.Errorf("events after the first reconcile: %v, want %v", got, want)
 	}
 
 	e.reconcile(t, "general")
-	e.events(t, "general", 5)
+	e.events(t, "general", 6)
 
 	nc.Spec.ProjectID = "99999999-2222-4333-8444-555555555555"
 	if err := e.kube.Client.Update(e.ctx, nc); err != nil {
@@ -227,8 +227,8 @@ func TestConditionsAndTheirEvents(t *testing.T) {
 	if nc.StatusConditions().Root().IsTrue() {
 		t.Error("Ready although ProjectReady is False")
 	}
-	evs := e.events(t, "general", 7)
-	last := evs[5:]
+	evs := e.events(t, "general", 8)
+	last := evs[6:]
 	if got := reasons(last); !slices.Equal(got, []string{"Warning/NotReady", "Warning/ProjectMismatch"}) {
 		t.Errorf("events after the project change: %v", got)
 	}
@@ -245,7 +245,7 @@ func TestConditionsAndTheirEvents(t *testing.T) {
 	if nc = e.reconcile(t, "general"); !nc.StatusConditions().Root().IsTrue() {
 		t.Fatalf("not Ready after the fix: %+v", nc.Status.Conditions)
 	}
-	if got := reasons(e.events(t, "general", 9)[7:]); !slices.Equal(got, []string{"Normal/ProjectReady", "Normal/Ready"}) {
+	if got := reasons(e.events(t, "general", 10)[8:]); !slices.Equal(got, []string{"Normal/ProjectReady", "Normal/Ready"}) {
 		t.Errorf("events after the fix: %v", got)
 	}
 }
@@ -257,15 +257,15 @@ func TestReasonChangeWhileFalse(t *testing.T) {
 	e.images.err = &imagesource.Error{Reason: imagesource.ReasonManifestMissing, Err: errors.New("talos/x/manifest.json: not found")}
 	e.nodeClass(t, "img")
 	e.reconcile(t, "img")
-	e.events(t, "img", 5) // three True, ImageManifestMissing, NotReady
+	e.events(t, "img", 6) // four True, ImageManifestMissing, NotReady
 	e.images.err = &imagesource.Error{Reason: imagesource.ReasonAccessDenied, Err: errors.New("access denied")}
 	nc := e.reconcile(t, "img")
 	if c := nc.StatusConditions().Get(v1alpha1.ConditionTypeImageReady); c == nil || c.Reason != string(imagesource.ReasonAccessDenied) {
 		t.Fatalf("ImageReady = %+v", c)
 	}
 	// The root stays False with the same reason: one event, the image's.
-	evs := e.events(t, "img", 6)
-	if ev := evs[5]; ev.typ != corev1.EventTypeWarning || ev.reason != string(imagesource.ReasonAccessDenied) {
+	evs := e.events(t, "img", 7)
+	if ev := evs[6]; ev.typ != corev1.EventTypeWarning || ev.reason != string(imagesource.ReasonAccessDenied) {
 		t.Errorf("last event %+v, want Warning/%s", ev, imagesource.ReasonAccessDenied)
 	}
 }

@@ -40,6 +40,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/breaker"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagesource"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/phaselabels"
@@ -59,6 +60,12 @@ type Offerings interface {
 	MarkUnavailable(zone, offerName string, billing catalog.BillingPeriod, reason catalog.UnavailableReason)
 }
 
+// Breaker is the install-failure breaker (*breaker.Store).
+type Breaker interface {
+	Failed(ctx context.Context, f breaker.Failure) error
+	Joined(ctx context.Context, claim *karpv1.NodeClaim) error
+}
+
 // Controller reconciles NodeClaims mid-install.
 type Controller struct {
 	Kube      client.Client
@@ -74,6 +81,8 @@ type Controller struct {
 	Clock     clock.Clock
 	Log       logr.Logger
 	Metrics   *Metrics
+	// Breaker counts failed and joined installs per NodeClass (*breaker.Store; nil: none).
+	Breaker Breaker
 	// Resync is how often a NodeClaim mid-install is reconciled (the
 	// registration window's refresh; default 1m).
 	Resync time.Duration

@@ -18,6 +18,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/breaker"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeclass"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/phaselabels"
@@ -150,7 +151,28 @@ func (w *worker) attempt(ctx context.Context) (done bool, err error) {
 	}
 	w.show(phaselabels.State{Phase: install.PhaseJoined})
 	c.Metrics.finished(install.PhaseJoined, "joined")
+	if c.Breaker != nil {
+		if err := c.Breaker.Joined(ctx, claim); err != nil {
+			w.log.Error(err, "closing the install-failure breaker")
+		}
+	}
 	return true, nil
+}
+
+// countFailure tells the install-failure breaker; a failure to record it is
+// logged (the breaker errs on the side of ordering, as before it existed).
+func (w *worker) countFailure(ctx context.Context, claim *karpv1.NodeClaim, srv *baremetal.Server, cause error) {
+	c := w.c
+	if c.Breaker == nil {
+		return
+	}
+	billing := catalog.BillingHourly
+	if srv != nil && spare.Monthly(c.Offerings, srv) {
+		billing = catalog.BillingMonthly
+	}
+	if err := c.Breaker.Failed(ctx, breaker.Failure{Claim: claim, Server: srv, Billing: billing, Err: cause}); err != nil {
+		w.log.Error(err, "counting the install failure")
+	}
 }
 
 func (w *worker) job(claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalNodeClass, srv *baremetal.Server, keys []string) *install.Job {
@@ -300,6 +322,7 @@ func (w *worker) fail(ctx context.Context, srv *baremetal.Server, cause error) {
 		phase = install.PhaseOf(srv)
 		outcome = w.release(ctx, claim, srv)
 	}
+	w.countFailure(ctx, claim, srv, cause)
 	var pe *install.PhaseError
 	if errors.As(cause, &pe) {
 		phase, cause = pe.Phase, pe.Err

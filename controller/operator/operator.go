@@ -28,6 +28,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog/snapshot"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/bootstraptoken"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/breaker"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/capacity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/cloudprovider"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/garbagecollection"
@@ -46,6 +47,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/serverphases"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spend"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spendlimit"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/talosapi"
 )
 
@@ -120,10 +122,11 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 		return nil, fmt.Errorf("image source: %w", err)
 	}
 	cat := catalog.New(catalog.Options{
-		Client:          api.SDK(),
-		RefreshInterval: opts.CatalogRefresh,
-		Logger:          logger.WithName("catalog"),
-		Registerer:      reg,
+		Client:           api.SDK(),
+		RefreshInterval:  opts.CatalogRefresh,
+		InstallFailedTTL: opts.InstallFailedTTL,
+		Logger:           logger.WithName("catalog"),
+		Registerer:       reg,
 	})
 	keys := &rescuekey.Store{
 		Kube: direct, Namespace: opts.SystemNamespace, Name: opts.RescueKeySecret,
@@ -165,15 +168,21 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 	spares := &spare.Keeper{API: api, Offers: cat, Rescue: dialer, Keys: keys.KeyIDs, ClusterName: opts.ClusterName,
 		Log: logger.WithName("spare")}
 	tokens := &bootstraptoken.Manager{Kube: direct, Namespace: "kube-system", TTL: installer.Timeouts.Total() + 15*time.Minute}
+	// Direct reads: a status written on a stale cached copy would conflict.
+	breakers := &breaker.Store{Kube: direct, Secrets: joinSecrets, Offerings: cat, Recorder: recorder, Metrics: breaker.NewMetrics(reg),
+		Policy: breaker.Policy{Threshold: int32(opts.BreakerThreshold), Window: opts.BreakerWindow,
+			Backoff: opts.BreakerBackoff, MaxBackoff: opts.BreakerMaxBackoff}}
 	installs := &nodeinstall.Controller{
 		Kube: kube, API: api, Installer: installer, Spares: spares, Offerings: cat, Images: images, Keys: keys.KeyIDs,
 		Window:   &registration.Window{Kube: kube},
 		Config:   &nodeinstall.Configs{Secrets: joinSecrets, API: api, IPv6Gateway: opts.IPv6Gateway, Tokens: tokens},
 		Recorder: recorder, Log: logger.WithName("nodeinstall"), Metrics: nodeinstall.NewMetrics(reg),
+		Breaker: breakers,
 	}
 	cp := cloudprovider.New(cloudprovider.Deps{
 		Kube: kube, Recorder: recorder, Catalog: cat, API: api, Inventory: inv, Spares: spares, Installs: installs,
-		Images: images, Keys: keys,
+		Images: images, Keys: keys, Breaker: breakers,
+		Limits: &spendlimit.Limiter{Servers: inv.Servers, Offers: cat, Metrics: spendlimit.NewMetrics(reg, kube)},
 	}, cloudprovider.Options{
 		ClusterName: opts.ClusterName, DefaultZone: string(scwCfg.DefaultZone), RepairToleration: opts.RepairToleration,
 	}, logger.WithName("cloudprovider"))
@@ -184,7 +193,7 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 			Kube: kube, Secrets: joinSecrets, Images: images,
 			Credentials: credentialsChecker{api: api, keys: keys, cluster: opts.ClusterName},
 			DefaultZone: string(scwCfg.DefaultZone), ProjectID: scwCfg.ProjectID, Interval: opts.NodeClassRecheck,
-			Recorder: recorder,
+			Recorder: recorder, Installs: breakers,
 		},
 		GarbageCollection: &garbagecollection.Controller{
 			Kube: kube, Servers: inv.Servers, Spares: spares,

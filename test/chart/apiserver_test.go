@@ -298,6 +298,12 @@ extraVolumes: [{name: extra, configMap: {name: extra}}]
 				"spec":{"image":{"manifestURL":"https://x/m.json"},"talos":{"joinSecretRef":{"name":"a","namespace":"b"}},"rescue":{"disk":"/dev/disk/../../etc/shadow"}}}`,
 			"rescue disk with a space": `{"apiVersion":"karpenter-scaleway-em.io/v1alpha1","kind":"ScalewayElasticMetalNodeClass","metadata":{"name":"bad8"},
 				"spec":{"image":{"manifestURL":"https://x/m.json"},"talos":{"joinSecretRef":{"name":"a","namespace":"b"}},"rescue":{"disk":"/dev/sda; reboot"}}}`,
+			"negative hourly spend limit": `{"apiVersion":"karpenter-scaleway-em.io/v1alpha1","kind":"ScalewayElasticMetalNodeClass","metadata":{"name":"bad9"},
+				"spec":{"image":{"manifestURL":"https://x/m.json"},"talos":{"joinSecretRef":{"name":"a","namespace":"b"}},"limits":{"hourlySpend":"-1"}}}`,
+			"monthly commitment as a quantity": `{"apiVersion":"karpenter-scaleway-em.io/v1alpha1","kind":"ScalewayElasticMetalNodeClass","metadata":{"name":"bad10"},
+				"spec":{"image":{"manifestURL":"https://x/m.json"},"talos":{"joinSecretRef":{"name":"a","namespace":"b"}},"limits":{"monthlyCommitment":"1k"}}}`,
+			"spend limit as a number": `{"apiVersion":"karpenter-scaleway-em.io/v1alpha1","kind":"ScalewayElasticMetalNodeClass","metadata":{"name":"bad11"},
+				"spec":{"image":{"manifestURL":"https://x/m.json"},"talos":{"joinSecretRef":{"name":"a","namespace":"b"}},"limits":{"hourlySpend":2.5}}}`,
 		}
 		for name, j := range bad {
 			u := &unstructured.Unstructured{}
@@ -318,6 +324,15 @@ extraVolumes: [{name: extra, configMap: {name: extra}}]
 		}
 		if err := apply(ctx, k.Client, pinned, true); err != nil {
 			t.Errorf("pinned plain http manifest refused: %v", err)
+		}
+		// Spend limits are decimal strings of euros.
+		limits := &unstructured.Unstructured{}
+		if err := limits.UnmarshalJSON([]byte(`{"apiVersion":"karpenter-scaleway-em.io/v1alpha1","kind":"ScalewayElasticMetalNodeClass","metadata":{"name":"limits"},
+			"spec":{"image":{"manifestURL":"https://x/m.json"},"talos":{"joinSecretRef":{"name":"a","namespace":"b"}},"limits":{"hourlySpend":"2.5","monthlyCommitment":"0"}}}`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := apply(ctx, k.Client, limits, true); err != nil {
+			t.Errorf("spend limits 2.5 and 0 refused: %v", err)
 		}
 		// Stable disk names (by-id with '.' and ':') are accepted.
 		for i, disk := range []string{"/dev/disk/by-id/nvme-eui.0025388b71b2a1c4", "/dev/disk/by-id/wwn-0x5000c500a1b2c3d4:0",

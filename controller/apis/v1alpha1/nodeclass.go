@@ -49,6 +49,9 @@ type ScalewayElasticMetalNodeClassSpec struct {
 	// Rescue holds the settings for the rescue-system install step.
 	// +optional
 	Rescue RescueSpec `json:"rescue,omitempty" hash:"ignore"`
+	// Limits cap what the NodeClass's servers cost, in euros (docs/money-safety.md).
+	// +optional
+	Limits *LimitsSpec `json:"limits,omitempty" hash:"ignore"`
 }
 
 // ImageSpec points at a Talos image published with `em-imager publish`.

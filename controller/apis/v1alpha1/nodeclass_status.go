@@ -18,6 +18,9 @@ const (
 	ConditionTypeImageReady = "ImageReady"
 	// ConditionTypeJoinConfigReady: the join Secret renders a valid machine config.
 	ConditionTypeJoinConfigReady = "JoinConfigReady"
+	// ConditionTypeInstallsHealthy: the install-failure breaker is closed (package breaker): False while
+	// consecutive install failures stop new orders for the NodeClass.
+	ConditionTypeInstallsHealthy = "InstallsHealthy"
 )
 
 // Annotations on NodeClasses and NodeClaims.
@@ -80,6 +83,11 @@ type ScalewayElasticMetalNodeClassStatus struct {
 	// spec.zones is empty. The ZONES column shows them.
 	// +optional
 	Zones []string `json:"zones,omitempty"`
+	// Installs is the install-failure breaker's state (docs/money-safety.md): consecutive install failures
+	// stop orders for the NodeClass (InstallsHealthy=False) until a probe after a backoff joins, or the spec
+	// or the join Secret changes. Kept here so that a restarted controller does not order again.
+	// +optional
+	Installs *InstallsStatus `json:"installs,omitempty"`
 	// Conditions contains signals for health and readiness.
 	// +optional
 	Conditions []status.Condition `json:"conditions,omitempty"`
@@ -104,6 +112,7 @@ func (in *ScalewayElasticMetalNodeClass) StatusConditions(opts ...status.ForOpti
 		ConditionTypeProjectReady,
 		ConditionTypeImageReady,
 		ConditionTypeJoinConfigReady,
+		ConditionTypeInstallsHealthy,
 	).For(in, opts...)
 }
 

@@ -51,6 +51,13 @@ type Options struct {
 	// ZoneSweepInterval between sweeps of every Elastic Metal zone for the cluster's servers.
 	ZoneSweepInterval time.Duration
 
+	// Install-failure breaker (package breaker) and the TTL of an offering whose hardware failed an install.
+	BreakerThreshold  int
+	BreakerWindow     time.Duration
+	BreakerBackoff    time.Duration
+	BreakerMaxBackoff time.Duration
+	InstallFailedTTL  time.Duration
+
 	// JoinSecretNamespaces is the comma-separated list of namespaces join
 	// Secrets may be in; empty: SystemNamespace only (see JoinNamespaces).
 	JoinSecretNamespaces string
@@ -77,6 +84,11 @@ func (o *Options) AddFlags(fs *coreoptions.FlagSet) {
 	fs.DurationVar(&o.RepairToleration, "repair-toleration", env.WithDefaultDuration("REPAIR_TOLERATION", 20*time.Minute), "How long a node may be NotReady/Unknown before Karpenter's node repair (feature gate NodeRepair) replaces it.")
 	fs.IntVar(&o.MaxConcurrentImaging, "max-concurrent-imaging", env.WithDefaultInt("MAX_CONCURRENT_IMAGING", 8), "Images written at once (each holds an SSH session and uploads em-imager); further installs wait their turn within their phase timeout.")
 	fs.DurationVar(&o.ZoneSweepInterval, "zone-sweep-interval", env.WithDefaultDuration("ZONE_SWEEP_INTERVAL", 10*time.Minute), "Interval between sweeps of every Elastic Metal zone for this cluster's servers (a zone removed from a NodeClass keeps its servers found and collected).")
+	fs.IntVar(&o.BreakerThreshold, "install-breaker-threshold", env.WithDefaultInt("INSTALL_BREAKER_THRESHOLD", 2), "Consecutive install failures of a NodeClass (within --install-breaker-window) that stop orders for it (NodeClass condition InstallsHealthy=False).")
+	fs.DurationVar(&o.BreakerWindow, "install-breaker-window", env.WithDefaultDuration("INSTALL_BREAKER_WINDOW", time.Hour), "Window in which a NodeClass's consecutive install failures are counted.")
+	fs.DurationVar(&o.BreakerBackoff, "install-breaker-backoff", env.WithDefaultDuration("INSTALL_BREAKER_BACKOFF", 30*time.Minute), "Time without orders after the breaker opens, before one probe order; doubled after each failed probe.")
+	fs.DurationVar(&o.BreakerMaxBackoff, "install-breaker-max-backoff", env.WithDefaultDuration("INSTALL_BREAKER_MAX_BACKOFF", 8*time.Hour), "Longest time between probe orders of a NodeClass whose installs keep failing.")
+	fs.DurationVar(&o.InstallFailedTTL, "install-failed-offering-ttl", env.WithDefaultDuration("INSTALL_FAILED_OFFERING_TTL", time.Hour), "How long an offering whose hardware failed an install (no disk matches, disk too small, with rescue.disk auto) is hidden from Karpenter.")
 	fs.DurationVar(&o.NodeClassRecheck, "nodeclass-recheck-interval", env.WithDefaultDuration("NODECLASS_RECHECK_INTERVAL", 5*time.Minute), "Interval between checks of a Ready NodeClass (credentials, image manifest, join Secret).")
 }
 
@@ -160,10 +172,18 @@ func (o *Options) Validate() error {
 	for name, d := range map[string]time.Duration{"DELIVERY_TIMEOUT": o.DeliveryTimeout, "RESCUE_TIMEOUT": o.RescueTimeout,
 		"IMAGING_TIMEOUT": o.ImagingTimeout, "BOOT_TIMEOUT": o.BootTimeout, "INSTALL_RETRY_INTERVAL": o.RetryInterval,
 		"CATALOG_REFRESH_INTERVAL": o.CatalogRefresh, "GC_INTERVAL": o.GCInterval, "NODECLASS_RECHECK_INTERVAL": o.NodeClassRecheck,
-		"REPAIR_TOLERATION": o.RepairToleration, "ZONE_SWEEP_INTERVAL": o.ZoneSweepInterval} {
+		"REPAIR_TOLERATION": o.RepairToleration, "ZONE_SWEEP_INTERVAL": o.ZoneSweepInterval,
+		"INSTALL_BREAKER_WINDOW": o.BreakerWindow, "INSTALL_BREAKER_BACKOFF": o.BreakerBackoff,
+		"INSTALL_BREAKER_MAX_BACKOFF": o.BreakerMaxBackoff, "INSTALL_FAILED_OFFERING_TTL": o.InstallFailedTTL} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))
 		}
+	}
+	if o.BreakerThreshold <= 0 {
+		errs = append(errs, fmt.Errorf("INSTALL_BREAKER_THRESHOLD: %d must be positive", o.BreakerThreshold))
+	}
+	if o.BreakerMaxBackoff < o.BreakerBackoff {
+		errs = append(errs, fmt.Errorf("INSTALL_BREAKER_MAX_BACKOFF %s is below INSTALL_BREAKER_BACKOFF %s", o.BreakerMaxBackoff, o.BreakerBackoff))
 	}
 	if o.GCGracePeriod < MinGCGracePeriod {
 		errs = append(errs, fmt.Errorf("GC_GRACE_PERIOD (--gc-grace-period) %s is below the floor of %s: a younger server may be an order whose NodeClaim is not visible yet, and must never be released", o.GCGracePeriod, MinGCGracePeriod))

@@ -1,0 +1,252 @@
+package breaker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+	"sigs.k8s.io/karpenter/pkg/cloudprovider"
+	"sigs.k8s.io/karpenter/pkg/events"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+)
+
+// Offerings hides an offering (*catalog.Catalog).
+type Offerings interface {
+	MarkUnavailable(zone, offerName string, billing catalog.BillingPeriod, reason catalog.UnavailableReason)
+}
+
+// Store keeps the breaker's state in NodeClass status.
+type Store struct {
+	// Kube reads NodeClasses and NodeClaims and writes NodeClass status.
+	Kube client.Client
+	// Secrets reads join Secrets (for their resourceVersion; a joinsecret.Reader).
+	Secrets   client.Reader
+	Policy    Policy
+	Offerings Offerings
+	Recorder  events.Recorder
+	Metrics   *Metrics
+	Clock     clock.Clock
+}
+
+func (s *Store) now() clock.Clock {
+	if s.Clock == nil {
+		return clock.RealClock{}
+	}
+	return s.Clock
+}
+
+// KeyOf is nc's breaker key: its generation and its join Secret's
+// resourceVersion ("" when the Secret cannot be read).
+func (s *Store) KeyOf(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass) Key {
+	ref := nc.Spec.Talos.JoinSecretRef
+	sec := &corev1.Secret{}
+	rv := ""
+	if s.Secrets != nil && s.Secrets.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, sec) == nil {
+		rv = sec.ResourceVersion
+	}
+	return Key{Generation: nc.Generation, JoinSecretResourceVersion: rv}
+}
+
+// probeAlive reports whether the probe NodeClaim of st exists.
+func (s *Store) probeAlive(ctx context.Context, st *v1alpha1.InstallsStatus) bool {
+	if st == nil || st.ProbeNodeClaim == "" {
+		return false
+	}
+	err := s.Kube.Get(ctx, types.NamespacedName{Name: st.ProbeNodeClaim}, &karpv1.NodeClaim{})
+	return !apierrors.IsNotFound(err) // an error reading it: assume alive, order nothing
+}
+
+// Sync brings nc's breaker up to date in memory, for the status controller
+// that writes the status: a stale state (new generation, Secret changed) is
+// dropped, and InstallsHealthy is set. It returns when the condition will
+// change by itself (the end of a backoff), zero if never.
+func (s *Store) Sync(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass) (next int64) {
+	if nc.Status.Installs != nil && Current(nc.Status.Installs, s.KeyOf(ctx, nc)) == nil {
+		nc.Status.Installs = nil
+	}
+	s.setCondition(ctx, nc)
+	if st := nc.Status.Installs; st != nil && st.NextAttempt != nil && s.now().Now().Before(st.NextAttempt.Time) {
+		return st.NextAttempt.UnixNano()
+	}
+	return 0
+}
+
+// setCondition sets InstallsHealthy from the state and updates the state gauge.
+func (s *Store) setCondition(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass) State {
+	st := nc.Status.Installs
+	alive := s.probeAlive(ctx, st)
+	ok, reason, msg := Condition(st, s.now().Now(), alive)
+	conds := nc.StatusConditions()
+	switch {
+	case ok && reason == "":
+		conds.SetTrue(v1alpha1.ConditionTypeInstallsHealthy)
+	case ok:
+		conds.SetTrueWithReason(v1alpha1.ConditionTypeInstallsHealthy, reason, msg)
+	default:
+		conds.SetFalse(v1alpha1.ConditionTypeInstallsHealthy, reason, msg)
+	}
+	state := StateOf(st, s.now().Now(), alive)
+	s.Metrics.setState(nc.Name, state)
+	return state
+}
+
+// Admit decides whether Create may order a server for claim: nil when the
+// breaker is closed or this order is the probe (recorded in the status
+// before the order), else a NodeClassNotReadyError: the whole NodeClass
+// cannot install, so Karpenter deletes the NodeClaim and, once the
+// NodeClass is not Ready, schedules onto other NodePools.
+func (s *Store) Admit(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass, claim string) error {
+	if nc.Status.Installs == nil {
+		return nil
+	}
+	var refusal error
+	err := s.update(ctx, nc.Name, func(fresh *v1alpha1.ScalewayElasticMetalNodeClass, key Key) {
+		refusal = nil
+		st := Current(fresh.Status.Installs, key)
+		if st != nil && st.ProbeNodeClaim == claim {
+			return // the probe's Create again
+		}
+		switch StateOf(st, s.now().Now(), s.probeAlive(ctx, st)) {
+		case Open, Probing:
+			_, _, msg := Condition(st, s.now().Now(), true)
+			refusal = fmt.Errorf("nodeclass %s: install-failure breaker: %s", fresh.Name, msg)
+		case ProbeAllowed:
+			st = st.DeepCopy()
+			st.ProbeNodeClaim = claim
+		}
+		fresh.Status.Installs = st
+	})
+	if err != nil {
+		return fmt.Errorf("install-failure breaker of nodeclass %s: %w", nc.Name, err)
+	}
+	if refusal != nil {
+		s.Metrics.refusedOrder(nc.Name)
+		return cloudprovider.NewNodeClassNotReadyError(refusal)
+	}
+	return nil
+}
+
+// Failure is one failed install, as nodeinstall sees it.
+type Failure struct {
+	Claim *karpv1.NodeClaim
+	// Server is the server the install ran on (nil when gone).
+	Server  *baremetal.Server
+	Billing catalog.BillingPeriod
+	Err     error
+}
+
+// Failed counts a failed install against its NodeClass (and its offering
+// when the failure is the hardware's). Only a *install.PhaseError after
+// delivery is an install failure: a delivery that failed or timed out (phase
+// ordered) is Scaleway's, and a server taken away or a NodeClass gone say
+// nothing about whether the NodeClass can install.
+func (s *Store) Failed(ctx context.Context, f Failure) error {
+	var pe *install.PhaseError
+	if !errors.As(f.Err, &pe) || f.Claim.Spec.NodeClassRef == nil || pe.Phase == install.PhaseOrdered || scaleway.IsNotFound(pe.Err) {
+		return nil
+	}
+	name := f.Claim.Spec.NodeClassRef.Name
+	code := CodeOf(pe.Err)
+	offering := ""
+	if srv := f.Server; srv != nil {
+		offering = fmt.Sprintf("%s/%s/%s", srv.Zone, srv.OfferName, f.Billing)
+	}
+	s.Metrics.failure(name, string(pe.Phase), code)
+	var opened, reopened bool
+	var after *v1alpha1.InstallsStatus
+	var disk string
+	err := s.update(ctx, name, func(fresh *v1alpha1.ScalewayElasticMetalNodeClass, key Key) {
+		disk = fresh.Spec.Rescue.Disk
+		before := Current(fresh.Status.Installs, key)
+		after = s.Policy.Failure(before, key, v1alpha1.InstallFailure{
+			Phase: string(pe.Phase), Code: code, Offering: offering, NodeClaim: f.Claim.Name,
+		}, s.now().Now())
+		opened = after.Opened == 1 && (before == nil || before.Opened == 0)
+		reopened = before != nil && after.Opened > before.Opened && before.Opened > 0
+		fresh.Status.Installs = after
+	})
+	if f.Server != nil && Hardware(code, disk) {
+		s.Offerings.MarkUnavailable(string(f.Server.Zone), f.Server.OfferName, f.Billing, catalog.ReasonInstallFailed)
+	}
+	if err != nil {
+		return fmt.Errorf("counting the install failure of nodeclaim %s against nodeclass %s: %w", f.Claim.Name, name, err)
+	}
+	if opened || reopened {
+		s.Metrics.openedFor(name)
+		s.publish(name, corev1.EventTypeWarning, EventBreakerOpened, fmt.Sprintf("%s; no server is ordered for this NodeClass before %s",
+			describe(after), after.NextAttempt.UTC().Format("2006-01-02T15:04:05Z")))
+	}
+	return nil
+}
+
+// Event reasons on the NodeClass.
+const (
+	// EventBreakerOpened: consecutive install failures stopped orders for the NodeClass.
+	EventBreakerOpened = "InstallBreakerOpened"
+	// EventBreakerClosed: an install joined after the breaker had opened.
+	EventBreakerClosed = "InstallBreakerClosed"
+)
+
+// Joined closes the breaker of claim's NodeClass: an install succeeded.
+func (s *Store) Joined(ctx context.Context, claim *karpv1.NodeClaim) error {
+	if claim.Spec.NodeClassRef == nil {
+		return nil
+	}
+	name := claim.Spec.NodeClassRef.Name
+	nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
+	if err := s.Kube.Get(ctx, types.NamespacedName{Name: name}, nc); err != nil || nc.Status.Installs == nil {
+		return client.IgnoreNotFound(err)
+	}
+	wasOpen := false
+	err := s.update(ctx, name, func(fresh *v1alpha1.ScalewayElasticMetalNodeClass, _ Key) {
+		wasOpen = fresh.Status.Installs != nil && fresh.Status.Installs.Opened > 0
+		fresh.Status.Installs = nil
+	})
+	if err == nil && wasOpen {
+		s.publish(name, corev1.EventTypeNormal, EventBreakerClosed, fmt.Sprintf("nodeclaim %s installed and joined: servers are ordered again", claim.Name))
+	}
+	return err
+}
+
+// update applies change to a fresh copy of NodeClass name and writes its
+// status (InstallsHealthy included) with an optimistic lock, retrying
+// conflicts.
+func (s *Store) update(ctx context.Context, name string, change func(*v1alpha1.ScalewayElasticMetalNodeClass, Key)) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
+		if err := s.Kube.Get(ctx, types.NamespacedName{Name: name}, nc); err != nil {
+			return err
+		}
+		stored := nc.DeepCopy()
+		change(nc, s.KeyOf(ctx, nc))
+		s.setCondition(ctx, nc)
+		if equality.Semantic.DeepEqual(stored.Status, nc.Status) {
+			return nil
+		}
+		return s.Kube.Status().Patch(ctx, nc, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{}))
+	})
+}
+
+func (s *Store) publish(nodeClass, typ, reason, msg string) {
+	if s.Recorder == nil {
+		return
+	}
+	obj := &v1alpha1.ScalewayElasticMetalNodeClass{}
+	obj.Name = nodeClass
+	obj.SetGroupVersionKind(v1alpha1.SchemeGroupVersion.WithKind("ScalewayElasticMetalNodeClass"))
+	s.Recorder.Publish(events.Event{InvolvedObject: obj, Type: typ, Reason: reason, Message: msg,
+		DedupeValues: []string{nodeClass, reason, msg}})
+}

@@ -1,0 +1,210 @@
+// Package spendlimit enforces a NodeClass's spend limits (spec.limits) on
+// new orders: an order that would take the NodeClass's hourly spend or its
+// monthly commitment over its limit is not placed.
+//
+// Current spend is package spend's computation over a fresh listing of the
+// cluster's servers, plus the orders placed here that the listing does not
+// show yet (Scaleway's listings lag orders), so that two Creates in a row
+// cannot both fit under the same headroom. A NodeClass's checks and orders
+// are serialised; NodeClasses without limits cost nothing (no listing, no
+// lock).
+package spendlimit
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+	"github.com/scaleway/scaleway-sdk-go/scw"
+	"k8s.io/utils/clock"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spend"
+)
+
+// DefaultPending is how long an order counts on top of the listing when
+// the listing does not show it.
+const DefaultPending = 10 * time.Minute
+
+// Limits of the NodeClass resource.
+const (
+	LimitHourly     = "hourly_spend"
+	LimitCommitment = "monthly_commitment"
+)
+
+// Limiter checks orders against NodeClass limits.
+type Limiter struct {
+	// Servers lists every server of the cluster ((*inventory.Inventory).Servers).
+	Servers func(ctx context.Context) ([]*baremetal.Server, error)
+	Offers  spend.Offers
+	Clock   clock.Clock
+	// Pending (default DefaultPending) bounds how long an order not yet listed counts.
+	Pending time.Duration
+	Metrics *Metrics
+
+	mu      sync.Mutex
+	locks   map[string]*sync.Mutex
+	pending map[string]pendingOrder // by server ID
+}
+
+type pendingOrder struct {
+	nodeClass string
+	server    *baremetal.Server
+	at        time.Time
+}
+
+// ExceededError is an order refused by a limit.
+type ExceededError struct {
+	NodeClass string
+	Limit     string
+	// Max is the limit; Current what is spent or committed; Order what the order adds (EUR/h or EUR).
+	Max, Current, Order float64
+}
+
+func (e *ExceededError) Error() string {
+	unit := "EUR/h"
+	if e.Limit == LimitCommitment {
+		unit = "EUR"
+	}
+	return fmt.Sprintf("nodeclass %s: the order would take its %s to %.4f %s, over its limit of %.4f %s (now %.4f %s)",
+		e.NodeClass, e.Limit, e.Current+e.Order, unit, e.Max, unit, e.Current, unit)
+}
+
+// Session is one Create's view of a NodeClass's spend, holding the
+// NodeClass's lock until End.
+type Session struct {
+	l                        *Limiter
+	nc                       string
+	hourly                   float64
+	committed                float64
+	maxHourly, maxCommitment float64
+	hasHourly, hasCommitment bool
+	unlock                   func()
+}
+
+// Begin opens a session for nc; nil (and no lock) when nc has no limits.
+// A listing failure is an error: a limit is not enforced on a guess.
+func (l *Limiter) Begin(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass) (*Session, error) {
+	lim := nc.Spec.Limits
+	if lim == nil {
+		return nil, nil
+	}
+	s := &Session{l: l, nc: nc.Name}
+	s.maxHourly, s.hasHourly = v1alpha1.EUR(lim.HourlySpend)
+	s.maxCommitment, s.hasCommitment = v1alpha1.EUR(lim.MonthlyCommitment)
+	if !s.hasHourly && !s.hasCommitment {
+		return nil, nil
+	}
+	s.unlock = l.lock(nc.Name)
+	all, err := l.Servers(ctx)
+	if err != nil {
+		s.unlock()
+		return nil, fmt.Errorf("listing servers for nodeclass %s's spend limits: %w", nc.Name, err)
+	}
+	now := l.clock().Now()
+	listed := make(map[string]bool, len(all))
+	for _, srv := range all {
+		listed[srv.ID] = true
+	}
+	servers := append([]*baremetal.Server(nil), all...)
+	l.mu.Lock()
+	for id, p := range l.pending {
+		switch {
+		case listed[id] || now.Sub(p.at) > l.pendingFor():
+			delete(l.pending, id)
+		case p.nodeClass == nc.Name:
+			servers = append(servers, p.server)
+		}
+	}
+	l.mu.Unlock()
+	a := spend.Compute(servers, l.Offers, now).NodeClass(nc.Name)
+	s.hourly, s.committed = a.Hourly, a.Commitment
+	return s, nil
+}
+
+// Check refuses (an *ExceededError) an order of offer in zone that would
+// cross a limit.
+func (s *Session) Check(zone string, offer *baremetal.Offer) error {
+	if s == nil {
+		return nil
+	}
+	c := spend.Of(s.l.hypothetical(s.nc, zone, offer), s.l.Offers, s.l.clock().Now())
+	if s.hasHourly && s.hourly+c.Hourly > s.maxHourly+1e-9 {
+		s.l.Metrics.refusal(s.nc, LimitHourly)
+		return &ExceededError{NodeClass: s.nc, Limit: LimitHourly, Max: s.maxHourly, Current: s.hourly, Order: c.Hourly}
+	}
+	if s.hasCommitment && s.committed+c.Commitment > s.maxCommitment+1e-9 {
+		s.l.Metrics.refusal(s.nc, LimitCommitment)
+		return &ExceededError{NodeClass: s.nc, Limit: LimitCommitment, Max: s.maxCommitment, Current: s.committed, Order: c.Commitment}
+	}
+	return nil
+}
+
+// Ordered counts an order placed in this session until listings show it.
+func (s *Session) Ordered(srv *baremetal.Server, zone string, offer *baremetal.Offer) {
+	if s == nil || srv == nil {
+		return
+	}
+	now := s.l.clock().Now()
+	h := s.l.hypothetical(s.nc, zone, offer)
+	h.ID = srv.ID
+	c := spend.Of(h, s.l.Offers, now)
+	s.hourly += c.Hourly
+	s.committed += c.Commitment
+	s.l.mu.Lock()
+	if s.l.pending == nil {
+		s.l.pending = map[string]pendingOrder{}
+	}
+	s.l.pending[srv.ID] = pendingOrder{nodeClass: s.nc, server: h, at: now}
+	s.l.mu.Unlock()
+}
+
+// End releases the NodeClass's lock.
+func (s *Session) End() {
+	if s != nil && s.unlock != nil {
+		s.unlock()
+	}
+}
+
+// hypothetical is a server of offer ordered now for nodeClass, priced by
+// the same computation as the listed ones.
+func (l *Limiter) hypothetical(nodeClass, zone string, offer *baremetal.Offer) *baremetal.Server {
+	now := l.clock().Now()
+	return &baremetal.Server{
+		Zone: scw.Zone(zone), OfferID: offer.ID, OfferName: offer.Name, CreatedAt: &now,
+		Status: baremetal.ServerStatusDelivering,
+		Tags:   []string{scaleway.Tag(scaleway.TagNodeClass, nodeClass)},
+	}
+}
+
+func (l *Limiter) lock(nodeClass string) func() {
+	l.mu.Lock()
+	if l.locks == nil {
+		l.locks = map[string]*sync.Mutex{}
+	}
+	m := l.locks[nodeClass]
+	if m == nil {
+		m = &sync.Mutex{}
+		l.locks[nodeClass] = m
+	}
+	l.mu.Unlock()
+	m.Lock()
+	return m.Unlock
+}
+
+func (l *Limiter) clock() clock.Clock {
+	if l.Clock == nil {
+		return clock.RealClock{}
+	}
+	return l.Clock
+}
+
+func (l *Limiter) pendingFor() time.Duration {
+	if l.Pending > 0 {
+		return l.Pending
+	}
+	return DefaultPending
+}

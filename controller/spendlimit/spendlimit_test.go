@@ -1,0 +1,159 @@
+package spendlimit_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+	"github.com/scaleway/scaleway-sdk-go/scw"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spendlimit"
+)
+
+var now = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+
+type fixture struct {
+	cat     *catalog.Catalog
+	servers []*baremetal.Server
+	listErr error
+	lists   int
+	l       *spendlimit.Limiter
+	clock   *clocktesting.FakeClock
+}
+
+func newFixture() *fixture {
+	f := &fixture{cat: catalog.New(catalog.Options{}), clock: clocktesting.NewFakeClock(now)}
+	f.l = &spendlimit.Limiter{Offers: f.cat, Clock: f.clock, Servers: func(context.Context) ([]*baremetal.Server, error) {
+		f.lists++
+		return f.servers, f.listErr
+	}}
+	return f
+}
+
+func (f *fixture) offer(t *testing.T, name string, billing catalog.BillingPeriod) *baremetal.Offer {
+	t.Helper()
+	o, ok := f.cat.Offer("fr-par-2", name, billing)
+	if !ok {
+		t.Fatalf("no %s %s in fr-par-2", billing, name)
+	}
+	return o
+}
+
+func (f *fixture) server(t *testing.T, id, name string, billing catalog.BillingPeriod, nodeClass string) *baremetal.Server {
+	o := f.offer(t, name, billing)
+	created := now.Add(-time.Hour)
+	return &baremetal.Server{ID: id, Zone: scw.ZoneFrPar2, OfferID: o.ID, OfferName: name, CreatedAt: &created,
+		Status: baremetal.ServerStatusReady, Tags: []string{"karpenter-scaleway-em/nodeclass=" + nodeClass}}
+}
+
+func nodeClass(hourly, commitment string) *v1alpha1.ScalewayElasticMetalNodeClass {
+	return &v1alpha1.ScalewayElasticMetalNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "gp"},
+		Spec: v1alpha1.ScalewayElasticMetalNodeClassSpec{Limits: &v1alpha1.LimitsSpec{HourlySpend: hourly, MonthlyCommitment: commitment}}}
+}
+
+// 0.548 EUR/h spent of 1 EUR/h: another EM-I220E-NVME (0.548) would cross
+// the limit, an EM-A116X-SSD (0.077) fits; other NodeClasses' servers do
+// not count.
+func TestHourlyLimitRefusesWhatWouldCrossIt(t *testing.T) {
+	f := newFixture()
+	f.servers = []*baremetal.Server{
+		f.server(t, "s1", "EM-I220E-NVME", catalog.BillingHourly, "gp"),
+		f.server(t, "s2", "EM-I220E-NVME", catalog.BillingHourly, "other"),
+	}
+	s, err := f.l.Begin(context.Background(), nodeClass("1", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.End()
+	var ex *spendlimit.ExceededError
+	if err := s.Check("fr-par-2", f.offer(t, "EM-I220E-NVME", catalog.BillingHourly)); !errors.As(err, &ex) || ex.Limit != spendlimit.LimitHourly {
+		t.Fatalf("EM-I220E-NVME at 0.548 spent of 1: %v, want the hourly limit exceeded", err)
+	}
+	if err := s.Check("fr-par-2", f.offer(t, "EM-A116X-SSD", catalog.BillingHourly)); err != nil {
+		t.Errorf("EM-A116X-SSD (0.077/h) refused: %v", err)
+	}
+	// A monthly server counts its monthly price over 730 h: 32.99/730 fits.
+	if err := s.Check("fr-par-2", f.offer(t, "EM-A115X-SSD", catalog.BillingMonthly)); err != nil {
+		t.Errorf("monthly EM-A115X-SSD (0.045/h amortised) refused: %v", err)
+	}
+}
+
+// The monthly commitment counts a new monthly order's month and its setup fee.
+func TestMonthlyCommitmentLimit(t *testing.T) {
+	f := newFixture()
+	s, err := f.l.Begin(context.Background(), nodeClass("", "66"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check("fr-par-2", f.offer(t, "EM-A115X-SSD", catalog.BillingMonthly)); err != nil {
+		t.Errorf("32.99 + 32.99 fee under 66: %v", err)
+	}
+	var ex *spendlimit.ExceededError
+	if err := s.Check("fr-par-2", f.offer(t, "EM-B111X-SATA", catalog.BillingMonthly)); !errors.As(err, &ex) || ex.Limit != spendlimit.LimitCommitment {
+		t.Errorf("94.99 + fee over 66: %v, want the commitment limit exceeded", err)
+	}
+	if err := s.Check("fr-par-2", f.offer(t, "EM-I220E-NVME", catalog.BillingHourly)); err != nil {
+		t.Errorf("an hourly order commits nothing monthly: %v", err)
+	}
+	s.End()
+}
+
+// An order counts before listings show it, once (not twice when they do).
+func TestOrdersCountBeforeTheyAreListed(t *testing.T) {
+	f := newFixture()
+	nc := nodeClass("0.6", "")
+	hourly := f.offer(t, "EM-I220E-NVME", catalog.BillingHourly)
+	s, err := f.l.Begin(context.Background(), nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check("fr-par-2", hourly); err != nil {
+		t.Fatal(err)
+	}
+	s.Ordered(&baremetal.Server{ID: "new"}, "fr-par-2", hourly)
+	s.End()
+
+	s, _ = f.l.Begin(context.Background(), nc) // the listing does not show "new" yet
+	if err := s.Check("fr-par-2", hourly); err == nil {
+		t.Errorf("a second 0.548 order under a 0.6 limit was allowed while the first is not listed yet")
+	}
+	s.End()
+
+	f.servers = []*baremetal.Server{f.server(t, "new", "EM-I220E-NVME", catalog.BillingHourly, "gp")}
+	s, _ = f.l.Begin(context.Background(), nc)
+	// 0.548 listed + 0.077 = 0.625 > 0.6: refused, with the listed order counted once.
+	var ex *spendlimit.ExceededError
+	err = s.Check("fr-par-2", f.offer(t, "EM-A116X-SSD", catalog.BillingHourly))
+	if !errors.As(err, &ex) || ex.Current < 0.5 || ex.Current > 0.6 {
+		t.Errorf("after the order is listed: %v; want refused with 0.548 spent (counted once)", err)
+	}
+	s.End()
+}
+
+func TestNoLimitsNoListingAndListingFailureIsAnError(t *testing.T) {
+	f := newFixture()
+	s, err := f.l.Begin(context.Background(), nodeClass("", ""))
+	if s != nil || err != nil || f.lists != 0 {
+		t.Errorf("no limits: session %v err %v, %d listings; want none", s, err, f.lists)
+	}
+	if err := s.Check("fr-par-2", f.offer(t, "EM-I220E-NVME", catalog.BillingHourly)); err != nil {
+		t.Errorf("a nil session refused: %v", err)
+	}
+	f.listErr = errors.New("503")
+	if _, err := f.l.Begin(context.Background(), nodeClass("1", "")); err == nil {
+		t.Errorf("a failed listing let the limit be checked against a guess")
+	}
+	// The lock was released: the next session does not block.
+	f.listErr = nil
+	s, err = f.l.Begin(context.Background(), nodeClass("1", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.End()
+}
