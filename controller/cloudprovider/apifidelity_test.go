@@ -187,9 +187,11 @@ func TestLasting5xxEndsInAClearErrorThenResumes(t *testing.T) {
 		t.Fatal("the install never gave up waiting while every listing failed")
 	}
 	// Each poll makes at most MaxAttempts (5) requests, and the wait gives
-	// up after 5 failed polls in a row.
-	if hits == 0 || hits > 5*5 {
-		t.Fatalf("%d failed listings before giving up, want 1..25", hits)
+	// up after 5 failed polls in a row. The inventory's zone sweep (once a
+	// minute here, the same 5 attempts) lists too, and on a loaded machine
+	// one sweep can fall inside the wait.
+	if hits == 0 || hits > 5*5+5 {
+		t.Fatalf("%d failed listings before giving up, want 1..30", hits)
 	}
 	retries := func() (msgs []string) {
 		for _, ev := range e.events.find(claim.Name, "InstallOrdered") {
