@@ -498,6 +498,12 @@ func TestMonthlyServerIsKeptAsSpareAndReused(t *testing.T) {
 	if list, err := e.p.CloudProvider.List(e.ctx); err != nil || len(list) != 0 {
 		t.Fatalf("List shows the spare as a node: %d, %v", len(list), err)
 	}
+	// #16: a spare waits in a rescue boot without the controller's key; the
+	// key is not in IAM meanwhile.
+	e.sweep()
+	if n := e.iamKeys(); n != 0 {
+		t.Fatalf("%d IAM SSH keys while the only server is a spare, want 0", n)
+	}
 	// Karpenter's termination would delete the old Node object; this test runs without it.
 	old := e.waitNode(got.Status.ProviderID)
 	if err := e.kube.Delete(e.ctx, old); err != nil {
