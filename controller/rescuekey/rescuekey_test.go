@@ -16,9 +16,11 @@ import (
 )
 
 type iam struct {
-	calls atomic.Int32
-	keys  []string
-	err   error
+	calls   atomic.Int32 // registrations
+	finds   atomic.Int32
+	keys    []string
+	err     error
+	findErr error
 }
 
 func (i *iam) EnsureSSHKey(_ context.Context, _, pub string) (string, error) {
@@ -28,7 +30,8 @@ func (i *iam) EnsureSSHKey(_ context.Context, _, pub string) (string, error) {
 }
 
 func (i *iam) FindSSHKey(context.Context, string, string) (string, string, error) {
-	return "", "", errors.New("not used")
+	i.finds.Add(1)
+	return "", "", i.findErr
 }
 
 func (i *iam) DeleteSSHKey(context.Context, string) error { return errors.New("not used") }
@@ -76,5 +79,21 @@ func TestBadSecretAndIAMFailureAreErrorsWithoutKeyMaterial(t *testing.T) {
 	}
 	if good.Holders() != 0 {
 		t.Fatalf("a failed Acquire left %d holders", good.Holders())
+	}
+}
+
+// The NodeClass credentials check reads IAM and registers nothing.
+func TestCheckRegistersNothing(t *testing.T) {
+	reg := &iam{}
+	s := &Store{Kube: fake.NewClientBuilder().WithScheme(scheme.Scheme).Build(), Namespace: "karpenter", Name: "rescue", KeyName: "k", IAM: reg}
+	if err := s.Check(context.Background()); err != nil {
+		t.Fatalf("Check = %v", err)
+	}
+	if reg.calls.Load() != 0 || reg.finds.Load() != 1 {
+		t.Fatalf("Check registered %d times and read IAM %d times; want 0 and 1", reg.calls.Load(), reg.finds.Load())
+	}
+	reg.findErr = errors.New("permission denied")
+	if err := s.Check(context.Background()); err == nil || !strings.Contains(err.Error(), "IAM") || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("Check with IAM refusing = %v", err)
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	iam "github.com/scaleway/scaleway-sdk-go/api/iam/v1alpha1"
+	"github.com/scaleway/scaleway-sdk-go/scw"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"go.yaml.in/yaml/v4"
 	"golang.org/x/crypto/ssh"
@@ -97,7 +99,8 @@ func (o *observer) done() {
 // consolidated away) and installs that fail (the image no longer matches
 // its digest), then looks for every secret the controller handled in all it
 // showed: none may appear. The same scan over the same artefacts with one
-// secret written into the log must find it.
+// secret written into the log must find it. Once no install is left, the
+// rescue SSH key is gone from IAM.
 func TestSecretCanary(t *testing.T) {
 	e := harness.Start(t, harness.Setup{World: world.Options{Sim: func(o *scwsim.Options) { o.SecretKey = scwCanary }}})
 	obs := observe(e)
@@ -132,6 +135,15 @@ func TestSecretCanary(t *testing.T) {
 	e.WaitServersGone(harness.WaitLong)
 	scrape()
 	obs.done()
+	// No install left: the garbage collection's sweep removes the rescue key from IAM.
+	iamAPI := iam.NewAPI(sdk(t, e))
+	e.Eventually("the rescue SSH key removed from IAM", harness.WaitLong, func() (bool, string) {
+		keys, err := iamAPI.ListSSHKeys(&iam.ListSSHKeysRequest{}, scw.WithAllPages(), scw.WithContext(e.Ctx))
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(keys.SSHKeys) == 0, fmt.Sprintf("%d IAM SSH keys", len(keys.SSHKeys))
+	})
 
 	secrets := knownSecrets(t, e, obs)
 	artefacts := capture(t, e, obs, metrics)
@@ -157,6 +169,17 @@ func TestSecretCanary(t *testing.T) {
 			t.Errorf("%s written into %s was not found: %v", s.Name, planted[0].Name, hits)
 		}
 	}
+}
+
+// sdk is a Scaleway client for the simulated API, as the controller's.
+func sdk(t *testing.T, e *harness.Env) *scw.Client {
+	t.Helper()
+	c, err := scw.NewClient(scw.WithAuth("SCWSIMULATED00000000", scwCanary), scw.WithAPIURL(e.W.SimURL),
+		scw.WithDefaultProjectID(e.W.Sim.Options().ProjectID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func found(hits []Hit, secret, artefact string) bool {
