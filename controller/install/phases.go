@@ -50,7 +50,7 @@ func (i *Installer) rescue(ctx, pctx context.Context, job *Job, srv *baremetal.S
 	if err != nil {
 		return srv, err
 	}
-	if _, ours := scaleway.TagValue(srv.Tags, TagRescueBoot); !ours || !readyIn(srv, baremetal.ServerBootTypeRescue) {
+	if !scaleway.HasTags(srv.Tags, rescueBootTag) || !readyIn(srv, baremetal.ServerBootTypeRescue) {
 		if srv, err = i.rebootIntoRescue(ctx, pctx, job, srv, PhaseRescue); err != nil {
 			return srv, err
 		}
@@ -104,7 +104,7 @@ func (i *Installer) rebootIntoRescue(ctx, pctx context.Context, job *Job, srv *b
 	i.progress(job, p, "rebooting into rescue")
 	// The new boot has a new host key: the old pin goes first; and it is
 	// marked as ours, booted with the key.
-	if v, _ := scaleway.TagValue(srv.Tags, TagRescueHostKey); v != "" || !scaleway.HasTags(srv.Tags, scaleway.Tag(TagRescueBoot, "install")) {
+	if v, _ := scaleway.TagValue(srv.Tags, TagRescueHostKey); v != "" || !scaleway.HasTags(srv.Tags, rescueBootTag) {
 		updated, err := i.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
 			tags, _ = scaleway.SetTagIn(withHostKey("")(tags), TagRescueBoot, "install")
 			return tags, true

@@ -48,6 +48,8 @@ const TagRescueHostKey = "karpenter-scaleway-em/rescue-host-key"
 // is rebooted into rescue again by the install.
 const TagRescueBoot = "karpenter-scaleway-em/rescue-boot"
 
+var rescueBootTag = scaleway.Tag(TagRescueBoot, "install")
+
 // InstallTags are the tags an install writes about the disk; a spare taken
 // by a new NodeClaim drops them (its disk gets written again).
 var InstallTags = []string{TagUplinkMAC, TagDisk, TagDiskSerial, scaleway.TagImage, TagConfigDelivery, TagTalosPeer, TagRescueHostKey, TagRescueBoot}
