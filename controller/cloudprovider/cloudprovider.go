@@ -42,9 +42,10 @@ type ImageSource interface {
 	Resolve(ctx context.Context, s imagesource.Settings) (*imagesource.Image, error)
 }
 
-// RescueKeys gives the IAM SSH key IDs rescue systems must accept.
+// RescueKeys checks, without registering it, that the rescue SSH key and
+// IAM are usable (*rescuekey.Store).
 type RescueKeys interface {
-	KeyIDs(ctx context.Context) ([]string, error)
+	Check(ctx context.Context) error
 }
 
 // Installs stops a NodeClaim's install before Delete acts (*nodeinstall.Controller).
@@ -177,7 +178,7 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 	if _, err := c.Images.Resolve(ctx, nodeclass.ImageSettings(nc)); err != nil {
 		return nil, cloudprovider.NewNodeClassNotReadyError(fmt.Errorf("resolving the image: %w", err))
 	}
-	if _, err := c.Keys.KeyIDs(ctx); err != nil {
+	if err := c.Keys.Check(ctx); err != nil {
 		return nil, fmt.Errorf("rescue SSH key: %w", err)
 	}
 	if c.Breaker != nil {

@@ -1,17 +1,12 @@
 package cloudprovider_test
 
 import (
-	"bytes"
 	"fmt"
-	"io"
 	"net"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -224,7 +219,9 @@ func (e *env) assertInstallFailed(claim string, want ...string) {
 // A corrupt object in the bucket: em-imager refuses it, the server is released.
 func TestImageDigestMismatchReleasesServer(t *testing.T) {
 	e := startEnv(t, nil)
-	corruptPublishedImages(t, e)
+	if err := e.w.CorruptImages(e.ctx); err != nil {
+		t.Fatal(err)
+	}
 	e.p.Images.Invalidate()
 	claim := e.nodeClaim()
 	e.launch(claim)
@@ -360,53 +357,6 @@ func closedPort(t *testing.T) int {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	return port
-}
-
-// corruptPublishedImages flips a byte in the middle of every compressed image
-// of the bucket, keeping size and metadata: only em-imager's own checks
-// (format checksums, the raw digest) can notice.
-func corruptPublishedImages(t *testing.T, e *env) {
-	t.Helper()
-	u, err := url.Parse(e.w.S3.Endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mc, err := minio.New(u.Host, &minio.Options{Creds: credentials.NewStaticV4(e.w.S3.AccessKey, e.w.S3.SecretKey, ""),
-		Secure: u.Scheme == "https", Region: e.w.S3.Region, BucketLookup: minio.BucketLookupPath})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for obj := range mc.ListObjects(e.ctx, e.w.Bucket, minio.ListObjectsOptions{Recursive: true, WithMetadata: true}) {
-		if obj.Err != nil {
-			t.Fatal(obj.Err)
-		}
-		if !strings.Contains(obj.Key, ".raw.") {
-			continue
-		}
-		r, err := mc.GetObject(e.ctx, e.w.Bucket, obj.Key, minio.GetObjectOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := io.ReadAll(r)
-		r.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, err := mc.StatObject(e.ctx, e.w.Bucket, obj.Key, minio.StatObjectOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		data[len(data)/2] ^= 0x5a
-		if _, err := mc.PutObject(e.ctx, e.w.Bucket, obj.Key, bytes.NewReader(data), int64(len(data)),
-			minio.PutObjectOptions{UserMetadata: st.UserMetadata}); err != nil {
-			t.Fatal(err)
-		}
-		n++
-	}
-	if n == 0 {
-		t.Fatal("no published image to corrupt")
-	}
 }
 
 // A NodeClass is Ready only when its image and join Secret are usable, says
@@ -555,6 +505,12 @@ func TestMonthlyServerIsKeptAsSpareAndReused(t *testing.T) {
 	}
 	if list, err := e.p.CloudProvider.List(e.ctx); err != nil || len(list) != 0 {
 		t.Fatalf("List shows the spare as a node: %d, %v", len(list), err)
+	}
+	// #16: a spare waits in a rescue boot without the controller's key; the
+	// key is not in IAM meanwhile.
+	e.sweep()
+	if n := e.iamKeys(); n != 0 {
+		t.Fatalf("%d IAM SSH keys while the only server is a spare, want 0", n)
 	}
 	// Karpenter's termination would delete the old Node object; this test runs without it.
 	old := e.waitNode(got.Status.ProviderID)

@@ -330,7 +330,7 @@ func (e *env) imagingInRescue(claim *karpv1.NodeClaim) (*karpv1.NodeClaim, scw.Z
 		return func() bool { s, _ := e.w.Sim.Server(id); return s.Status == "ready" && s.BootType == boot }
 	}
 	e.eventually("delivery", ready("normal"))
-	keys, err := e.p.RescueKeys.KeyIDs(e.ctx)
+	keys, err := e.p.RescueKeys.Acquire(e.ctx, id) // the install's hold, released when it ends
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -61,6 +61,16 @@ type Controller struct {
 	// Tokens, when set, also sweeps the bootstrap tokens of registered or
 	// gone NodeClaims whose NodeClass uses per-NodeClaim tokens.
 	Tokens *bootstraptoken.Manager
+	// RescueKeys, when set, is removed from IAM when no server of the
+	// cluster is in a phase that logs into rescue (*rescuekey.Store); the
+	// first sweep runs at start, so a key a crashed controller left
+	// registered goes as soon as no install needs it.
+	RescueKeys RescueKeys
+}
+
+// RescueKeys removes the rescue SSH key from IAM when unused.
+type RescueKeys interface {
+	UnregisterUnused(ctx context.Context, inUse func(context.Context) (bool, error)) (bool, error)
 }
 
 // NewCollectedCounter is karpenter_scaleway_em_leaked_servers_collected_total.
@@ -100,6 +110,11 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 		// Never act on a partial view.
 		return reconciler.Result{}, err
 	}
+	if c.RescueKeys != nil {
+		if err := c.unregisterRescueKey(ctx, srvs); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for _, v := range c.collectable(ctx, srvs, byName) {
 		outcome, d, err := c.Spares.Release(ctx, v.srv.Zone, v.srv.ID, "", v.nc)
 		if err != nil {
@@ -124,6 +139,24 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 		return reconciler.Result{}, fmt.Errorf("garbage collection: %v", errs)
 	}
 	return reconciler.Result{RequeueAfter: interval}, nil
+}
+
+// unregisterRescueKey removes the rescue key from IAM unless a server of
+// this sweep's listing is in a phase that logs into rescue (the holds of
+// installs, rebuilt from their tags after a restart) or this process holds it.
+func (c *Controller) unregisterRescueKey(ctx context.Context, srvs []*baremetal.Server) error {
+	removed, err := c.RescueKeys.UnregisterUnused(ctx, func(context.Context) (bool, error) {
+		for _, s := range srvs {
+			if s.Status != baremetal.ServerStatusDeleting && install.PhaseOf(s).NeedsRescue() {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if removed {
+		c.Log.Info("removed the rescue SSH key from IAM: no install logs into rescue")
+	}
+	return err
 }
 
 // perNodeClaimTokens says whether a claim's NodeClass uses per-NodeClaim

@@ -48,8 +48,7 @@ func setup(t *testing.T, objs ...client.Object) *fixture {
 	if err := cat.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	keeper := &spare.Keeper{API: api, Offers: cat, Rescue: &rescue.Dialer{}, ClusterName: "c1", Clock: clk, Log: testr.New(t),
-		Keys: func(context.Context) ([]string, error) { return nil, nil }}
+	keeper := &spare.Keeper{API: api, Offers: cat, Rescue: &rescue.Dialer{}, ClusterName: "c1", Clock: clk, Log: testr.New(t)}
 	return &fixture{inv: inv, api: api, sim: sim, clk: clk, gc: &Controller{
 		Kube: kube, Servers: inv.Servers, Spares: keeper, GracePeriod: 10 * time.Minute, Clock: clk, Log: testr.New(t),
 		Collected: NewCollectedCounter(prometheus.NewRegistry()),

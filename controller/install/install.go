@@ -140,10 +140,13 @@ const (
 
 // Installer runs the pipeline. One Installer serves all servers.
 type Installer struct {
-	API      *scaleway.Client
-	Poller   *scaleway.Poller
-	Dialer   *rescue.Dialer
-	Talos    TalosApplier
+	API    *scaleway.Client
+	Poller *scaleway.Poller
+	Dialer *rescue.Dialer
+	Talos  TalosApplier
+	// Keys registers the IAM SSH key a rescue reboot names only while an
+	// install logs into rescue (*rescuekey.Store).
+	Keys     RescueKeys
 	Imager   []byte // the static em-imager binary
 	Timeouts Timeouts
 	// RetryInterval between SSH/Talos connection attempts and between
@@ -166,6 +169,19 @@ const ImagingStep = 10
 // DefaultImagingSlots is the default of Installer.ImagingSlots.
 const DefaultImagingSlots = 8
 
+// RescueKeys holds the IAM SSH key for a server's rescue logins: Acquire
+// right before each reboot into rescue (it returns the ssh_key_ids), Release
+// once the install no longer logs into that server's rescue.
+type RescueKeys interface {
+	Acquire(ctx context.Context, holder string) ([]string, error)
+	Release(holder string)
+}
+
+// NeedsRescue reports whether an install in phase p logs into rescue (and
+// so needs the rescue key registered): the phases between the reboot into
+// rescue and the end of imaging.
+func (p Phase) NeedsRescue() bool { return p == PhaseRescue || p == PhaseImaging }
+
 // TalosApplier is the Talos maintenance API (talosapi.Applier in
 // production), used by the legacy MaintenanceAPI delivery only.
 type TalosApplier interface {
@@ -177,8 +193,7 @@ type TalosApplier interface {
 
 // Job is one server's install.
 type Job struct {
-	Server    *baremetal.Server
-	SSHKeyIDs []string // IAM keys rescue accepts (the controller's own)
+	Server *baremetal.Server
 	// Image resolves what to write when imaging starts (the NodeClass's image then).
 	Image func(ctx context.Context) (Image, error)
 	// Imaged records what was written (the NodeClaim's image annotations);
@@ -228,6 +243,8 @@ func (e *PhaseError) Unwrap() error { return e.Err }
 func (i *Installer) Run(ctx context.Context, job *Job) (*baremetal.Server, error) {
 	srv := job.Server
 	log := i.Log.WithValues("server", srv.ID, "zone", string(srv.Zone), "name", srv.Name)
+	// However the run ends, it no longer logs into this server's rescue.
+	defer i.Keys.Release(srv.ID)
 	for attempt := 0; ; {
 		phase := PhaseOf(srv)
 		if phase == PhaseJoined {
@@ -253,6 +270,9 @@ func (i *Installer) Run(ctx context.Context, job *Job) (*baremetal.Server, error
 		i.Metrics.observePhase(phase, start, i.clock().Now(), err)
 		if err == nil {
 			srv, attempt = next, 0
+			if !PhaseOf(srv).NeedsRescue() {
+				i.Keys.Release(srv.ID) // imaging done: no more rescue logins
+			}
 			continue
 		}
 		if ctx.Err() != nil {

@@ -50,7 +50,7 @@ func (i *Installer) rescue(ctx, pctx context.Context, job *Job, srv *baremetal.S
 	if err != nil {
 		return srv, err
 	}
-	if !readyIn(srv, baremetal.ServerBootTypeRescue) {
+	if !scaleway.HasTags(srv.Tags, rescueBootTag) || !readyIn(srv, baremetal.ServerBootTypeRescue) {
 		if srv, err = i.rebootIntoRescue(ctx, pctx, job, srv, PhaseRescue); err != nil {
 			return srv, err
 		}
@@ -98,19 +98,27 @@ func withHostKey(pin rescue.HostKeyPin) func([]string) []string {
 	}
 }
 
-// rebootIntoRescue reboots into rescue (forgetting the old boot's host key)
-// and waits until the server is ready in it.
+// rebootIntoRescue reboots into rescue with the controller's key
+// (registered for it just before) and waits until the server is ready in it.
 func (i *Installer) rebootIntoRescue(ctx, pctx context.Context, job *Job, srv *baremetal.Server, p Phase) (*baremetal.Server, error) {
 	i.progress(job, p, "rebooting into rescue")
-	// The new boot has a new host key: the old pin goes first.
-	if v, _ := scaleway.TagValue(srv.Tags, TagRescueHostKey); v != "" {
-		updated, err := i.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) { return withHostKey("")(tags), true })
+	// The new boot has a new host key: the old pin goes first; and it is
+	// marked as ours, booted with the key.
+	if v, _ := scaleway.TagValue(srv.Tags, TagRescueHostKey); v != "" || !scaleway.HasTags(srv.Tags, rescueBootTag) {
+		updated, err := i.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
+			tags, _ = scaleway.SetTagIn(withHostKey("")(tags), TagRescueBoot, "install")
+			return tags, true
+		})
 		if err != nil {
-			return srv, &PhaseError{Phase: p, Err: fmt.Errorf("dropping the old rescue host key: %w", err)}
+			return srv, &PhaseError{Phase: p, Err: fmt.Errorf("recording the reboot into rescue: %w", err)}
 		}
 		srv = updated
 	}
-	if _, err := i.Dialer.RebootIntoRescue(pctx, i.API, srv, job.SSHKeyIDs); err != nil {
+	keys, err := i.Keys.Acquire(pctx, srv.ID)
+	if err != nil {
+		return srv, &PhaseError{Phase: p, Err: fmt.Errorf("rescue SSH key: %w", err)}
+	}
+	if _, err := i.Dialer.RebootIntoRescue(pctx, i.API, srv, keys); err != nil {
 		return srv, apiError(ctx, p, "reboot into rescue", err)
 	}
 	got, err := i.waitBoot(pctx, srv, baremetal.ServerBootTypeRescue)

@@ -42,9 +42,17 @@ const TagTalosPeer = "karpenter-scaleway-em/talos-peer"
 // every reboot into rescue (a new boot has a new key).
 const TagRescueHostKey = "karpenter-scaleway-em/rescue-host-key"
 
+// TagRescueBoot marks a rescue boot an install asked for, naming the
+// controller's key; set before the reboot. A server found in rescue without
+// it (a spare, rebooted into rescue without any key only to stop its node)
+// is rebooted into rescue again by the install.
+const TagRescueBoot = "karpenter-scaleway-em/rescue-boot"
+
+var rescueBootTag = scaleway.Tag(TagRescueBoot, "install")
+
 // InstallTags are the tags an install writes about the disk; a spare taken
 // by a new NodeClaim drops them (its disk gets written again).
-var InstallTags = []string{TagUplinkMAC, TagDisk, TagDiskSerial, scaleway.TagImage, TagConfigDelivery, TagTalosPeer, TagRescueHostKey}
+var InstallTags = []string{TagUplinkMAC, TagDisk, TagDiskSerial, scaleway.TagImage, TagConfigDelivery, TagTalosPeer, TagRescueHostKey, TagRescueBoot}
 
 // DeliveryOf is how srv's node gets its config: what imaging recorded, else
 // the maintenance API (a server imaged before the tag existed).

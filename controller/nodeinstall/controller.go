@@ -75,7 +75,6 @@ type Controller struct {
 	Window    *registration.Window
 	Offerings Offerings
 	Images    ImageSource
-	Keys      func(ctx context.Context) ([]string, error)
 	Config    *Configs
 	Recorder  events.Recorder
 	Clock     clock.Clock

@@ -137,11 +137,7 @@ func (w *worker) attempt(ctx context.Context) (done bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	keys, err := c.Keys(ctx)
-	if err != nil {
-		return false, fmt.Errorf("rescue SSH key: %w", err)
-	}
-	final, err := c.Installer.Run(ctx, w.job(claim, nc, srv, keys))
+	final, err := c.Installer.Run(ctx, w.job(claim, nc, srv))
 	if ctx.Err() != nil {
 		return true, nil // stopped: Delete, or the process ends
 	}
@@ -175,11 +171,10 @@ func (w *worker) countFailure(ctx context.Context, claim *karpv1.NodeClaim, srv 
 	}
 }
 
-func (w *worker) job(claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalNodeClass, srv *baremetal.Server, keys []string) *install.Job {
+func (w *worker) job(claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalNodeClass, srv *baremetal.Server) *install.Job {
 	c := w.c
 	return &install.Job{
 		Server:            srv,
-		SSHKeyIDs:         keys,
 		PrivateNetworkIDs: nc.Spec.PrivateNetworkIDs,
 		// The image and the config follow the NodeClass as it is when they
 		// are needed, not as it was when the install started.

@@ -149,6 +149,7 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 		Poller:        api.NewPoller(scaleway.Tag(scaleway.TagManagedBy, opts.ClusterName)),
 		Dialer:        dialer,
 		Talos:         talosapi.Applier{Port: opts.TalosAPIPort},
+		Keys:          keys,
 		Imager:        imagerbin.Binary(),
 		Timeouts:      install.Timeouts{Delivery: opts.DeliveryTimeout, Rescue: opts.RescueTimeout, Imaging: opts.ImagingTimeout, Boot: opts.BootTimeout},
 		RetryInterval: opts.RetryInterval,
@@ -165,7 +166,7 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 	}
 	inv := &inventory.Inventory{API: api, Kube: kube, ClusterName: opts.ClusterName, DefaultZone: string(scwCfg.DefaultZone),
 		AllZones: zones, SweepInterval: opts.ZoneSweepInterval, Log: logger.WithName("inventory")}
-	spares := &spare.Keeper{API: api, Offers: cat, Rescue: dialer, Keys: keys.KeyIDs, ClusterName: opts.ClusterName,
+	spares := &spare.Keeper{API: api, Offers: cat, Rescue: dialer, ClusterName: opts.ClusterName,
 		Log: logger.WithName("spare")}
 	tokens := &bootstraptoken.Manager{Kube: direct, Namespace: "kube-system", TTL: installer.Timeouts.Total() + 15*time.Minute}
 	// Direct reads: a status written on a stale cached copy would conflict.
@@ -173,7 +174,7 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 		Policy: breaker.Policy{Threshold: int32(opts.BreakerThreshold), Window: opts.BreakerWindow,
 			Backoff: opts.BreakerBackoff, MaxBackoff: opts.BreakerMaxBackoff}}
 	installs := &nodeinstall.Controller{
-		Kube: kube, API: api, Installer: installer, Spares: spares, Offerings: cat, Images: images, Keys: keys.KeyIDs,
+		Kube: kube, API: api, Installer: installer, Spares: spares, Offerings: cat, Images: images,
 		Window:   &registration.Window{Kube: kube},
 		Config:   &nodeinstall.Configs{Secrets: joinSecrets, API: api, IPv6Gateway: opts.IPv6Gateway, Tokens: tokens},
 		Recorder: recorder, Log: logger.WithName("nodeinstall"), Metrics: nodeinstall.NewMetrics(reg),
@@ -199,7 +200,7 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 			Kube: kube, Servers: inv.Servers, Spares: spares,
 			GracePeriod: opts.GCGracePeriod, Interval: opts.GCInterval,
 			Log: logger.WithName("garbagecollection"), Collected: garbagecollection.NewCollectedCounter(reg),
-			Tokens: tokens,
+			Tokens: tokens, RescueKeys: keys,
 		},
 		// Every GC interval: the same listing cadence, so the gauges lag
 		// the servers by no more than a GC sweep does.
@@ -209,7 +210,8 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 }
 
 // credentialsChecker proves the credentials by what the provider needs them
-// for: registering the rescue key (IAM) and listing servers (Elastic Metal).
+// for, registering nothing: reading the project's IAM SSH keys and listing
+// servers (Elastic Metal).
 type credentialsChecker struct {
 	api     *scaleway.Client
 	keys    *rescuekey.Store
@@ -217,7 +219,7 @@ type credentialsChecker struct {
 }
 
 func (c credentialsChecker) CheckCredentials(ctx context.Context, zone scw.Zone) error {
-	if _, err := c.keys.KeyIDs(ctx); err != nil {
+	if err := c.keys.Check(ctx); err != nil {
 		return err
 	}
 	_, err := c.api.ListServers(ctx, zone, []string{scaleway.Tag(scaleway.TagManagedBy, c.cluster)})

@@ -4,15 +4,17 @@
 // rescue reboot. The private key never leaves the Secret and the process.
 //
 // An IAM SSH key is project-wide: Scaleway may also install it on the
-// project's Instances and offers it to every rescue boot. So the key can be
+// project's Instances and offers it to every rescue boot. So the key is
 // registered only while an install needs it: Acquire before each reboot into
 // rescue (it registers the key if needed and returns the IDs for
-// ssh_key_ids), Release once that rescue system let the key in (a rescue
-// boot keeps the keys it booted with) or the install ended, and
-// UnregisterUnused (after a Release and periodically) removes the key from
-// IAM when no holder is left and no server is still waiting for a rescue
-// boot. KeyIDs registers the key for good (the behaviour before on-demand
-// registration).
+// ssh_key_ids), Release once the install's SSH work on that server is over
+// (imaging done, or the install ended): Scaleway does not say whether the
+// rescue system takes the key at the reboot call or when it boots, so the
+// key stays until the controller no longer needs to log in; and
+// UnregisterUnused (the garbage collector's periodic pass, the first at
+// start) removes the key from IAM when no holder is left and no server is
+// in a phase that logs into rescue. Check proves the credentials without
+// registering anything.
 package rescuekey
 
 import (
@@ -55,7 +57,6 @@ type Store struct {
 
 	mu      sync.Mutex
 	signer  ssh.Signer
-	id      string              // KeyIDs' cached registration
 	holders map[string]struct{} // Acquire'd and not Released
 }
 
@@ -115,24 +116,20 @@ func (s *Store) create(ctx context.Context) (*corev1.Secret, error) {
 	return sec, nil
 }
 
-// KeyIDs registers the public key with IAM (once per process, for good) and
-// returns its ID.
-func (s *Store) KeyIDs(ctx context.Context) ([]string, error) {
+// Check proves the key and IAM are usable without registering anything:
+// the key's Secret is readable (created on first use) and the project's IAM
+// SSH keys can be listed.
+func (s *Store) Check(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.id != "" {
-		return []string{s.id}, nil
-	}
 	pub, err := s.publicKeyLocked(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	id, err := s.IAM.EnsureSSHKey(ctx, s.KeyName, pub)
-	if err != nil {
-		return nil, fmt.Errorf("registering the rescue SSH key with IAM: %w", err)
+	if _, _, err := s.IAM.FindSSHKey(ctx, s.KeyName, pub); err != nil {
+		return fmt.Errorf("reading the project's IAM SSH keys: %w", err)
 	}
-	s.id = id
-	return []string{id}, nil
+	return nil
 }
 
 // Acquire registers the key in IAM unless it is already, records that holder
@@ -151,16 +148,19 @@ func (s *Store) Acquire(ctx context.Context, holder string) ([]string, error) {
 	if s.holders == nil {
 		s.holders = map[string]struct{}{}
 	}
+	_, held := s.holders[holder]
 	s.holders[holder] = struct{}{}
 	id, err := s.IAM.EnsureSSHKey(ctx, s.KeyName, pub)
 	if err != nil {
-		delete(s.holders, holder)
+		if !held {
+			delete(s.holders, holder)
+		}
 		return nil, fmt.Errorf("registering the rescue SSH key with IAM: %w", err)
 	}
 	return []string{id}, nil
 }
 
-// Release drops holder's hold: its rescue system accepted the key, or its
+// Release drops holder's hold: its SSH work in rescue is over, or its
 // install ended. It does not touch IAM; UnregisterUnused does.
 func (s *Store) Release(holder string) {
 	s.mu.Lock()
@@ -176,8 +176,9 @@ func (s *Store) Holders() int {
 }
 
 // UnregisterUnused removes the key from IAM when no holder of this process
-// holds it and inUse reports that no server waits for a rescue boot (the
-// installs' persisted phases: it covers the holds of a previous leader). It
+// holds it and inUse reports that no server is in a phase that logs into
+// rescue (the installs' persisted phases: they stand for the holds of a
+// previous leader or of a process that crashed). It
 // removes only a key registered under KeyName, never the same public key
 // registered by someone else under another name, and reports whether it
 // removed one. An error of inUse leaves the key in place.
@@ -208,7 +209,6 @@ func (s *Store) UnregisterUnused(ctx context.Context, inUse func(context.Context
 	if err := s.IAM.DeleteSSHKey(ctx, id); err != nil {
 		return false, fmt.Errorf("removing the rescue SSH key from IAM: %w", err)
 	}
-	s.id = ""
 	return true, nil
 }
 

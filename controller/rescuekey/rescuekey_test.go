@@ -16,9 +16,11 @@ import (
 )
 
 type iam struct {
-	calls atomic.Int32
-	keys  []string
-	err   error
+	calls   atomic.Int32 // registrations
+	finds   atomic.Int32
+	keys    []string
+	err     error
+	findErr error
 }
 
 func (i *iam) EnsureSSHKey(_ context.Context, _, pub string) (string, error) {
@@ -28,21 +30,19 @@ func (i *iam) EnsureSSHKey(_ context.Context, _, pub string) (string, error) {
 }
 
 func (i *iam) FindSSHKey(context.Context, string, string) (string, string, error) {
-	return "", "", errors.New("not used")
+	i.finds.Add(1)
+	return "", "", i.findErr
 }
 
 func (i *iam) DeleteSSHKey(context.Context, string) error { return errors.New("not used") }
 
-func TestKeyIsCreatedOnceSharedAndRegisteredOnce(t *testing.T) {
+func TestKeyIsCreatedOnceAndShared(t *testing.T) {
 	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).Build()
 	reg := &iam{}
 	a := &Store{Kube: kube, Namespace: "karpenter", Name: "rescue", KeyName: "k", IAM: reg}
-	ids, err := a.KeyIDs(context.Background())
+	ids, err := a.Acquire(context.Background(), "server")
 	if err != nil || len(ids) != 1 || ids[0] != "key-id" {
-		t.Fatalf("KeyIDs = %v, %v", ids, err)
-	}
-	if _, err := a.KeyIDs(context.Background()); err != nil || reg.calls.Load() != 1 {
-		t.Fatalf("registered %d times", reg.calls.Load())
+		t.Fatalf("Acquire = %v, %v", ids, err)
 	}
 	// A second replica reads the same key from the Secret.
 	b := &Store{Kube: kube, Namespace: "karpenter", Name: "rescue", KeyName: "k", IAM: reg}
@@ -74,7 +74,26 @@ func TestBadSecretAndIAMFailureAreErrorsWithoutKeyMaterial(t *testing.T) {
 	}
 	good := &Store{Kube: fake.NewClientBuilder().WithScheme(scheme.Scheme).Build(), Namespace: "karpenter", Name: "rescue",
 		IAM: &iam{err: errors.New("permission denied")}}
-	if _, err := good.KeyIDs(context.Background()); err == nil || !strings.Contains(err.Error(), "IAM") {
-		t.Fatalf("KeyIDs with IAM failing = %v", err)
+	if _, err := good.Acquire(context.Background(), "server"); err == nil || !strings.Contains(err.Error(), "IAM") {
+		t.Fatalf("Acquire with IAM failing = %v", err)
+	}
+	if good.Holders() != 0 {
+		t.Fatalf("a failed Acquire left %d holders", good.Holders())
+	}
+}
+
+// The NodeClass credentials check reads IAM and registers nothing.
+func TestCheckRegistersNothing(t *testing.T) {
+	reg := &iam{}
+	s := &Store{Kube: fake.NewClientBuilder().WithScheme(scheme.Scheme).Build(), Namespace: "karpenter", Name: "rescue", KeyName: "k", IAM: reg}
+	if err := s.Check(context.Background()); err != nil {
+		t.Fatalf("Check = %v", err)
+	}
+	if reg.calls.Load() != 0 || reg.finds.Load() != 1 {
+		t.Fatalf("Check registered %d times and read IAM %d times; want 0 and 1", reg.calls.Load(), reg.finds.Load())
+	}
+	reg.findErr = errors.New("permission denied")
+	if err := s.Check(context.Background()); err == nil || !strings.Contains(err.Error(), "IAM") || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("Check with IAM refusing = %v", err)
 	}
 }

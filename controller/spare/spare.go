@@ -123,7 +123,6 @@ type Keeper struct {
 	API         API
 	Offers      Offers
 	Rescue      *rescue.Dialer
-	Keys        func(ctx context.Context) ([]string, error)
 	ClusterName string
 	Clock       clock.Clock
 	Log         logr.Logger
@@ -185,6 +184,7 @@ func (k *Keeper) keep(ctx context.Context, srv *baremetal.Server, owner string) 
 		}
 		tags, _ = scaleway.RemoveTagIn(tags, scaleway.TagNodeClaim)
 		tags, _ = scaleway.RemoveTagIn(tags, scaleway.TagNodePool)
+		tags, _ = scaleway.RemoveTagIn(tags, install.TagRescueBoot) // the keyless reboot below replaces that boot
 		return install.SetPhaseIn(tags, install.PhaseSpare, now), true
 	})
 	if err != nil {
@@ -194,11 +194,10 @@ func (k *Keeper) keep(ctx context.Context, srv *baremetal.Server, owner string) 
 		return fmt.Errorf("server %s is no longer tagged for nodeclaim %s", srv.ID, owner)
 	}
 	if kept.Status == baremetal.ServerStatusReady {
-		keys, err := k.Keys(ctx)
-		if err == nil {
-			_, err = k.Rescue.RebootIntoRescue(ctx, k.API, kept, keys)
-		}
-		if err != nil {
+		// No SSH key: nothing logs into a spare's rescue (the install that
+		// takes it boots rescue again with the key), so the IAM key is not
+		// registered for the weeks a spare may wait.
+		if _, err := k.Rescue.RebootIntoRescue(ctx, k.API, kept, nil); err != nil {
 			// The tags already say spare; whoever takes it reboots it into rescue anyway.
 			k.Log.Error(err, "rebooting a spare server into rescue", "server", srv.ID)
 		}

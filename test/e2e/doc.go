@@ -17,8 +17,10 @@
 //	BenchmarkScale50NodeClaims                50 nodes at once: time, calls per server, controller CPU/memory (make bench)
 //
 // The shared world setup, waits and assertions are in test/e2e/harness; the
-// slow-delivery test (real clock, more than 15 minutes) is test/e2e/slowdelivery,
-// its own package so that it runs beside this one.
+// slow-delivery test (real clock, more than 15 minutes) is test/e2e/slowdelivery
+// and the secret canary (no secret in logs, events, objects, metrics or
+// em-imager's output) is test/e2e/canary, their own packages so that they
+// run beside this one.
 //
 // A missing binary fails the tests with the make target that builds it:
 //

@@ -1,12 +1,19 @@
 package world
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/publish"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/diskimage"
@@ -69,4 +76,50 @@ func (w *World) PublishImageWith(ctx context.Context, version, kernelArgs string
 	w.Images[version] = img
 	w.mu.Unlock()
 	return img, nil
+}
+
+// CorruptImages flips a byte in the middle of every compressed image in the
+// bucket, keeping its metadata: em-imager's digest check must catch it.
+func (w *World) CorruptImages(ctx context.Context) error {
+	u, err := url.Parse(w.S3.Endpoint)
+	if err != nil {
+		return err
+	}
+	mc, err := minio.New(u.Host, &minio.Options{Creds: credentials.NewStaticV4(w.S3.AccessKey, w.S3.SecretKey, ""),
+		Secure: u.Scheme == "https", Region: w.S3.Region, BucketLookup: minio.BucketLookupPath})
+	if err != nil {
+		return err
+	}
+	n := 0
+	for obj := range mc.ListObjects(ctx, w.Bucket, minio.ListObjectsOptions{Recursive: true, WithMetadata: true}) {
+		if obj.Err != nil {
+			return obj.Err
+		}
+		if !strings.Contains(obj.Key, ".raw.") {
+			continue
+		}
+		r, err := mc.GetObject(ctx, w.Bucket, obj.Key, minio.GetObjectOptions{})
+		if err != nil {
+			return err
+		}
+		data, err := io.ReadAll(r)
+		r.Close()
+		if err != nil {
+			return err
+		}
+		st, err := mc.StatObject(ctx, w.Bucket, obj.Key, minio.StatObjectOptions{})
+		if err != nil {
+			return err
+		}
+		data[len(data)/2] ^= 0x5a
+		if _, err := mc.PutObject(ctx, w.Bucket, obj.Key, bytes.NewReader(data), int64(len(data)),
+			minio.PutObjectOptions{UserMetadata: st.UserMetadata}); err != nil {
+			return err
+		}
+		n++
+	}
+	if n == 0 {
+		return errors.New("no published image to corrupt")
+	}
+	return nil
 }

@@ -329,6 +329,9 @@ func (h *Hosts) bootRescue(x *host, keys []string, log *slog.Logger) error {
 		Env:            []string{"EM_IMAGER_SYSROOT=" + x.tree.Sysroot},
 		HostKey:        x.hostKey,
 		Logger:         log,
+		// Kept beside the machines (not in the machine's directory, which
+		// goes with the server) for tests that read what rescue said.
+		Transcript: filepath.Join(h.opts.Dir, "transcripts", x.m.ID),
 	})
 	if err != nil {
 		return fmt.Errorf("machine %s: rescue: %w", x.m.ID, err)

@@ -70,6 +70,10 @@ type Options struct {
 	HostKey ssh.Signer
 	// Logger receives connection and command logs; nil discards them.
 	Logger *slog.Logger
+	// Transcript, when set, is a directory where each command's stdout and
+	// stderr are also written (<n>.stdout, <n>.stderr): what the client was
+	// told, for tests that inspect it (em-imager's report and progress).
+	Transcript string
 }
 
 // Server is a running rescue SSH server.
@@ -81,11 +85,12 @@ type Server struct {
 	log     *slog.Logger
 	home    string // Home with symlinks resolved
 
-	mu     sync.Mutex
-	closed bool
-	conns  map[*ssh.ServerConn]struct{}
-	procs  map[*os.Process]struct{}
-	wg     sync.WaitGroup
+	mu       sync.Mutex
+	closed   bool
+	conns    map[*ssh.ServerConn]struct{}
+	procs    map[*os.Process]struct{}
+	commands int // run so far, numbering the transcripts
+	wg       sync.WaitGroup
 }
 
 const sudoShim = `#!/bin/sh
@@ -318,6 +323,26 @@ func (s *Server) session(ch ssh.Channel, reqs <-chan *ssh.Request) {
 	}
 }
 
+// transcript opens the files of the next command's output.
+func (s *Server) transcript() (stdout, stderr *os.File, err error) {
+	s.mu.Lock()
+	s.commands++
+	n := s.commands
+	s.mu.Unlock()
+	if err := os.MkdirAll(s.opts.Transcript, 0o700); err != nil {
+		return nil, nil, err
+	}
+	base := filepath.Join(s.opts.Transcript, fmt.Sprintf("%d-%d", time.Now().UnixNano(), n))
+	if stdout, err = os.Create(base + ".stdout"); err != nil {
+		return nil, nil, err
+	}
+	if stderr, err = os.Create(base + ".stderr"); err != nil {
+		stdout.Close()
+		return nil, nil, err
+	}
+	return stdout, stderr, nil
+}
+
 // run executes the command and reports its exit status on the channel.
 func (s *Server) run(ch ssh.Channel, reqs <-chan *ssh.Request, shell bool, command string, env []string) {
 	args := []string{"-c", command}
@@ -334,6 +359,18 @@ func (s *Server) run(ch ssh.Channel, reqs <-chan *ssh.Request, shell bool, comma
 	cmd.Env = append(cmd.Env, s.opts.Env...)
 	cmd.Stdout = ch
 	cmd.Stderr = ch.Stderr()
+	if s.opts.Transcript != "" {
+		out, errOut, err := s.transcript()
+		if err != nil {
+			fmt.Fprintf(ch.Stderr(), "sh: transcript: %v\n", err)
+			sendExit(ch, 127)
+			return
+		}
+		defer out.Close()
+		defer errOut.Close()
+		cmd.Stdout = io.MultiWriter(ch, out)
+		cmd.Stderr = io.MultiWriter(ch.Stderr(), errOut)
+	}
 	// Children that keep the pipes open must not hold the session forever.
 	cmd.WaitDelay = 2 * time.Second
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
