@@ -84,7 +84,8 @@ tidy-check:
 # devices em-imager's tests write, as root) and make image uses (ca-certificates' certificates go into the images).
 deps:
 	@missing=""; for c in xz:xz-utils zstd:zstd curl:curl sgdisk:gdisk mtype:mtools fsck.fat:dosfstools objdump:binutils \
-		qemu-aarch64:qemu-user qemu-x86_64:qemu-user losetup:mount partx:util-linux unshare:util-linux mkfs.ext4:e2fsprogs; do \
+		qemu-aarch64:qemu-user qemu-x86_64:qemu-user losetup:mount partx:util-linux unshare:util-linux mkfs.ext4:e2fsprogs \
+		blkid:util-linux wipefs:util-linux mkswap:util-linux sfdisk:fdisk mkfs.vfat:dosfstools mkfs.xfs:xfsprogs; do \
 		command -v $${c%%:*} >/dev/null || missing="$$missing $${c##*:}"; done; \
 	[ -d /usr/share/ca-certificates/mozilla ] || missing="$$missing ca-certificates"; \
 	missing=$$(printf '%s\n' $$missing | sort -u | xargs); \

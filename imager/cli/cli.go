@@ -104,7 +104,7 @@ type writeFlags struct {
 	image, sha, disk, format, progress, sysroot string
 	imageSize                                   int64
 	concurrency, retries                        int
-	readback, allowVirtual                      bool
+	readback, allowVirtual, wipeOthers          bool
 	connectTimeout, stallTimeout, timeout       time.Duration
 }
 
@@ -115,6 +115,7 @@ func newWriteFlagSet(stderr io.Writer, w *writeFlags) *flag.FlagSet {
 	fs.StringVar(&w.sha, "sha256", "", "expected SHA-256 of the raw (decompressed) image, 64 hex digits")
 	fs.StringVar(&w.disk, "disk", "auto", "target disk: a block device or a link to one (/dev/disk/by-id/...), an existing regular file, or auto")
 	fs.BoolVar(&w.allowVirtual, "allow-virtual", false, "let --disk name a loop, nbd, dm, md or RAM device (auto never picks one)")
+	fs.BoolVar(&w.wipeOthers, "wipe-other-disks", false, "once the image is verified, erase the partition tables and filesystem/RAID/LVM signatures of every other disk (not virtual, removable, USB or read-only); a busy one fails the run before anything is written")
 	fs.StringVar(&w.format, "format", "auto", "auto (from the magic bytes), xz, zstd, gzip or raw")
 	fs.StringVar(&w.progress, "progress", "human", "progress on stderr: human (a line per second), json (report.Progress lines) or none")
 	fs.StringVar(&w.sysroot, "sysroot", "", "read /sys, /dev and /proc under DIR (tests, simulated hosts; env "+hostroot.EnvVar+")")
@@ -158,6 +159,7 @@ func runInspect(args []string, stderr io.Writer) *report.Report {
 	r.NICs, r.Warnings = nics(root, r.Warnings)
 	c, err := blockdev.Choose(root, blockdev.Request{Disk: *disk, ImageSize: *imageSize, AllowVirtual: *allowVirtual})
 	r.Disk, r.RejectedDisks = c.Disk, c.Rejected
+	hostDisks(root, r)
 	if err != nil && *disk != "auto" {
 		return fail(r, diskCode(err), "%v", err)
 	}
@@ -261,10 +263,17 @@ func runWrite(ctx context.Context, args []string, stderr io.Writer) *report.Repo
 	// with the rule inspect uses: how the image is served changes nothing.
 	choice, err := blockdev.Choose(root, blockdev.Request{Disk: w.disk, ImageSize: w.imageSize, AllowVirtual: w.allowVirtual})
 	r.Disk, r.RejectedDisks = choice.Disk, choice.Rejected
+	hostDisks(root, r)
 	if err != nil {
 		return finish(r, prog, started, fail(r, diskCode(err), "%v; nothing was written to any disk", err))
 	}
 	disk := choice.Disk
+	var others []blockdev.Info
+	if w.wipeOthers {
+		if others, err = wipePlan(root, disk, r); err != nil {
+			return finish(r, prog, started, fail(r, wipeCode(ctx, err), "--wipe-other-disks: %v; nothing was written to any disk", err))
+		}
+	}
 
 	srcCtx, srcCancel := context.WithCancel(ctx)
 	defer srcCancel()
@@ -350,6 +359,9 @@ func runWrite(ctx context.Context, args []string, stderr io.Writer) *report.Repo
 			msg += "; nothing was written to the disk"
 		}
 		return finish(r, prog, started, fail(r, errorCode(ctx, err), "%s", msg))
+	}
+	if err := wipeOthers(ctx, root, others, r); err != nil {
+		return finish(r, prog, started, fail(r, wipeCode(ctx, err), "the image is written and verified on %s, but %v", disk.Path, err))
 	}
 	r.OK = true
 	return finish(r, prog, started, r)
