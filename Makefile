@@ -81,7 +81,8 @@ tidy-check:
 # Debian packages the tests use (xz and zstd build real Talos-like images; sgdisk
 # cross-checks the GPT images; mtools and fsck.fat the metal-iso FAT partition; binutils the test UKIs;
 # qemu-user runs the images' other-arch binaries; losetup, partx, mkfs.ext4 and unshare set up the real loop
-# devices em-imager's tests write, as root) and make image uses (ca-certificates' certificates go into the images).
+# devices em-imager's tests write, as root; blkid, wipefs, sfdisk, mkswap, mkfs.vfat and mkfs.xfs lay out and check
+# the disks --wipe-other-disks erases) and make image uses (ca-certificates' certificates go into the images).
 deps:
 	@missing=""; for c in xz:xz-utils zstd:zstd curl:curl sgdisk:gdisk mtype:mtools fsck.fat:dosfstools objdump:binutils \
 		qemu-aarch64:qemu-user qemu-x86_64:qemu-user losetup:mount partx:util-linux unshare:util-linux mkfs.ext4:e2fsprogs \

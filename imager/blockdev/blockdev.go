@@ -31,8 +31,8 @@ var (
 type Info struct {
 	report.Disk // with Removable and ReadOnly
 	USB         bool
-	Virtual   bool     // loop, ram, zram, optical, nbd, dm, md, rbd
-	Holders   []string // devices stacked on the disk or its partitions (md, dm)
+	Virtual     bool     // loop, ram, zram, optical, nbd, dm, md, rbd
+	Holders     []string // devices stacked on the disk or its partitions (md, dm)
 	// Uses says what the running system uses the disk for ("/dev/sda1
 	// mounted on /boot", swap, the backing file of a mounted loop device).
 	Uses []string

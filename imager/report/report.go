@@ -39,7 +39,7 @@ const (
 	// (in use, or a write error); the image itself may be verified.
 	CodeWipeFailed  = "wipe_failed"
 	CodeInterrupted = "interrupted"
-	CodeInternal      = "internal"
+	CodeInternal    = "internal"
 )
 
 // ExitCode maps an error code to the process exit status, so shell users get
@@ -89,11 +89,11 @@ type Report struct {
 	// Disks lists every disk of the host (virtual devices left out: loop,
 	// RAM, device-mapper, MD, optical), the install disk too, by kernel
 	// name, with the identities Talos selects disks by (write and inspect).
-	Disks []Disk `json:"disks,omitempty"`
-	NICs          []NIC          `json:"nics"`
-	Image         *Image         `json:"image,omitempty"`
-	Config        *Config        `json:"config,omitempty"`
-	Timings       *Timings       `json:"timings,omitempty"`
+	Disks   []Disk   `json:"disks,omitempty"`
+	NICs    []NIC    `json:"nics"`
+	Image   *Image   `json:"image,omitempty"`
+	Config  *Config  `json:"config,omitempty"`
+	Timings *Timings `json:"timings,omitempty"`
 	// Warnings are things that did not fail the command but an operator may
 	// want to know (no O_DIRECT, no hole punching, BLKRRPART refused...).
 	Warnings []string `json:"warnings,omitempty"`
