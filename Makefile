@@ -7,6 +7,7 @@
 #   make demo    the whole provider against the simulated Scaleway world
 #   make image   the container images as OCI layouts in bin/image (no Docker engine; build/ociimage)
 #   make image-push REGISTRY=ghcr.io/me   push them
+#   make smoke-live  read-only checks of a real Scaleway account (credentials from the environment; not in make test)
 #
 # Every tool comes from the Go module proxy or Debian packages; bin/ is reused across runs.
 
@@ -28,7 +29,7 @@ export TEST_ASSET_KUBE_SCHEDULER := $(BIN)/kube-scheduler
 export TEST_ASSET_VERSITYGW := $(BIN)/versitygw
 export TEST_ASSET_EM_IMAGER := $(BIN)/em-imager
 
-.PHONY: all build image image-push test bench demo e2e tools deps vet fmt-check tidy-check clean chart-crds docs catalog-snapshot licenses
+.PHONY: all build image image-push test bench demo e2e tools deps vet fmt-check tidy-check clean chart-crds docs catalog-snapshot licenses smoke-live
 
 all: build
 
@@ -109,6 +110,13 @@ bench: deps build tools
 # file here carries another author's copyright or licence, in `make test`.
 licenses:
 	$(GO) run ./test/licenses/cmd/licenses
+
+# Read-only checks of a real Scaleway account for the API shapes the provider relies on (offers per zone, servers
+# by the cluster's tag, IAM SSH keys); orders nothing. Never part of `make test`: it needs credentials, from the
+# environment only (SCW_ACCESS_KEY, SCW_SECRET_KEY, SCW_DEFAULT_PROJECT_ID; CLUSTER_NAME to check its servers).
+# SMOKE_FLAGS='-zones fr-par-2' narrows it. See docs/troubleshooting.md.
+smoke-live:
+	$(GO) run ./test/live/cmd/smoke-live $(SMOKE_FLAGS)
 
 # Regenerate the embedded EM offer snapshot from the recorded API exchanges (catalog/snapshot/README.md).
 catalog-snapshot:

@@ -50,7 +50,8 @@ type Options struct {
 	RefreshInterval time.Duration
 	RefreshJitter   float64
 	RefreshTimeout  time.Duration
-	// OutOfStockTTL (default 3m) and QuotaTTL (default 30m) are how long MarkUnavailable hides an offering.
+	// OutOfStockTTL (default 3m) and QuotaTTL (default 30m, also for refused orders) are how long
+	// MarkUnavailable hides an offering.
 	OutOfStockTTL time.Duration
 	QuotaTTL      time.Duration
 	// Logger; default discards.
@@ -65,6 +66,9 @@ type UnavailableReason string
 const (
 	ReasonOutOfStock UnavailableReason = "out_of_stock"
 	ReasonQuota      UnavailableReason = "quota"
+	// ReasonRefused: the API refused the order for a reason of its own (an offer withdrawn from the zone, a
+	// 503 with a message, a 4xx without a body): as lasting as a quota.
+	ReasonRefused UnavailableReason = "refused"
 )
 
 type offerKey struct {
@@ -337,9 +341,10 @@ func (c *Catalog) list(ctx context.Context, zone scw.Zone, period BillingPeriod)
 	return offers, err
 }
 
-// Offer returns the offer behind an offering: the controller orders with its ID. The offer is shared: do not
-// modify it. Offers of a zone whose data is derived (see ZoneOrigin) carry synthetic IDs until the first
-// successful refresh of that zone.
+// Offer returns the offer behind an offering (zone and name: an offer has the same ID in every zone that
+// sells it, so the ID alone does not say which zone's offer it is): the controller orders with its ID. The
+// offer is shared: do not modify it. Derived offers (see ZoneOrigin, snapshot.IsDerived) are never Available
+// until a successful refresh of their zone.
 func (c *Catalog) Offer(zone, offerName string, billing BillingPeriod) (*baremetal.Offer, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()

@@ -140,7 +140,7 @@ func TestLabelsAndCapacity(t *testing.T) {
 		// HDD storage offer, two sockets of Intel.
 		"EM-B111X-SATA": {arch: "amd64", cpu: 24, diskSize: 8000000000000, labels: map[string]string{
 			LabelCPUVendor: "intel", LabelCPUCores: "12", LabelCPUThreads: "24", LabelDiskType: "hdd",
-			LabelDiskCount: "2", LabelDiskSizeGB: "16000", LabelCPUModel: "intel-xeon-e5-2600-or-equivalent",
+			LabelDiskCount: "2", LabelDiskSizeGB: "16000", LabelCPUModel: "intel-xeon-e5-2620-or-equivalent", // as fr-par-1 (first zone) describes it; fr-par-2 says 2600
 		}, absent: []string{LabelGPUModel, LabelGPUCount}},
 		"EM-L110X-SATA": {arch: "amd64", cpu: 8, diskSize: 12000138625024, labels: map[string]string{
 			LabelDiskType: "hdd", LabelDiskCount: "4", LabelDiskSizeGB: "48001", LabelOfferRange: "lithium",
@@ -245,7 +245,7 @@ func TestNodePoolSelection(t *testing.T) {
 		t.Errorf("gpu-count Exists selects %v", gpu)
 	}
 	big := sel(scheduling.NewRequirement(LabelCPUThreads, corev1.NodeSelectorOpGt, "90"))
-	if strings.Join(big, ",") != "EM-I520E-NVME,EM-I525E-NVME,EM-I620E-NVME" {
+	if strings.Join(big, ",") != "EM-I520E-NVME,EM-I525E-NVME,EM-I620E-NVME,EM-L620E-NVME" { // EM-L620E-NVME: fr-par-1 only
 		t.Errorf("cpu-threads Gt 90 selects %v", big)
 	}
 	riscv := sel(scheduling.NewRequirement(corev1.LabelArchStable, corev1.NodeSelectorOpIn, ArchitectureRiscv64))
@@ -631,10 +631,23 @@ func TestOfferAndOrigin(t *testing.T) {
 		t.Errorf("nl-ams-2 origin %s", origin)
 	}
 	// Derived zones are never orderable, whatever their invented stock says.
-	for _, it := range mustTypes(t, e.cat, Filter{Zones: []string{"nl-ams-1", "nl-ams-2", "pl-waw-2", "pl-waw-3", "fr-par-1"}, BillingPeriods: BillingPeriods}) {
+	for _, it := range mustTypes(t, e.cat, Filter{Zones: []string{"nl-ams-1", "nl-ams-2", "pl-waw-2", "pl-waw-3"}, BillingPeriods: BillingPeriods}) {
 		if n := len(it.Offerings.Available()); n != 0 {
 			t.Errorf("%s: %d available offerings in derived zones", it.Name, n)
 		}
+	}
+	// fr-par-1: recorded hourly offers are orderable by their stock; its derived monthly offers are not.
+	hourly := 0
+	for _, it := range mustTypes(t, e.cat, Filter{Zones: []string{"fr-par-1"}, BillingPeriods: BillingPeriods}) {
+		for _, of := range it.Offerings.Available() {
+			if of.Requirements.Get(LabelBillingPeriod).Any() != string(BillingHourly) {
+				t.Errorf("%s: derived monthly offering of fr-par-1 available", it.Name)
+			}
+			hourly++
+		}
+	}
+	if hourly == 0 {
+		t.Error("no recorded fr-par-1 hourly offering is available")
 	}
 	if _, ok := e.cat.ZoneOrigin("mars-1"); ok {
 		t.Error("unknown zone has an origin")
@@ -817,4 +830,35 @@ func TestStartWithoutClientWaitsForContext(t *testing.T) {
 	go func() { c.Start(ctx); close(done) }()
 	cancel()
 	<-done
+}
+
+// An offer has the same ID in every zone (recorded): the catalogue keys offerings by zone and offer, so
+// what happens to an offer in one zone never leaks into another.
+func TestSharedOfferIDsStayPerZone(t *testing.T) {
+	e := newEnv(t, false)
+	p1, ok1 := e.cat.Offer("fr-par-1", "EM-I220E-NVME", BillingHourly)
+	p2, ok2 := e.cat.Offer("fr-par-2", "EM-I220E-NVME", BillingHourly)
+	if !ok1 || !ok2 || p1.ID != p2.ID || p1.Zone != scw.ZoneFrPar1 || p2.Zone != scw.ZoneFrPar2 {
+		t.Fatalf("EM-I220E-NVME: fr-par-1 %+v, fr-par-2 %+v; want one ID, each offer in its zone", p1, p2)
+	}
+	f := Filter{Zones: []string{"fr-par-1", "fr-par-2"}}
+	it := find(t, mustTypes(t, e.cat, f), "EM-I220E-NVME")
+	if !offering(t, it, "fr-par-1", BillingHourly).Available || !offering(t, it, "fr-par-2", BillingHourly).Available {
+		t.Fatal("EM-I220E-NVME should be available in both zones (recorded stock)")
+	}
+	e.cat.MarkUnavailable("fr-par-2", "EM-I220E-NVME", BillingHourly, ReasonRefused)
+	it = find(t, mustTypes(t, e.cat, f), "EM-I220E-NVME")
+	if offering(t, it, "fr-par-2", BillingHourly).Available || !offering(t, it, "fr-par-1", BillingHourly).Available {
+		t.Fatal("a refusal in fr-par-2 must set aside fr-par-2's offering only")
+	}
+	if reason, _ := e.cat.Unavailable("fr-par-2", "EM-I220E-NVME", BillingHourly); reason != ReasonRefused {
+		t.Fatalf("reason %q", reason)
+	}
+	// Zones sell different offers: EM-L620E-NVME only in fr-par-1, EM-T620E-H100 only in fr-par-2.
+	if _, ok := e.cat.Offer("fr-par-2", "EM-L620E-NVME", BillingHourly); ok {
+		t.Error("fr-par-2 sells EM-L620E-NVME")
+	}
+	if _, ok := e.cat.Offer("fr-par-1", "EM-T620E-H100", BillingHourly); ok {
+		t.Error("fr-par-1 sells EM-T620E-H100")
+	}
 }

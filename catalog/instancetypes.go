@@ -95,8 +95,10 @@ func (c *Catalog) buildLocked(n *normalized) []*cloudprovider.InstanceType {
 						scheduling.NewRequirement(LabelBillingPeriod, corev1.NodeSelectorOpIn, string(billing)),
 					),
 					Price: price,
-					// Derived zones have invented stock and IDs: visible for planning, never orderable.
-					Available: o.Enable && o.Stock != baremetal.OfferStockEmpty && !marked && zs.origin != snapshot.OriginDerived,
+					// Derived offers have invented stock: visible for planning, never orderable
+					// until the API has answered for their zone.
+					Available: o.Enable && o.Stock != baremetal.OfferStockEmpty && !marked && zs.origin != snapshot.OriginDerived &&
+						(zs.origin == snapshot.OriginLive || !snapshot.IsDerived(o)),
 				})
 				itZones = appendUnique(itZones, zone)
 				itRegions = appendUnique(itRegions, region)

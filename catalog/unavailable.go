@@ -5,8 +5,8 @@ import (
 )
 
 // MarkUnavailable hides the offering (zone, offer, billing) from InstanceTypes (Available=false) for a TTL
-// chosen by reason: OutOfStockTTL for out_of_stock, QuotaTTL for quota (an unknown reason gets the
-// out-of-stock TTL). Marking again extends, never shortens, the mark.
+// chosen by reason: OutOfStockTTL for out_of_stock, QuotaTTL for quota and refused (an unknown reason gets
+// the out-of-stock TTL). Marking again extends, never shortens, the mark.
 func (c *Catalog) MarkUnavailable(zone, offerName string, billing BillingPeriod, reason UnavailableReason) {
 	if zone == "" || offerName == "" || !billing.Valid() {
 		c.log.Info("ignoring unavailable mark with missing zone, offer or billing period",
@@ -15,7 +15,7 @@ func (c *Catalog) MarkUnavailable(zone, offerName string, billing BillingPeriod,
 	}
 	ttl := c.opts.OutOfStockTTL
 	switch reason {
-	case ReasonQuota:
+	case ReasonQuota, ReasonRefused:
 		ttl = c.opts.QuotaTTL
 	case ReasonOutOfStock:
 	default:
@@ -85,7 +85,7 @@ func (c *Catalog) expireLocked(now time.Time) {
 }
 
 func (c *Catalog) updateUnavailableGaugeLocked() {
-	counts := map[UnavailableReason]int{ReasonOutOfStock: 0, ReasonQuota: 0}
+	counts := map[UnavailableReason]int{ReasonOutOfStock: 0, ReasonQuota: 0, ReasonRefused: 0}
 	for _, e := range c.unavailable {
 		counts[e.reason]++
 	}

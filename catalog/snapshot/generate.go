@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 
@@ -17,9 +19,10 @@ import (
 // Generator names the command that writes the snapshot, recorded in the metadata.
 const Generator = "catalog/cmd/gen-snapshot"
 
-const derivedNote = "Zones with origin \"derived\" are NOT real Scaleway data: they copy the real offers of another zone " +
-	"(names, hardware, prices) with synthetic IDs and stock, so the provider can plan before its first live refresh. " +
-	"Live refresh replaces them. Regenerate against the real API: go run ./catalog/cmd/gen-snapshot -live"
+const derivedNote = "Zones with origin \"derived\" (and monthly offers with monthly_origin \"derived\") are NOT real Scaleway " +
+	"data: they copy the real offers of another zone (names, IDs, hardware, prices; offer IDs are the same in every zone) with " +
+	"invented stock, and carry the tag " + DerivedTag + ", so the provider can plan before its first live refresh but never " +
+	"orders them. Live refresh replaces them. Regenerate against the real API: go run ./catalog/cmd/gen-snapshot -live"
 
 // Recordings is the shape of test/fixtures/scaleway/baremetal-api-recordings.json.
 type Recordings struct {
@@ -38,8 +41,10 @@ type Exchange struct {
 
 var offersPath = regexp.MustCompile(`^/baremetal/v1/zones/([a-z]{2}-[a-z]{3}-[0-9])/offers$`)
 
-// FromRecordings builds a snapshot from the recorded ListOffers responses (status 200, subscription_period
-// hourly or monthly, every recorded page merged) and derives the zones that have no recording from derivedFrom.
+// FromRecordings builds a snapshot from the recorded ListOffers responses (status 200, every recorded page
+// merged). subscription_period hourly and monthly are taken as such; unknown_subscription_period, which the API
+// answers with the hourly offers, stands in for a zone's hourly listing when none was recorded. A recorded zone
+// without a monthly listing gets DeriveMonthly's; zones without any recording are derived from derivedFrom.
 func FromRecordings(b []byte, derivedFrom scw.Zone) (*Snapshot, error) {
 	var rec Recordings
 	if err := json.Unmarshal(b, &rec); err != nil {
@@ -50,6 +55,7 @@ func FromRecordings(b []byte, derivedFrom scw.Zone) (*Snapshot, error) {
 		period baremetal.OfferSubscriptionPeriod
 	}
 	pages := map[key]map[int][]*baremetal.Offer{}
+	unknown := map[key]map[int][]*baremetal.Offer{} // unknown_subscription_period listings, as hourly
 	for i, ex := range rec.Exchanges {
 		if ex.Method != "GET" || ex.Status != 200 {
 			continue
@@ -63,8 +69,13 @@ func FromRecordings(b []byte, derivedFrom scw.Zone) (*Snapshot, error) {
 			continue
 		}
 		period := baremetal.OfferSubscriptionPeriod(u.Query().Get("subscription_period"))
-		if period != baremetal.OfferSubscriptionPeriodHourly && period != baremetal.OfferSubscriptionPeriodMonthly {
-			continue // unfiltered listings repeat the hourly ones
+		into := pages
+		switch period {
+		case baremetal.OfferSubscriptionPeriodHourly, baremetal.OfferSubscriptionPeriodMonthly:
+		case baremetal.OfferSubscriptionPeriodUnknownSubscriptionPeriod, "":
+			period, into = baremetal.OfferSubscriptionPeriodHourly, unknown
+		default:
+			continue
 		}
 		page := 1
 		if p := u.Query().Get("page"); p != "" {
@@ -77,10 +88,15 @@ func FromRecordings(b []byte, derivedFrom scw.Zone) (*Snapshot, error) {
 			return nil, fmt.Errorf("recordings: exchange %d: field response: %w", i, err)
 		}
 		k := key{scw.Zone(m[1]), period}
-		if pages[k] == nil {
-			pages[k] = map[int][]*baremetal.Offer{}
+		if into[k] == nil {
+			into[k] = map[int][]*baremetal.Offer{}
 		}
-		pages[k][page] = resp.Offers
+		into[k][page] = resp.Offers
+	}
+	for k, byPage := range unknown {
+		if _, ok := pages[k]; !ok {
+			pages[k] = byPage
+		}
 	}
 	if len(pages) == 0 {
 		return nil, errors.New("recordings: no ListOffers response with subscription_period hourly or monthly")
@@ -111,6 +127,23 @@ func FromRecordings(b []byte, derivedFrom scw.Zone) (*Snapshot, error) {
 		}
 		s.Zones[string(k.zone)] = zo
 		s.Metadata.Zones[string(k.zone)] = ZoneSource{Origin: OriginRecorded}
+	}
+	for _, zone := range slices.Sorted(maps.Keys(s.Zones)) {
+		zo := s.Zones[zone]
+		if len(zo.Monthly) > 0 || len(zo.Hourly) == 0 {
+			continue
+		}
+		var monthly []*baremetal.Offer
+		for _, other := range slices.Sorted(maps.Keys(s.Zones)) {
+			monthly = append(monthly, s.Zones[other].Monthly...)
+		}
+		zo.Monthly = DeriveMonthly(scw.Zone(zone), zo.Hourly, monthly)
+		s.Zones[zone] = zo
+		src := s.Metadata.Zones[zone]
+		src.MonthlyOrigin = OriginDerived
+		src.Rule = "monthly offers NOT REAL DATA: the recorded monthly offers (of another zone) that the zone's hourly offers " +
+			"name as monthly_offer_id (offer IDs are the same in every zone), with the stock of the zone's hourly offer"
+		s.Metadata.Zones[zone] = src
 	}
 	if err := s.Complete(derivedFrom); err != nil {
 		return nil, err

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	_ "embed"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -53,9 +52,12 @@ type Metadata struct {
 
 // ZoneSource is the provenance of one zone.
 type ZoneSource struct {
-	Origin      string `json:"origin"`
-	DerivedFrom string `json:"derived_from,omitempty"`
-	Rule        string `json:"rule,omitempty"`
+	Origin string `json:"origin"`
+	// MonthlyOrigin, when set, is the origin of the monthly offers, which differs from Origin (a zone whose
+	// hourly listing is recorded but whose monthly listing is not).
+	MonthlyOrigin string `json:"monthly_origin,omitempty"`
+	DerivedFrom   string `json:"derived_from,omitempty"`
+	Rule          string `json:"rule,omitempty"`
 }
 
 // ZoneOffers holds one zone's offers per subscription period, sorted by name.
@@ -209,9 +211,9 @@ var DefaultDerivations = map[scw.Zone]Derivation{
 	scw.ZonePlWaw3: {Zone: scw.ZonePlWaw3, Ranges: []string{"iridium"}},
 }
 
-// Derive builds a plausible offer list for d.Zone from the real offers of another zone: same names, hardware
-// and prices; only the ranges in d; new IDs (a stable hash, not real Scaleway IDs); a stock level picked by a
-// stable hash of (zone, name, period); and DerivedTag in the tags.
+// Derive builds a plausible offer list for d.Zone from the real offers of another zone: same names, IDs
+// (recorded: an offer has the same ID in every zone), hardware and prices; only the ranges in d; a stock level
+// picked by a stable hash of (zone, name, period); and DerivedTag in the tags.
 func Derive(d Derivation, from scw.Zone, real ZoneOffers) ZoneOffers {
 	keep := func(period baremetal.OfferSubscriptionPeriod, offers []*baremetal.Offer) []*baremetal.Offer {
 		var out []*baremetal.Offer
@@ -219,13 +221,7 @@ func Derive(d Derivation, from scw.Zone, real ZoneOffers) ZoneOffers {
 			if !slices.Contains(d.Ranges, o.CommercialRange) {
 				continue
 			}
-			c := *o
-			c.Zone = d.Zone
-			c.ID = derivedID(d.Zone, c.Name, period)
-			c.Stock = derivedStock(d.Zone, c.Name, period)
-			c.Tags = append(slices.Clone(o.Tags), DerivedTag)
-			c.IncompatibleOsIDs = nil
-			out = append(out, &c)
+			out = append(out, derived(o, d.Zone, derivedStock(d.Zone, o.Name, period)))
 		}
 		return out
 	}
@@ -249,14 +245,39 @@ func Derive(d Derivation, from scw.Zone, real ZoneOffers) ZoneOffers {
 	return zo
 }
 
-// derivedID is UUID-shaped so the offer decodes like a real one, and stable so generation is deterministic.
-func derivedID(zone scw.Zone, name string, period baremetal.OfferSubscriptionPeriod) string {
-	h := sha256.Sum256([]byte("derived/" + string(zone) + "/" + name + "/" + string(period)))
-	h[6] = (h[6] & 0x0f) | 0x50 // version nibble 5: name-based
-	h[8] = (h[8] & 0x3f) | 0x80
-	s := hex.EncodeToString(h[:16])
-	return s[0:8] + "-" + s[8:12] + "-" + s[12:16] + "-" + s[16:20] + "-" + s[20:32]
+// DeriveMonthly builds the monthly offers of a zone whose hourly offers are real but whose monthly listing
+// is unknown: the real monthly offers (of any zone) that the hourly offers name as monthly_offer_id (offer
+// IDs are the same in every zone), with the stock of the zone's hourly offer of the same name and DerivedTag.
+func DeriveMonthly(zone scw.Zone, hourly, monthly []*baremetal.Offer) []*baremetal.Offer {
+	byID := map[string]*baremetal.Offer{}
+	for _, o := range monthly {
+		byID[o.ID] = o
+	}
+	var out []*baremetal.Offer
+	for _, h := range hourly {
+		if h.MonthlyOfferID == nil || byID[*h.MonthlyOfferID] == nil {
+			continue
+		}
+		c := derived(byID[*h.MonthlyOfferID], zone, h.Stock)
+		c.SubscriptionPeriod = baremetal.OfferSubscriptionPeriodMonthly
+		out = append(out, c)
+	}
+	sortOffers(out)
+	return out
 }
+
+// derived copies a real offer into zone with the given stock and DerivedTag.
+func derived(o *baremetal.Offer, zone scw.Zone, stock baremetal.OfferStock) *baremetal.Offer {
+	c := *o
+	c.Zone = zone
+	c.Stock = stock
+	c.Tags = append(slices.Clone(o.Tags), DerivedTag)
+	c.IncompatibleOsIDs = nil
+	return &c
+}
+
+// IsDerived reports whether an offer was derived (NOT real data: never order it).
+func IsDerived(o *baremetal.Offer) bool { return slices.Contains(o.Tags, DerivedTag) }
 
 func derivedStock(zone scw.Zone, name string, period baremetal.OfferSubscriptionPeriod) baremetal.OfferStock {
 	h := sha256.Sum256([]byte("stock/" + string(zone) + "/" + name + "/" + string(period)))
@@ -293,7 +314,7 @@ func (s *Snapshot) Complete(from scw.Zone) error {
 			Origin:      OriginDerived,
 			DerivedFrom: string(from),
 			Rule: "NOT REAL DATA: offers of " + string(from) + " in commercial ranges " + strings.Join(d.Ranges, ",") +
-				"; same names, hardware and prices; synthetic IDs; stock picked by a stable hash",
+				"; same names, IDs, hardware and prices; stock picked by a stable hash",
 		}
 	}
 	return nil

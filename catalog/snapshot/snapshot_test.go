@@ -67,23 +67,24 @@ func TestSnapshotContent(t *testing.T) {
 			t.Errorf("zone %s: missing or empty (%d hourly, %d monthly)", z, len(zo.Hourly), len(zo.Monthly))
 		}
 		src := s.Metadata.Zones[string(z)]
-		want := snapshot.OriginDerived
-		if z == scw.ZoneFrPar2 {
+		want, wantMonthly := snapshot.OriginDerived, ""
+		switch z {
+		case scw.ZoneFrPar2:
 			want = snapshot.OriginRecorded
+		case scw.ZoneFrPar1: // recorded hourly listing, no monthly one
+			want, wantMonthly = snapshot.OriginRecorded, snapshot.OriginDerived
 		}
-		if src.Origin != want {
-			t.Errorf("zone %s: origin %q, want %q", z, src.Origin, want)
+		if src.Origin != want || src.MonthlyOrigin != wantMonthly {
+			t.Errorf("zone %s: origin %q/%q, want %q/%q", z, src.Origin, src.MonthlyOrigin, want, wantMonthly)
 		}
 		for _, o := range append(zo.Hourly, zo.Monthly...) {
 			if o.Zone != z {
 				t.Errorf("zone %s: offer %s has zone %q", z, o.Name, o.Zone)
 			}
-			derived := false
-			for _, tag := range o.Tags {
-				derived = derived || tag == snapshot.DerivedTag
-			}
-			if derived != (want == snapshot.OriginDerived) {
-				t.Errorf("zone %s: offer %s derived tag = %v", z, o.Name, derived)
+			wantDerived := want == snapshot.OriginDerived ||
+				o.SubscriptionPeriod == baremetal.OfferSubscriptionPeriodMonthly && wantMonthly == snapshot.OriginDerived
+			if snapshot.IsDerived(o) != wantDerived {
+				t.Errorf("zone %s: offer %s %s derived tag = %v", z, o.Name, o.SubscriptionPeriod, snapshot.IsDerived(o))
 			}
 			if len(o.IncompatibleOsIDs) != 0 {
 				t.Errorf("zone %s: offer %s keeps incompatible_os_ids", z, o.Name)
@@ -116,12 +117,41 @@ func TestSnapshotContent(t *testing.T) {
 	if !strings.Contains(s.Metadata.Zones["pl-waw-3"].Rule, "NOT REAL DATA") {
 		t.Errorf("derived zone rule does not say it is not real: %q", s.Metadata.Zones["pl-waw-3"].Rule)
 	}
-	// Derived zones keep prices but not IDs.
+	// Derived zones keep prices and IDs: an offer has one ID in every zone (recorded for fr-par-1 and fr-par-2).
 	for _, o := range s.Zones["nl-ams-1"].Hourly {
 		for _, r := range fr.Hourly {
-			if r.Name == o.Name && (r.ID == o.ID || r.PricePerHour.ToFloat() != o.PricePerHour.ToFloat()) {
+			if r.Name == o.Name && (r.ID != o.ID || r.PricePerHour.ToFloat() != o.PricePerHour.ToFloat()) {
 				t.Errorf("nl-ams-1 %s: id %s (real %s), price %v (real %v)", o.Name, o.ID, r.ID, o.PricePerHour, r.PricePerHour)
 			}
+		}
+	}
+	// fr-par-1's recorded list differs from fr-par-2's (EM-L620E-NVME only there) under the same IDs, and its
+	// monthly offers are the ones its hourly offers name.
+	par1 := s.Zones["fr-par-1"]
+	if len(par1.Hourly) != 27 {
+		t.Errorf("fr-par-1: %d hourly offers, the recording holds 27", len(par1.Hourly))
+	}
+	names := map[string]*baremetal.Offer{}
+	for _, o := range fr.Hourly {
+		names[o.Name] = o
+	}
+	l620 := false
+	for _, o := range par1.Hourly {
+		l620 = l620 || o.Name == "EM-L620E-NVME"
+		if r := names[o.Name]; r != nil && r.ID != o.ID {
+			t.Errorf("fr-par-1 %s has ID %s, fr-par-2 %s", o.Name, o.ID, r.ID)
+		}
+	}
+	if !l620 || names["EM-L620E-NVME"] != nil {
+		t.Error("fr-par-1 and fr-par-2 should sell different offers (EM-L620E-NVME only in fr-par-1)")
+	}
+	for _, m := range par1.Monthly {
+		found := false
+		for _, h := range par1.Hourly {
+			found = found || h.MonthlyOfferID != nil && *h.MonthlyOfferID == m.ID && h.Name == m.Name && h.Stock == m.Stock
+		}
+		if !found {
+			t.Errorf("fr-par-1 monthly %s (%s) is named by no hourly offer of the zone", m.Name, m.ID)
 		}
 	}
 }

@@ -236,6 +236,11 @@ func (c *CloudProvider) findOrOrder(ctx context.Context, claim *karpv1.NodeClaim
 			c.catalog.MarkUnavailable(zone, offer.Name, billing, catalog.ReasonOutOfStock)
 		case scaleway.IsQuotaExceeded(err):
 			c.catalog.MarkUnavailable(zone, offer.Name, billing, catalog.ReasonQuota)
+		case scaleway.IsOrderRefused(err):
+			// One refused order per Create: set the offering aside and let Karpenter pick again.
+			c.catalog.MarkUnavailable(zone, offer.Name, billing, catalog.ReasonRefused)
+			c.publish(claim, corev1.EventTypeWarning, "OrderRefused", fmt.Sprintf("%s (%s) in %s: %v", offer.Name, billing, zone, err))
+			return nil, nil, nil, cloudprovider.NewInsufficientCapacityError(fmt.Errorf("ordering %s in %s was refused: %w", offer.Name, zone, err))
 		default:
 			return nil, nil, nil, fmt.Errorf("ordering %s in %s: %w", offer.Name, zone, err)
 		}

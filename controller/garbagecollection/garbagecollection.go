@@ -59,7 +59,8 @@ type Controller struct {
 	Clock       clock.Clock
 	Log         logr.Logger
 	Collected   *prometheus.CounterVec
-	// Tokens, when set, also sweeps the bootstrap tokens of registered or gone NodeClaims.
+	// Tokens, when set, also sweeps the bootstrap tokens of registered or
+	// gone NodeClaims whose NodeClass uses per-NodeClaim tokens.
 	Tokens *bootstraptoken.Manager
 }
 
@@ -91,7 +92,7 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 	}
 	var errs []error
 	if c.Tokens != nil {
-		if err := c.Tokens.Sweep(ctx, byName); err != nil {
+		if err := c.Tokens.Sweep(ctx, byName, c.perNodeClaimTokens(ctx)); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -120,6 +121,27 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 		return reconciler.Result{}, fmt.Errorf("garbage collection: %v", errs)
 	}
 	return reconciler.Result{RequeueAfter: interval}, nil
+}
+
+// perNodeClaimTokens says whether a claim's NodeClass uses per-NodeClaim
+// bootstrap tokens: only those claims may have a token Secret, and a cluster
+// without any never touches kube-system Secrets (nor needs the RBAC for it).
+func (c *Controller) perNodeClaimTokens(ctx context.Context) func(*karpv1.NodeClaim) bool {
+	perNode := map[string]bool{}
+	return func(claim *karpv1.NodeClaim) bool {
+		ref := claim.Spec.NodeClassRef
+		if ref == nil {
+			return false
+		}
+		uses, seen := perNode[ref.Name]
+		if !seen {
+			nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
+			uses = c.Kube.Get(ctx, types.NamespacedName{Name: ref.Name}, nc) == nil &&
+				nc.Spec.Talos.BootstrapToken == v1alpha1.BootstrapTokenPerNodeClaim
+			perNode[ref.Name] = uses
+		}
+		return uses
+	}
 }
 
 type victim struct {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +24,7 @@ const (
 	EnvPresignEndpoint = "S3_PRESIGN_ENDPOINT" // endpoint the rescue system can reach, if not S3_ENDPOINT
 	EnvURLExpiry       = "IMAGE_URL_EXPIRY"    // Go duration, default DefaultURLExpiry
 	EnvCacheTTL        = "IMAGE_MANIFEST_TTL"  // Go duration, default DefaultCacheTTL
+	EnvCABundle        = "IMAGE_CA_BUNDLE"     // PEM file of extra CAs for the S3 endpoint and manifest URLs
 )
 
 // Defaults.
@@ -57,7 +59,15 @@ type Config struct {
 	PresignEndpoint string
 	URLExpiry       time.Duration
 	CacheTTL        time.Duration
-	// HTTPClient fetches https manifest URLs and is used for S3 (nil: default).
+	// CABundle holds PEM certificates trusted besides the system's, for a
+	// self-signed S3 endpoint or manifest URL (EnvCABundle names its file).
+	CABundle []byte
+	// ConnectTimeout bounds a connect and TLS handshake, FetchTimeout the
+	// reads of one Resolve (defaults DefaultConnectTimeout, DefaultFetchTimeout).
+	ConnectTimeout time.Duration
+	FetchTimeout   time.Duration
+	// HTTPClient fetches manifest URLs and is used for S3. Nil: a client
+	// with the timeouts above, CABundle, and same-host redirects only.
 	HTTPClient *http.Client
 	// Now is the clock of the cache (tests); nil = time.Now.
 	Now func() time.Time
@@ -99,6 +109,13 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 			*d.dst = x
 		}
 	}
+	if path := strings.TrimSpace(getenv(EnvCABundle)); path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return c, fmt.Errorf("%s: %v", EnvCABundle, err)
+		}
+		c.CABundle = b
+	}
 	c = c.withDefaults()
 	return c, c.validate()
 }
@@ -116,8 +133,11 @@ func (c Config) withDefaults() Config {
 	if c.PresignEndpoint == "" {
 		c.PresignEndpoint = c.Endpoint
 	}
-	if c.HTTPClient == nil {
-		c.HTTPClient = http.DefaultClient
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.FetchTimeout == 0 {
+		c.FetchTimeout = DefaultFetchTimeout
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -147,6 +167,14 @@ func (c Config) validate() error {
 	}
 	if c.CacheTTL < 0 {
 		return fmt.Errorf("%s: %s: want >= 0", EnvCacheTTL, c.CacheTTL)
+	}
+	if c.ConnectTimeout < 0 || c.FetchTimeout < 0 {
+		return fmt.Errorf("ConnectTimeout and FetchTimeout must not be negative")
+	}
+	if len(c.CABundle) > 0 {
+		if _, err := certPool(c.CABundle); err != nil {
+			return fmt.Errorf("%s: %v", EnvCABundle, err)
+		}
 	}
 	if c.PublicBaseURL != "" {
 		u, err := url.Parse(strings.ReplaceAll(c.PublicBaseURL, "{bucket}", "b"))

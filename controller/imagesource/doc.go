@@ -27,7 +27,17 @@
 // plain URLs, "{bucket}" replaced, e.g. Garage's web endpoint),
 // S3_PRESIGN_ENDPOINT (endpoint the rescue system can reach, when the
 // controller uses a cluster-internal one), IMAGE_URL_EXPIRY (default 1h: it
-// must cover the download, resumes included), IMAGE_MANIFEST_TTL (default 5m).
+// must cover the download, resumes included), IMAGE_MANIFEST_TTL (default 5m),
+// IMAGE_CA_BUNDLE (a PEM file of CAs trusted besides the system's, for a
+// self-signed S3 endpoint or manifest URL).
+//
+// Trust: the manifest carries the raw image digest em-imager verifies, so it
+// is the image's trust root. A manifest URL must be https (or s3:// through
+// the configured endpoint) unless Settings.ManifestSHA256 pins the manifest's
+// bytes; the pin, when set, is checked wherever the manifest comes from.
+// Manifest reads are bounded (DefaultConnectTimeout, DefaultFetchTimeout,
+// manifest.MaxSize) and follow at most a few redirects on the same host,
+// never from https to http.
 //
 // Garage serves anonymous reads only on its web endpoint, not on the S3 API:
 // for a public Garage bucket set S3_PUBLIC=true and S3_PUBLIC_URL to the web

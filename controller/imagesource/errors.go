@@ -24,6 +24,9 @@ const (
 	// ReasonNoMetalISO: the image cannot take its config from the disk
 	// (Image.DiskConfigDelivery); only configDelivery: MaintenanceAPI works.
 	ReasonNoMetalISO Reason = "ImageLacksMetalISO"
+
+	// ReasonManifestPinMismatch: the manifest's sha256 is not the NodeClass's manifestSHA256.
+	ReasonManifestPinMismatch Reason = "ImageManifestPinMismatch"
 )
 
 // Error is what Resolve returns on failure. Match it with errors.Is against
@@ -70,6 +73,8 @@ var (
 	ErrBucketMissing     = &Error{Reason: ReasonBucketMissing}
 	ErrUnreachable       = &Error{Reason: ReasonUnreachable}
 	ErrNoMetalISO        = &Error{Reason: ReasonNoMetalISO}
+
+	ErrManifestPinMismatch = &Error{Reason: ReasonManifestPinMismatch}
 )
 
 // ReasonOf returns the Reason of err, or "" when err is not from this package.

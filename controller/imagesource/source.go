@@ -2,6 +2,9 @@ package imagesource
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -37,9 +40,14 @@ type Settings struct {
 	FormatPreference []string
 	// ManifestURL names the manifest explicitly instead of by layout:
 	// s3://bucket/key (read with the controller's credentials) or an
-	// http(s) URL of a publicly readable manifest, whose images are then
-	// fetched from beside it without presigning.
+	// https URL of a publicly readable manifest, whose images are then
+	// fetched from beside it without presigning. Plain http needs
+	// ManifestSHA256: the manifest carries the digests em-imager verifies,
+	// so without a pin an on-path attacker could swap image and digests.
 	ManifestURL string
+	// ManifestSHA256 pins the manifest's bytes (hex sha256), wherever it is
+	// read from: a manifest with another digest is refused.
+	ManifestSHA256 string
 }
 
 // DefaultFormatPreference: zstd decodes several times faster than xz and is
@@ -157,6 +165,16 @@ func New(cfg Config) (*Source, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if cfg.HTTPClient == nil {
+		var roots *x509.CertPool // nil: the system's
+		if len(cfg.CABundle) > 0 {
+			var err error
+			if roots, err = certPool(cfg.CABundle); err != nil {
+				return nil, fmt.Errorf("%s: %v", EnvCABundle, err)
+			}
+		}
+		cfg.HTTPClient = newHTTPClient(roots, cfg.ConnectTimeout, cfg.FetchTimeout)
+	}
 	s := &Source{cfg: cfg, cache: map[string]cached{}}
 	if cfg.Endpoint != "" {
 		var err error
@@ -242,6 +260,9 @@ func (s *Source) normalize(in Settings) (*normalized, error) {
 			return nil, bad("%v", err)
 		}
 	}
+	if n.ManifestSHA256 != "" && !isSHA256Hex(n.ManifestSHA256) {
+		return nil, bad("manifestSHA256: %q is not 64 lowercase hex digits", n.ManifestSHA256)
+	}
 	if n.ManifestURL != "" {
 		u, err := url.Parse(n.ManifestURL)
 		if err != nil {
@@ -259,6 +280,9 @@ func (s *Source) normalize(in Settings) (*normalized, error) {
 		case "http", "https":
 			if u.Host == "" {
 				return nil, bad("manifestURL: %q has no host", Redact(n.ManifestURL))
+			}
+			if u.Scheme == "http" && n.ManifestSHA256 == "" {
+				return nil, bad("manifestURL: %s is plain http: use https, or pin the manifest with manifestSHA256", Redact(n.ManifestURL))
 			}
 			n.httpURL = u
 		default:
@@ -288,7 +312,7 @@ func (s *Source) normalize(in Settings) (*normalized, error) {
 }
 
 func (n *normalized) cacheKey() string {
-	return strings.Join([]string{n.bucket, n.key, Redact(n.ManifestURL), n.SchematicID, n.TalosVersion, n.Arch, strings.Join(n.prefs, ",")}, "\x00")
+	return strings.Join([]string{n.bucket, n.key, Redact(n.ManifestURL), n.ManifestSHA256, n.SchematicID, n.TalosVersion, n.Arch, strings.Join(n.prefs, ",")}, "\x00")
 }
 
 // Resolve reads (or reuses, within the cache TTL) the manifest the settings
@@ -317,6 +341,8 @@ func (s *Source) Resolve(ctx context.Context, in Settings) (*Image, error) {
 }
 
 func (s *Source) load(ctx context.Context, n *normalized) (cached, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout)
+	defer cancel()
 	var (
 		data  []byte
 		err   error
@@ -331,6 +357,13 @@ func (s *Source) load(ctx context.Context, n *normalized) (cached, error) {
 	}
 	if err != nil {
 		return cached{}, withKey(err, where)
+	}
+	if n.ManifestSHA256 != "" {
+		got := sha256.Sum256(data)
+		if hex.EncodeToString(got[:]) != n.ManifestSHA256 {
+			return cached{}, &Error{Reason: ReasonManifestPinMismatch, Key: where,
+				Err: fmt.Errorf("manifest has sha256 %s, manifestSHA256 pins %s", hex.EncodeToString(got[:]), n.ManifestSHA256)}
+		}
 	}
 	m, err := manifest.Parse(data)
 	if err != nil {
@@ -474,17 +507,30 @@ func (s *Source) httpGet(ctx context.Context, u *url.URL) ([]byte, error) {
 	}
 	resp, err := s.cfg.HTTPClient.Do(req)
 	if err != nil {
-		return nil, &Error{Reason: ReasonUnreachable, Err: unwrapURLError(err)}
+		return nil, httpError(err)
 	}
 	defer resp.Body.Close()
 	if err := httpStatus(resp, ReasonManifestMissing); err != nil {
 		return nil, err
 	}
+	if resp.ContentLength > manifest.MaxSize {
+		return nil, &Error{Reason: ReasonManifestInvalid, Err: fmt.Errorf("manifest is %d bytes, more than the %d a manifest may have", resp.ContentLength, manifest.MaxSize)}
+	}
 	data, err := io.ReadAll(io.LimitReader(resp.Body, manifest.MaxSize+1))
 	if err != nil {
-		return nil, &Error{Reason: ReasonUnreachable, Err: unwrapURLError(err)}
+		return nil, httpError(err)
 	}
 	return data, nil
+}
+
+// httpError classifies a failed manifest URL request: a refused redirect is
+// the URL's fault, the rest is the endpoint's reachability (TLS errors say
+// what to configure).
+func httpError(err error) error {
+	if errors.Is(err, errRedirectRefused) {
+		return &Error{Reason: ReasonInvalidSettings, Err: fmt.Errorf("manifestURL: %v; point it at the final location", unwrapURLError(err))}
+	}
+	return &Error{Reason: ReasonUnreachable, Err: fmt.Errorf("%w%s", unwrapURLError(err), tlsHint(err))}
 }
 
 func (s *Source) httpCheck(ctx context.Context, fileURL string, f manifest.File) error {
@@ -495,7 +541,7 @@ func (s *Source) httpCheck(ctx context.Context, fileURL string, f manifest.File)
 	}
 	resp, err := s.cfg.HTTPClient.Do(req)
 	if err != nil {
-		return &Error{Reason: ReasonUnreachable, Key: where, Err: unwrapURLError(err)}
+		return withKey(httpError(err), where)
 	}
 	resp.Body.Close()
 	if err := httpStatus(resp, ReasonObjectMissing); err != nil {
@@ -537,7 +583,7 @@ func classifyS3(err error, missing Reason) error {
 	}
 	var ne net.Error
 	if errors.As(err, &ne) {
-		return &Error{Reason: ReasonUnreachable, Err: fmt.Errorf("S3 endpoint unreachable: %v", unwrapURLError(err))}
+		return &Error{Reason: ReasonUnreachable, Err: fmt.Errorf("S3 endpoint unreachable: %v%s", unwrapURLError(err), tlsHint(err))}
 	}
 	return &Error{Reason: ReasonUnreachable, Err: fmt.Errorf("S3: %v", unwrapURLError(err))}
 }
@@ -570,6 +616,18 @@ func metaSHA256(meta map[string]string) string {
 		}
 	}
 	return ""
+}
+
+func isSHA256Hex(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func contains(list []string, s string) bool {

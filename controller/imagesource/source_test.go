@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -389,45 +390,69 @@ func TestResolvePublicURLs(t *testing.T) {
 
 // A manifest published on a plain web server (e.g. Garage's website
 // endpoint): the images are fetched from beside it, checked with HEAD.
-func TestResolveHTTPManifestURL(t *testing.T) {
+// webFiles serves the published manifest and its objects the way a web
+// endpoint (Garage's) does, over TLS with a test CA unless plain is set.
+type webFiles struct {
+	files map[string][]byte
+	heads atomic.Int32
+	gets  atomic.Int32
+}
+
+func (w *webFiles) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	b, ok := w.files[r.URL.Path]
+	if !ok {
+		http.NotFound(rw, r)
+		return
+	}
+	if r.Method == http.MethodHead {
+		w.heads.Add(1)
+	} else {
+		w.gets.Add(1)
+	}
+	http.ServeContent(rw, r, "", time.Time{}, bytes.NewReader(b))
+}
+
+// publishWeb publishes raw to the bucket and copies the manifest and the
+// zstd object into a webFiles.
+func publishWeb(t *testing.T, raw []byte) (*webFiles, *publish.Summary) {
+	t.Helper()
 	e := startS3(t)
 	e.MustCreateBucket(t, bucket)
-	raw := makeRaw(2<<20, 7)
 	sumy := publishImage(t, e, "web", "v1.12.0", "amd64", raw, "zstd")
 	cl := e.MustClient(t)
-	files := map[string][]byte{}
+	w := &webFiles{files: map[string][]byte{}}
 	for _, k := range []string{sumy.ManifestKey, sumy.Objects[0].Key} {
-		files["/"+k] = must(io.ReadAll(must(cl.GetObject(context.Background(), bucket, k, minio.GetObjectOptions{}))))
+		w.files["/"+k] = must(io.ReadAll(must(cl.GetObject(context.Background(), bucket, k, minio.GetObjectOptions{}))))
 	}
-	var heads atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, ok := files[r.URL.Path]
-		if !ok {
-			http.NotFound(w, r)
-			return
-		}
-		if r.Method == http.MethodHead {
-			heads.Add(1)
-		}
-		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(b))
-	}))
+	return w, sumy
+}
+
+// caBundle is the PEM of a TLS test server's certificate.
+func caBundle(srv *httptest.Server) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+}
+
+func TestResolveHTTPManifestURL(t *testing.T) {
+	raw := makeRaw(2<<20, 7)
+	w, sumy := publishWeb(t, raw)
+	srv := httptest.NewTLSServer(w)
 	defer srv.Close()
 
-	s := newSource(t, Config{})
+	s := newSource(t, Config{CABundle: caBundle(srv)})
 	img, err := s.Resolve(context.Background(), Settings{ManifestURL: srv.URL + "/" + sumy.ManifestKey})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if img.URL != srv.URL+"/"+sumy.Objects[0].Key || img.Bucket != "" || heads.Load() != 1 {
-		t.Fatalf("image %v (HEADs %d)", img, heads.Load())
+	if img.URL != srv.URL+"/"+sumy.Objects[0].Key || img.Bucket != "" || w.heads.Load() != 1 {
+		t.Fatalf("image %v (HEADs %d)", img, w.heads.Load())
 	}
-	if code, body := get(t, img.URL); code != 200 || sum(decodeAll(t, "zstd", body)) != sum(raw) {
+	if code, body := getTLS(t, srv, img.URL); code != 200 || sum(decodeAll(t, "zstd", body)) != sum(raw) {
 		t.Fatalf("GET %d", code)
 	}
 
 	_, err = s.Resolve(context.Background(), Settings{ManifestURL: srv.URL + "/nothing/manifest.json"})
 	wantReason(t, err, ErrManifestMissing)
-	delete(files, "/"+sumy.Objects[0].Key)
+	delete(w.files, "/"+sumy.Objects[0].Key)
 	s.Invalidate()
 	_, err = s.Resolve(context.Background(), Settings{ManifestURL: srv.URL + "/" + sumy.ManifestKey + "?sig=SECRET"})
 	wantReason(t, err, ErrObjectMissing)
@@ -436,18 +461,30 @@ func TestResolveHTTPManifestURL(t *testing.T) {
 	}
 }
 
+func getTLS(t *testing.T, srv *httptest.Server, u string) (int, []byte) {
+	t.Helper()
+	resp, err := srv.Client().Get(u)
+	if err != nil {
+		t.Fatalf("GET %s: %v", Redact(u), err)
+	}
+	defer resp.Body.Close()
+	return resp.StatusCode, must(io.ReadAll(resp.Body))
+}
+
 func TestSettingsAndConfigErrors(t *testing.T) {
 	s := newSource(t, Config{Endpoint: "http://127.0.0.1:1", AccessKeyID: "a", SecretAccessKey: "b"})
 	for name, set := range map[string]Settings{
-		"no schematic":       {TalosVersion: "v1.12.0", Bucket: "b"},
-		"bad schematic":      {SchematicID: "zz", TalosVersion: "v1.12.0", Bucket: "b"},
-		"bad version":        {SchematicID: schematic, TalosVersion: "latest", Bucket: "b"},
-		"bad arch":           {SchematicID: schematic, TalosVersion: "v1.12.0", Bucket: "b", Arch: "x86_64"},
-		"bad format":         {SchematicID: schematic, TalosVersion: "v1.12.0", Bucket: "b", FormatPreference: []string{"gzip"}},
-		"bad prefix":         {SchematicID: schematic, TalosVersion: "v1.12.0", Bucket: "b", Prefix: "a/../b"},
-		"no bucket":          {SchematicID: schematic, TalosVersion: "v1.12.0"},
-		"bad URL scheme":     {ManifestURL: "ftp://h/manifest.json"},
-		"s3 URL with no key": {ManifestURL: "s3://bucket"},
+		"no schematic":        {TalosVersion: "v1.12.0", Bucket: "b"},
+		"bad schematic":       {SchematicID: "zz", TalosVersion: "v1.12.0", Bucket: "b"},
+		"bad version":         {SchematicID: schematic, TalosVersion: "latest", Bucket: "b"},
+		"bad arch":            {SchematicID: schematic, TalosVersion: "v1.12.0", Bucket: "b", Arch: "x86_64"},
+		"bad format":          {SchematicID: schematic, TalosVersion: "v1.12.0", Bucket: "b", FormatPreference: []string{"gzip"}},
+		"bad prefix":          {SchematicID: schematic, TalosVersion: "v1.12.0", Bucket: "b", Prefix: "a/../b"},
+		"no bucket":           {SchematicID: schematic, TalosVersion: "v1.12.0"},
+		"bad URL scheme":      {ManifestURL: "ftp://h/manifest.json"},
+		"plain http unpinned": {ManifestURL: "http://h/manifest.json"},
+		"bad pin":             {ManifestURL: "http://h/manifest.json", ManifestSHA256: strings.Repeat("A", 64)},
+		"s3 URL with no key":  {ManifestURL: "s3://bucket"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := s.Resolve(context.Background(), set)
@@ -489,6 +526,8 @@ func TestSettingsAndConfigErrors(t *testing.T) {
 		"bad endpoint":        {over(EnvEndpoint, "ftp://g"), EnvEndpoint},
 		"bad presign":         {over(EnvPresignEndpoint, "http://g/path"), EnvPresignEndpoint},
 		"bad public URL":      {over(EnvPublicURL, "not a url"), EnvPublicURL},
+		"missing CA bundle":   {over(EnvCABundle, filepath.Join(t.TempDir(), "none.pem")), EnvCABundle},
+		"CA bundle not PEM":   {over(EnvCABundle, writeFile(t, "not a certificate")), EnvCABundle},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := ConfigFromEnv(env(tc.env))
@@ -501,6 +540,15 @@ func TestSettingsAndConfigErrors(t *testing.T) {
 	if err != nil || !pub.Public || pub.URLExpiry != 2*time.Hour {
 		t.Fatalf("public anonymous config: %+v %v", pub, err)
 	}
+}
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 func TestRedact(t *testing.T) {

@@ -191,50 +191,36 @@ func (i *Installer) deliver(ctx context.Context, job *Job, srv *baremetal.Server
 	i.progress(job, PhaseOrdered, fmt.Sprintf("waiting for delivery of server %s", srv.ID))
 	wctx, cancel := context.WithTimeout(ctx, i.Timeouts.Delivery)
 	defer cancel()
-	got, err := i.Poller.WaitFor(wctx, srv.Zone, srv.ID, scaleway.StatusIs(baremetal.ServerStatusReady))
+	// Ready is not enough: the API can show a delivered server without IPs for a while.
+	got, _, err := i.Poller.WaitIPv4(wctx, srv.Zone, srv.ID, scaleway.StatusIs(baremetal.ServerStatusReady),
+		func(msg string) { i.progress(job, PhaseOrdered, msg) })
 	if err != nil {
 		return srv, i.waitError(ctx, PhaseOrdered, "delivery", err)
 	}
 	srv = got
-	if len(job.PrivateNetworkIDs) > 0 {
-		if err := i.attachPrivateNetworks(ctx, srv, job.PrivateNetworkIDs); err != nil {
-			return srv, &PhaseError{Phase: PhaseOrdered, Err: err}
-		}
+	if err := i.API.AttachPrivateNetworks(ctx, srv.Zone, srv.ID, job.PrivateNetworkIDs); err != nil {
+		return srv, &PhaseError{Phase: PhaseOrdered, Err: err}
 	}
 	return i.setPhase(ctx, srv, PhaseRescue)
 }
 
-func (i *Installer) attachPrivateNetworks(ctx context.Context, srv *baremetal.Server, ids []string) error {
-	optID, err := i.API.PrivateNetworkOptionID(ctx, srv.Zone)
+// address reads the server's IPv4 from its latest state, waiting (bounded)
+// while the API lists none.
+func (i *Installer) address(ctx context.Context, job *Job, srv *baremetal.Server, p Phase) (*baremetal.Server, string, error) {
+	got, host, err := i.Poller.IPv4(ctx, srv.Zone, srv.ID, func(msg string) { i.progress(job, p, msg) })
 	if err != nil {
-		return fmt.Errorf("finding the private network option: %w", err)
+		return srv, "", i.waitError(ctx, p, "the server's IPv4", err)
 	}
-	if _, err := i.API.AddServerOption(ctx, srv.Zone, srv.ID, optID); err != nil {
-		return fmt.Errorf("enabling private networks: %w", err)
-	}
-	attached, err := i.API.ListServerPrivateNetworks(ctx, srv.Zone, srv.ID)
-	if err != nil {
-		return fmt.Errorf("listing private networks: %w", err)
-	}
-	have := scaleway.VLANs(attached)
-	for _, id := range ids {
-		if _, ok := have[id]; ok {
-			continue
-		}
-		if _, err := i.API.AttachPrivateNetwork(ctx, srv.Zone, srv.ID, id); err != nil {
-			return fmt.Errorf("attaching private network %s: %w", id, err)
-		}
-	}
-	return nil
+	return got, host, nil
 }
 
 // rescue reboots into rescue (unless the server already runs it) and waits for SSH.
 func (i *Installer) rescue(ctx context.Context, job *Job, srv *baremetal.Server) (*baremetal.Server, error) {
 	wctx, cancel := context.WithTimeout(ctx, i.Timeouts.Rescue)
 	defer cancel()
-	host, err := ipv4(srv)
+	srv, host, err := i.address(wctx, job, srv, PhaseRescue)
 	if err != nil {
-		return srv, &PhaseError{Phase: PhaseRescue, Release: true, Err: err}
+		return srv, err
 	}
 	if !readyIn(srv, baremetal.ServerBootTypeRescue) {
 		i.Dialer.Forget(host) // a new boot has a new host key
@@ -256,9 +242,9 @@ func (i *Installer) rescue(ctx context.Context, job *Job, srv *baremetal.Server)
 func (i *Installer) image(ctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server) (*baremetal.Server, error) {
 	wctx, cancel := context.WithTimeout(ctx, i.Timeouts.Imaging)
 	defer cancel()
-	host, err := ipv4(srv)
+	srv, host, err := i.address(wctx, job, srv, PhaseImaging)
 	if err != nil {
-		return srv, &PhaseError{Phase: PhaseImaging, Release: true, Err: err}
+		return srv, err
 	}
 	sess, err := i.Dialer.WaitDial(wctx, host, i.retryInterval())
 	if err != nil {
@@ -344,9 +330,9 @@ func (i *Installer) rebootInto(ctx, wctx context.Context, job *Job, srv *baremet
 func (i *Installer) boot(ctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server) (*baremetal.Server, error) {
 	wctx, cancel := context.WithTimeout(ctx, i.Timeouts.Boot)
 	defer cancel()
-	host, err := ipv4(srv)
+	srv, host, err := i.address(wctx, job, srv, PhaseBooting)
 	if err != nil {
-		return srv, &PhaseError{Phase: PhaseBooting, Release: true, Err: err}
+		return srv, err
 	}
 	if job.Joined != nil {
 		if ok, err := job.Joined(ctx); err == nil && ok {
@@ -400,7 +386,11 @@ func (i *Installer) retryInterval() time.Duration {
 // of the caller) or a server in error releases the server.
 func (i *Installer) waitError(ctx context.Context, p Phase, what string, err error) error {
 	var se *scaleway.ServerStateError
+	var noAddr *scaleway.NoAddressError
 	switch {
+	case errors.As(err, &noAddr):
+		// Delivered but no IPv4 listed yet: not a reason to give it back.
+		return &PhaseError{Phase: p, Err: err}
 	case errors.As(err, &se):
 		return &PhaseError{Phase: p, Release: true, Err: err}
 	case scaleway.IsNotFound(err):
@@ -455,13 +445,4 @@ func NetworkOf(s *baremetal.Server) talosgen.Network {
 		}
 	}
 	return n
-}
-
-func ipv4(s *baremetal.Server) (string, error) {
-	for _, ip := range s.IPs {
-		if ip.Version == baremetal.IPVersionIPv4 && ip.Address != nil {
-			return ip.Address.String(), nil
-		}
-	}
-	return "", fmt.Errorf("server %s has no IPv4 address", s.ID)
 }

@@ -58,12 +58,6 @@ func TestNetworkOfTakesTheIPv6Address(t *testing.T) {
 	if n.IPv6Address != "2001:bc8:1201:1::1" || n.IPv6Gateway != "" {
 		t.Fatalf("network %+v", n)
 	}
-	if h, err := ipv4(s); err != nil || h != "51.159.1.2" {
-		t.Fatalf("ipv4 = %q, %v", h, err)
-	}
-	if _, err := ipv4(&baremetal.Server{ID: "x"}); err == nil {
-		t.Fatal("a server without IPv4 has an address")
-	}
 }
 
 func TestTimeoutsTotalCoversEveryPhase(t *testing.T) {

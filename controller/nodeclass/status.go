@@ -2,6 +2,7 @@ package nodeclass
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/scaleway/scaleway-sdk-go/scw"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	controllerruntime "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagesource"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/joinsecret"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/report"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/talosgen"
 )
@@ -40,7 +43,8 @@ type CredentialsChecker interface {
 type StatusController struct {
 	Kube client.Client
 	// Secrets reads join Secrets directly (not through the informer cache,
-	// which would need list/watch on every Secret of the cluster).
+	// which would need list/watch on every Secret of the cluster), within the
+	// allowed namespaces (a joinsecret.Reader).
 	Secrets     client.Reader
 	Images      ImageChecker
 	Credentials CredentialsChecker
@@ -98,7 +102,8 @@ func (c *StatusController) Reconcile(ctx context.Context, nc *v1alpha1.ScalewayE
 	}
 	setCondition(conds, v1alpha1.ConditionTypeImageReady, string(imagesource.ReasonOf(imgErr)), imgErr)
 
-	setCondition(conds, v1alpha1.ConditionTypeJoinConfigReady, "JoinConfigInvalid", c.checkJoinConfig(ctx, nc))
+	joinErr := c.checkJoinConfig(ctx, nc)
+	setCondition(conds, v1alpha1.ConditionTypeJoinConfigReady, joinReason(joinErr), joinErr)
 
 	if !equality.Semantic.DeepEqual(stored.Status, nc.Status) {
 		if err := c.Kube.Status().Patch(ctx, nc, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})); err != nil {
@@ -122,6 +127,29 @@ func setCondition(conds status.ConditionSet, typ, reason string, err error) {
 		return
 	}
 	conds.SetFalse(typ, reason, err.Error())
+}
+
+// Reasons of JoinConfigReady=False.
+const (
+	// ReasonJoinSecretNotAllowed: the Secret is outside the namespaces join
+	// Secrets may be in (JOIN_SECRET_NAMESPACES), or is the controller's own.
+	ReasonJoinSecretNotAllowed = "JoinSecretNotAllowed"
+	// ReasonJoinSecretForbidden: allowed by the controller's setting, refused
+	// by its RBAC (the setting and the chart's Roles disagree).
+	ReasonJoinSecretForbidden = "JoinSecretForbidden"
+	// ReasonJoinConfigInvalid: the Secret is missing or does not render a valid config.
+	ReasonJoinConfigInvalid = "JoinConfigInvalid"
+)
+
+func joinReason(err error) string {
+	var notAllowed *joinsecret.NotAllowedError
+	switch {
+	case errors.As(err, &notAllowed):
+		return ReasonJoinSecretNotAllowed
+	case apierrors.IsForbidden(err):
+		return ReasonJoinSecretForbidden
+	}
+	return ReasonJoinConfigInvalid
 }
 
 // checkJoinConfig renders a config for a made-up node, so a broken Secret or

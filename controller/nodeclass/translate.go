@@ -74,7 +74,7 @@ func ImageSettings(nc *v1alpha1.ScalewayElasticMetalNodeClass) imagesource.Setti
 	i := nc.Spec.Image
 	return imagesource.Settings{
 		Bucket: i.Bucket, Prefix: i.Prefix, SchematicID: i.SchematicID, TalosVersion: i.TalosVersion,
-		Arch: i.Architecture, FormatPreference: i.Formats, ManifestURL: i.ManifestURL,
+		Arch: i.Architecture, FormatPreference: i.Formats, ManifestURL: i.ManifestURL, ManifestSHA256: i.ManifestSHA256,
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/scaleway/scaleway-sdk-go/scw"
 	"golang.org/x/crypto/ssh"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -32,6 +33,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagerbin"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagesource"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/joinsecret"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeclass"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/operator/options"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
@@ -114,6 +116,11 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 		Kube: direct, Namespace: opts.SystemNamespace, Name: opts.RescueKeySecret,
 		KeyName: "karpenter-scaleway-em-" + opts.ClusterName, IAM: api,
 	}
+	// NodeClasses name join Secrets: read them only where the operator allows.
+	joinSecrets := joinsecret.Reader{Reader: direct, Scope: joinsecret.Scope{
+		Namespaces: opts.JoinNamespaces(),
+		Reserved:   []types.NamespacedName{{Namespace: opts.SystemNamespace, Name: opts.RescueKeySecret}},
+	}}
 	installer := &install.Installer{
 		API:    api,
 		Poller: api.NewPoller(scaleway.Tag(scaleway.TagManagedBy, opts.ClusterName)),
@@ -135,14 +142,14 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 		logger.Info("WARNING: this build has no embedded em-imager (build with `make build`); servers cannot be imaged")
 	}
 	tokens := &bootstraptoken.Manager{Kube: direct, Namespace: "kube-system", TTL: installer.Timeouts.Total() + 15*time.Minute}
-	cp := cloudprovider.New(kube, direct, recorder, cat, api, installer, images, keys, cloudprovider.Options{
+	cp := cloudprovider.New(kube, joinSecrets, recorder, cat, api, installer, images, keys, cloudprovider.Options{
 		ClusterName: opts.ClusterName, DefaultZone: scwCfg.DefaultZone, IPv6Gateway: opts.IPv6Gateway,
 		Tokens: tokens, RepairToleration: opts.RepairToleration,
 	}, logger.WithName("cloudprovider"))
 	return &Provider{
 		API: api, Catalog: cat, Images: images, RescueKeys: keys, Installer: installer, CloudProvider: cp,
 		NodeClassStatus: &nodeclass.StatusController{
-			Kube: kube, Secrets: direct, Images: images,
+			Kube: kube, Secrets: joinSecrets, Images: images,
 			Credentials: credentialsChecker{api: api, keys: keys, cluster: opts.ClusterName},
 			DefaultZone: string(scwCfg.DefaultZone), ProjectID: scwCfg.ProjectID, Interval: opts.NodeClassRecheck,
 		},

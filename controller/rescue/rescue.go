@@ -3,10 +3,15 @@
 // returning its report.
 //
 // Host keys: a rescue system is a fresh boot with a new host key every time
-// and Scaleway does not publish it, so there is nothing to pin. The dialer
-// accepts the key it is shown (trust on first use per boot), logs its
-// fingerprint, and refuses a different key for the rest of the boot. The
-// image itself is protected by its sha256, which em-imager verifies.
+// and Scaleway does not publish it, so there is nothing to pin in advance.
+// The dialer trusts the key it is shown first in a boot and refuses any other
+// key for the rest of that boot with a *HostKeyChangedError. The pin is a
+// HostKeyPin string: the caller persists Session.HostKey when it differs from
+// what it stored (before it sends anything sensitive over the session) and
+// loads it back with Dialer.Pin after a restart, so a restart between rescue
+// and imaging does not trust a new key. The image itself is
+// protected by its sha256, which em-imager verifies, and em-imager by its own
+// sha256, which the rescue host checks before running it.
 package rescue
 
 import (
@@ -40,43 +45,22 @@ type Dialer struct {
 	Timeout time.Duration                // per connection attempt
 
 	mu       sync.Mutex
-	hostKeys map[string]string // host -> fingerprint seen for the current boot
+	hostKeys map[string]HostKeyPin // host -> pin of its current boot
 }
 
-// Forget drops the remembered host key of host: call it when the server reboots.
-func (d *Dialer) Forget(host string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	delete(d.hostKeys, host)
-}
-
-func (d *Dialer) hostKeyCallback(host string) ssh.HostKeyCallback {
-	return func(_ string, _ net.Addr, key ssh.PublicKey) error {
-		fp := ssh.FingerprintSHA256(key)
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		if d.hostKeys == nil {
-			d.hostKeys = map[string]string{}
-		}
-		if seen, ok := d.hostKeys[host]; ok && seen != fp {
-			return fmt.Errorf("rescue host %s changed its host key during one boot (%s, was %s)", host, fp, seen)
-		}
-		d.hostKeys[host] = fp
-		return nil
-	}
-}
-
-// Dial opens one SSH connection to host.
+// Dial opens one SSH connection to host. A host key other than the one
+// pinned for host's boot fails with a *HostKeyChangedError.
 func (d *Dialer) Dial(ctx context.Context, host string) (*Session, error) {
 	timeout := d.Timeout
 	if timeout == 0 {
 		timeout = 15 * time.Second
 	}
 	addr := net.JoinHostPort(host, strconv.Itoa(d.Port))
+	var seen HostKeyPin
 	cfg := &ssh.ClientConfig{
 		User:            d.User,
 		Auth:            []ssh.AuthMethod{ssh.PublicKeysCallback(d.Signers)},
-		HostKeyCallback: d.hostKeyCallback(host),
+		HostKeyCallback: d.hostKeyCallback(host, &seen),
 		Timeout:         timeout,
 	}
 	nd := net.Dialer{Timeout: timeout}
@@ -92,16 +76,20 @@ func (d *Dialer) Dial(ctx context.Context, host string) (*Session, error) {
 		return nil, err
 	}
 	_ = conn.SetDeadline(time.Time{})
-	return &Session{client: ssh.NewClient(c, chans, reqs)}, nil
+	return &Session{client: ssh.NewClient(c, chans, reqs), HostKey: seen}, nil
 }
 
-// WaitDial retries Dial every interval until it succeeds or ctx ends.
+// WaitDial retries Dial every interval until it succeeds or ctx ends. A
+// changed host key ends it at once: waiting would not make the key right.
 func (d *Dialer) WaitDial(ctx context.Context, host string, interval time.Duration) (*Session, error) {
 	var last error
 	for {
 		s, err := d.Dial(ctx, host)
 		if err == nil {
 			return s, nil
+		}
+		if changed := (*HostKeyChangedError)(nil); errors.As(err, &changed) {
+			return nil, err
 		}
 		last = err
 		select {
@@ -115,6 +103,8 @@ func (d *Dialer) WaitDial(ctx context.Context, host string, interval time.Durati
 // Session is one SSH connection to a rescue system.
 type Session struct {
 	client *ssh.Client
+	// HostKey is the pin of the host key the rescue system presented.
+	HostKey HostKeyPin
 }
 
 // Close ends the connection (and, with it, anything still running in it).
@@ -122,7 +112,7 @@ func (s *Session) Close() error { return s.client.Close() }
 
 // Upload writes data to name (relative to the rescue user's home) through a
 // temporary file and a rename, so a half-uploaded binary is never run, and
-// checks the uploaded bytes' digest.
+// checks with sha256sum on the host that the file holds the bytes sent.
 func (s *Session) Upload(ctx context.Context, name string, data []byte, mode os.FileMode) error {
 	c, err := sftp.NewClient(s.client)
 	if err != nil {
@@ -157,14 +147,33 @@ func (s *Session) Upload(ctx context.Context, name string, data []byte, mode os.
 	if err := c.PosixRename(tmp, name); err != nil {
 		return fmt.Errorf("sftp rename %s: %w", name, err)
 	}
-	st, err := c.Stat(name)
+	want := sha256Hex(data)
+	got, err := s.SHA256(ctx, name)
 	if err != nil {
-		return fmt.Errorf("sftp stat %s: %w", name, err)
+		return fmt.Errorf("checking the upload of %s: %w", name, err)
 	}
-	if st.Size() != int64(len(data)) {
-		return fmt.Errorf("sftp upload %s: %d bytes on the server, %d sent", name, st.Size(), len(data))
+	if got != want {
+		return fmt.Errorf("uploaded %s has sha256 %s on the rescue host, %s was sent", name, got, want)
 	}
 	return nil
+}
+
+// SHA256 returns the hex sha256 of name on the rescue host (sha256sum, from
+// coreutils, which Scaleway's Ubuntu-based rescue system has).
+func (s *Session) SHA256(ctx context.Context, name string) (string, error) {
+	var out, errOut bytes.Buffer
+	code, err := s.Run(ctx, "sha256sum "+shellQuote(name), &out, &errOut)
+	if err != nil {
+		return "", err
+	}
+	if code != 0 {
+		return "", fmt.Errorf("sha256sum %s exited %d: %s", name, code, strings.TrimSpace(errOut.String()))
+	}
+	sum, _, _ := strings.Cut(out.String(), " ")
+	if len(sum) != sha256.Size*2 {
+		return "", fmt.Errorf("sha256sum %s printed %q", name, strings.TrimSpace(out.String()))
+	}
+	return sum, nil
 }
 
 // Run runs cmd through the rescue user's shell and returns its exit status.
@@ -213,10 +222,35 @@ type ImagerArgs struct {
 // ImagerName is where em-imager is uploaded, relative to the rescue user's home.
 const ImagerName = "em-imager"
 
-// WriteCommand is the shell command that runs em-imager as root (sudo when the
-// rescue user is not root). Arguments are single-quoted for the shell.
+// exitImagerMismatch is the exit status of ImagerCommand when the binary on
+// the host is not the one expected (em-imager itself never exits with it).
+const exitImagerMismatch = 86
+
+// ErrImagerDigestMismatch: the em-imager on the rescue host was not the
+// controller's build when it was about to run, so it was not run.
+var ErrImagerDigestMismatch = errors.New("em-imager on the rescue host does not have the sha256 of the controller's build; it was not run")
+
+// ImagerCommand is the shell command that runs `em-imager args...` as root
+// (sudo when the rescue user is not root), only if the file's sha256 on the
+// host is binarySHA256 (hex): it is checked right before exec, in the same
+// shell, so what runs as root is the controller's build. Arguments are
+// single-quoted for the shell.
+func ImagerCommand(binarySHA256 string, args ...string) string {
+	quoted := make([]string, 0, len(args)+1)
+	quoted = append(quoted, shellQuote("./"+ImagerName))
+	for _, a := range args {
+		quoted = append(quoted, shellQuote(a))
+	}
+	check := shellQuote(binarySHA256 + "  " + ImagerName)
+	return `if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO="sudo -n"; fi; ` +
+		`printf '%s\n' ` + check + ` | sha256sum --check --status - || ` +
+		`{ echo 'em-imager: sha256 mismatch, not running it' >&2; exit ` + strconv.Itoa(exitImagerMismatch) + `; }; ` +
+		`exec $SUDO ` + strings.Join(quoted, " ")
+}
+
+// WriteCommand is the shell command of one `em-imager write` (ImagerCommand).
 func WriteCommand(a ImagerArgs) string {
-	args := []string{"./" + ImagerName, "write",
+	args := []string{"write",
 		"--image", a.ImageURL, "--sha256", a.SHA256,
 		"--disk", orDefault(a.Disk, "auto"), "--format", orDefault(a.Format, "auto"),
 		"--progress", "json"}
@@ -226,16 +260,14 @@ func WriteCommand(a ImagerArgs) string {
 	if a.VerifyReadback {
 		args = append(args, "--verify-readback")
 	}
-	quoted := make([]string, len(args))
-	for i, s := range args {
-		quoted[i] = shellQuote(s)
-	}
-	return `if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO="sudo -n"; fi; exec $SUDO ` + strings.Join(quoted, " ")
+	return ImagerCommand(sha256Hex(a.Binary), args...)
 }
 
 // RunImager uploads em-imager (unless the same build is already there), runs
-// `write`, relays each progress line to onProgress and returns the report. A
-// report with ok=false is returned with a *report.Error error.
+// `write` (only if the binary on the host still has the build's sha256, else
+// ErrImagerDigestMismatch), relays each progress line to onProgress and
+// returns the report. A report with ok=false is returned with a *report.Error
+// error.
 func RunImager(ctx context.Context, s *Session, a ImagerArgs, onProgress func(report.Progress)) (*report.Report, error) {
 	if err := uploadIfChanged(ctx, s, a.Binary); err != nil {
 		return nil, err
@@ -268,6 +300,9 @@ func RunImager(ctx context.Context, s *Session, a ImagerArgs, onProgress func(re
 		return nil, fmt.Errorf("running em-imager: %w", err)
 	}
 	rep, perr := report.Parse(bytes.TrimSpace(stdout.Bytes()))
+	if perr != nil && code == exitImagerMismatch {
+		return nil, ErrImagerDigestMismatch
+	}
 	if perr != nil {
 		return nil, fmt.Errorf("em-imager exited %d without a report (%v); stderr: %s", code, perr, tail.String())
 	}
@@ -284,14 +319,15 @@ func uploadIfChanged(ctx context.Context, s *Session, bin []byte) error {
 	if len(bin) == 0 {
 		return errors.New("this controller build has no embedded em-imager (build it with `make build`)")
 	}
-	sum := sha256.Sum256(bin)
-	want := hex.EncodeToString(sum[:])
-	var out bytes.Buffer
-	if code, err := s.Run(ctx, "sha256sum "+ImagerName+" 2>/dev/null", &out, io.Discard); err == nil && code == 0 &&
-		strings.HasPrefix(out.String(), want) {
+	if got, err := s.SHA256(ctx, ImagerName); err == nil && got == sha256Hex(bin) {
 		return nil
 	}
 	return s.Upload(ctx, ImagerName, bin, 0o755)
+}
+
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 func orDefault(s, def string) string {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -41,24 +43,41 @@ func startHost(t *testing.T, key ssh.Signer) (*Dialer, string, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	host, port, _ := strings.Cut(srv.Addr(), ":")
-	var p int
-	fmt.Sscan(port, &p)
+	host, p := splitAddr(t, srv.Addr())
 	return &Dialer{User: "rescue", Port: p, Timeout: 5 * time.Second,
 		Signers: func() ([]ssh.Signer, error) { return []ssh.Signer{key}, nil }}, host, home
+}
+
+func splitAddr(t *testing.T, addr string) (string, int) {
+	t.Helper()
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return host, p
 }
 
 // dialHost starts a rescue host for a fresh key and opens a session to it,
 // closed when the test ends.
 func dialHost(t *testing.T) *Session {
+	s, _ := dialHostHome(t)
+	return s
+}
+
+// dialHostHome is dialHost that also returns the rescue user's home.
+func dialHostHome(t *testing.T) (*Session, string) {
 	t.Helper()
-	d, host, _ := startHost(t, newKey(t))
+	d, host, home := startHost(t, newKey(t))
 	s, err := d.Dial(context.Background(), host)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	return s
+	return s, home
 }
 
 // fakeImager is a shell script standing in for em-imager: progress lines on
@@ -145,7 +164,8 @@ func TestWrongKeyIsRefusedAndHostKeyPinnedPerBoot(t *testing.T) {
 	}
 	s.Close()
 	d.hostKeys[host] = "SHA256:someone-else"
-	if _, err := d.Dial(context.Background(), host); err == nil || !strings.Contains(err.Error(), "changed its host key") {
+	var changed *HostKeyChangedError
+	if _, err := d.Dial(context.Background(), host); !errors.As(err, &changed) || changed.Pinned != "SHA256:someone-else" {
 		t.Fatalf("Dial with a changed host key = %v", err)
 	}
 	d.Forget(host) // a reboot

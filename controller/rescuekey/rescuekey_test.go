@@ -27,6 +27,12 @@ func (i *iam) EnsureSSHKey(_ context.Context, _, pub string) (string, error) {
 	return "key-id", i.err
 }
 
+func (i *iam) FindSSHKey(context.Context, string, string) (string, string, error) {
+	return "", "", errors.New("not used")
+}
+
+func (i *iam) DeleteSSHKey(context.Context, string) error { return errors.New("not used") }
+
 func TestKeyIsCreatedOnceSharedAndRegisteredOnce(t *testing.T) {
 	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).Build()
 	reg := &iam{}

@@ -54,3 +54,35 @@ func BenchmarkPollerRound(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkBare429Storm: one GetServer through a storm of N bare 429s (no
+// Retry-After, as Scaleway's gateway sends them) with the default retry
+// policy. Reports the time the call waits in all (the clock records the
+// waits instead of sleeping) and whether it got through: it does while the
+// waits fit in Retry.ThrottleWait (2 min by default).
+func BenchmarkBare429Storm(b *testing.B) {
+	for _, n := range []int{5, 10, 20, 40} {
+		b.Run(fmt.Sprintf("429s=%d", n), func(b *testing.B) {
+			var waited time.Duration
+			ok := 0
+			for i := 0; i < b.N; i++ {
+				replies := make([]reply, 0, n+1)
+				for range n {
+					replies = append(replies, reply{status: 429, ctype: noCtype})
+				}
+				s := newScripted(b, append(replies, reply{status: 200, body: okServer})...)
+				cfg := testConfig(s.srv.URL)
+				cfg.Retry = RetryPolicy{} // the defaults
+				env := newTestClient(b, cfg)
+				if _, err := env.client.GetServer(context.Background(), "", serverID); err == nil {
+					ok++
+				}
+				for _, w := range env.clock.Waits() {
+					waited += w
+				}
+			}
+			b.ReportMetric(waited.Seconds()/float64(b.N), "waited-s/call")
+			b.ReportMetric(float64(ok)/float64(b.N), "got-through")
+		})
+	}
+}

@@ -1,9 +1,11 @@
 package scaleway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -167,11 +169,14 @@ type transport struct {
 type attemptKey struct{}
 
 // attemptState carries what the transport learns about one attempt back to
-// the retry loop (the SDK's ResponseError drops response headers).
+// the retry loop (the SDK's ResponseError drops response headers, and an
+// error body it cannot decode loses the status too).
 type attemptState struct {
 	mu         sync.Mutex
 	retryAfter time.Duration
 	requests   int
+	status     int    // of the last error answer
+	body       string // its first maxErrorBody bytes
 }
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -188,14 +193,26 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		st.mu.Unlock()
 	}
 	resp, err := t.base.RoundTrip(req)
-	if err == nil && st != nil && (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) {
+	if err != nil || st == nil || resp.StatusCode < 400 {
+		return resp, err
+	}
+	// Keep the start of an error body: the SDK drops it when it cannot
+	// decode it. The body is handed on unchanged.
+	head := make([]byte, maxErrorBody)
+	n, _ := io.ReadFull(resp.Body, head)
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head[:n]), resp.Body), resp.Body}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.status, st.body = resp.StatusCode, strings.TrimSpace(string(head[:n]))
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		if d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
-			st.mu.Lock()
 			st.retryAfter = d
-			st.mu.Unlock()
 		}
 	}
-	return resp, err
+	return resp, nil
 }
 
 // parseRetryAfter reads delay-seconds or an HTTP-date (RFC 9110 10.2.3).
@@ -234,7 +251,10 @@ type callSpec struct {
 }
 
 // call runs fn with rate limiting, per-attempt timeout, retries with full
-// jitter (honouring Retry-After), logging and metrics.
+// jitter (honouring Retry-After), logging and metrics. Throttled attempts
+// (429) do not count against MaxAttempts: they prove nothing was applied,
+// and are retried until Retry.ThrottleWait of waiting is spent, so a storm
+// of bare 429s is ridden out rather than failing every call in it.
 func (c *Client) call(ctx context.Context, spec callSpec, fn func(ctx context.Context) error) error {
 	maxAttempts := c.cfg.Retry.MaxAttempts
 	if spec.maxAttempts > 0 {
@@ -248,6 +268,8 @@ func (c *Client) call(ctx context.Context, spec callSpec, fn func(ctx context.Co
 		log = log.WithValues("id", spec.resource)
 	}
 	ambiguous := false
+	failures, throttles := 0, 0
+	var throttled time.Duration // waited on 429s so far
 	for attempt := 1; ; attempt++ {
 		st := &attemptState{}
 		actx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
@@ -257,8 +279,16 @@ func (c *Client) call(ctx context.Context, spec callSpec, fn func(ctx context.Co
 		timedOut := actx.Err() != nil && ctx.Err() == nil
 		cancel()
 		elapsed := time.Since(start)
+		st.mu.Lock()
+		retryAfter, requests, status, body := st.retryAfter, st.requests, st.status, st.body
+		st.mu.Unlock()
 		if err != nil && timedOut && (errors.Is(err, context.DeadlineExceeded) || isNetworkError(err)) {
 			err = &TimeoutError{After: c.cfg.RequestTimeout}
+		}
+		var resp *scw.ResponseError
+		if err != nil && status >= 400 && ctx.Err() == nil && !timedOut && !errors.As(err, &resp) && classify(err) == ClassOther {
+			// The SDK could not decode the error answer: classify it by status.
+			err = &HTTPError{StatusCode: status, Body: body, Err: err}
 		}
 		if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
 			// The caller gave up: report that, keeping the last API error.
@@ -270,9 +300,6 @@ func (c *Client) call(ctx context.Context, spec callSpec, fn func(ctx context.Co
 		}
 		c.metrics.calls.WithLabelValues(spec.op, string(class)).Inc()
 		c.metrics.duration.WithLabelValues(spec.op).Observe(elapsed.Seconds())
-		st.mu.Lock()
-		retryAfter, requests := st.retryAfter, st.requests
-		st.mu.Unlock()
 		if err == nil {
 			log.V(1).Info("scaleway api call", "result", class, "attempt", attempt, "requests", requests, "duration", elapsed)
 			return nil
@@ -281,7 +308,12 @@ func (c *Client) call(ctx context.Context, spec callSpec, fn func(ctx context.Co
 		wrap := func() error {
 			return &Error{Op: spec.op, Zone: spec.zone, Resource: spec.resource, Attempts: attempt, Ambiguous: ambiguous, Class: class, Err: err, redact: c.redact}
 		}
-		if ctx.Err() != nil || !isRetryableClass(class) || attempt >= maxAttempts {
+		if class == ClassThrottled {
+			throttles++
+		} else {
+			failures++
+		}
+		if ctx.Err() != nil || !isRetryableClass(class) || maxAttempts <= 1 || failures >= maxAttempts {
 			return wrap()
 		}
 		if !spec.idempotent && !notSent(err) {
@@ -289,7 +321,16 @@ func (c *Client) call(ctx context.Context, spec callSpec, fn func(ctx context.Co
 			ambiguous = true
 			return wrap()
 		}
-		wait := c.backoff(attempt, retryAfter)
+		var wait time.Duration
+		if class == ClassThrottled {
+			wait = c.throttleBackoff(throttles, retryAfter)
+			if throttled+wait > c.cfg.Retry.ThrottleWait {
+				return wrap()
+			}
+			throttled += wait
+		} else {
+			wait = c.backoff(failures, retryAfter)
+		}
 		if dl, ok := ctx.Deadline(); ok && c.clock.Now().Add(wait).After(dl) {
 			return wrap()
 		}
@@ -309,12 +350,26 @@ func (c *Client) call(ctx context.Context, spec callSpec, fn func(ctx context.Co
 // A server-sent Retry-After (capped at MaxRetryAfter) is a floor, plus a
 // little jitter so a fleet of callers does not come back in lockstep.
 func (c *Client) backoff(attempt int, retryAfter time.Duration) time.Duration {
+	return c.jitter(attempt, retryAfter, c.cfg.Retry.MaxBackoff)
+}
+
+// throttleBackoff is backoff for 429s, capped lower (ThrottleBackoffCap):
+// Scaleway's 429s carry no Retry-After, and its limits refill within
+// seconds, so long waits would only slow the ride through a storm.
+func (c *Client) throttleBackoff(n int, retryAfter time.Duration) time.Duration {
+	return c.jitter(n, retryAfter, min(c.cfg.Retry.MaxBackoff, ThrottleBackoffCap))
+}
+
+// ThrottleBackoffCap caps the wait before retrying a 429 without Retry-After.
+const ThrottleBackoffCap = 5 * time.Second
+
+func (c *Client) jitter(attempt int, retryAfter, maxWait time.Duration) time.Duration {
 	ceil := c.cfg.Retry.BaseBackoff
-	for i := 1; i < attempt && ceil < c.cfg.Retry.MaxBackoff; i++ {
+	for i := 1; i < attempt && ceil < maxWait; i++ {
 		ceil *= 2
 	}
-	if ceil > c.cfg.Retry.MaxBackoff {
-		ceil = c.cfg.Retry.MaxBackoff
+	if ceil > maxWait {
+		ceil = maxWait
 	}
 	c.randMu.Lock()
 	defer c.randMu.Unlock()

@@ -29,6 +29,8 @@ const (
 	EnvMaxAttempts    = "KARPENTER_SCALEWAY_EM_API_MAX_ATTEMPTS"    // attempts per call incl. the first
 	EnvRequestTimeout = "KARPENTER_SCALEWAY_EM_API_REQUEST_TIMEOUT" // per attempt
 	EnvPollInterval   = "KARPENTER_SCALEWAY_EM_API_POLL_INTERVAL"   // batched polling interval
+	EnvThrottleWait   = "KARPENTER_SCALEWAY_EM_API_THROTTLE_WAIT"   // per call, waiting out 429s
+	EnvSettleWait     = "KARPENTER_SCALEWAY_EM_API_SETTLE_WAIT"     // for IPs and options the API is still settling
 )
 
 // DefaultAPIURL is Scaleway's public API endpoint.
@@ -55,6 +57,10 @@ type RetryPolicy struct {
 	MaxBackoff  time.Duration
 	// MaxRetryAfter caps how long a server-sent Retry-After is honoured.
 	MaxRetryAfter time.Duration
+	// ThrottleWait bounds the time one call spends waiting out 429s, which
+	// do not count against MaxAttempts (a 429 proves the request was not
+	// applied). 0 means DefaultThrottleWait.
+	ThrottleWait time.Duration
 }
 
 // Config configures a Client. Build it with ConfigFromEnv or by hand.
@@ -77,6 +83,10 @@ type Config struct {
 	PollInterval time.Duration
 	// PageSize is the page size of list calls (0: 100).
 	PageSize uint32
+	// SettleWait bounds how long the provider waits for the API to finish
+	// what it already reported done: the IPs of a server that is ready
+	// without them, a Private Network option that is still enabling.
+	SettleWait time.Duration
 }
 
 // Defaults applied by New for zero fields.
@@ -89,6 +99,8 @@ const (
 	DefaultMaxRetryAfter  = 2 * time.Minute
 	DefaultRequestTimeout = 30 * time.Second
 	DefaultPollInterval   = 15 * time.Second
+	DefaultThrottleWait   = 2 * time.Minute
+	DefaultSettleWait     = 10 * time.Minute
 	DefaultZone           = scw.ZoneFrPar2
 )
 
@@ -123,6 +135,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = DefaultPollInterval
+	}
+	if c.Retry.ThrottleWait == 0 {
+		c.Retry.ThrottleWait = DefaultThrottleWait
+	}
+	if c.SettleWait == 0 {
+		c.SettleWait = DefaultSettleWait
 	}
 	return c
 }
@@ -174,7 +192,7 @@ func (c Config) Validate() error {
 	if c.Retry.MaxAttempts < 0 {
 		errs = append(errs, errors.New("Retry.MaxAttempts must not be negative"))
 	}
-	if c.Retry.BaseBackoff < 0 || c.Retry.MaxBackoff < 0 || c.Retry.MaxRetryAfter < 0 {
+	if c.Retry.BaseBackoff < 0 || c.Retry.MaxBackoff < 0 || c.Retry.MaxRetryAfter < 0 || c.Retry.ThrottleWait < 0 {
 		errs = append(errs, errors.New("Retry backoffs must not be negative"))
 	}
 	if c.Retry.BaseBackoff > 0 && c.Retry.MaxBackoff > 0 && c.Retry.BaseBackoff > c.Retry.MaxBackoff {
@@ -185,6 +203,9 @@ func (c Config) Validate() error {
 	}
 	if c.PollInterval < 0 {
 		errs = append(errs, errors.New("PollInterval must not be negative"))
+	}
+	if c.SettleWait < 0 {
+		errs = append(errs, errors.New("SettleWait must not be negative"))
 	}
 	return errors.Join(errs...)
 }
@@ -206,8 +227,8 @@ func (c Config) String() string {
 	if c.SecretKey != "" {
 		secret = "<redacted>"
 	}
-	return fmt.Sprintf("scaleway.Config{AccessKey:%q SecretKey:%s ProjectID:%q OrganizationID:%q APIURL:%q DefaultZone:%q RateLimit:%+v Retry:%+v RequestTimeout:%s PollInterval:%s}",
-		c.AccessKey, secret, c.ProjectID, c.OrganizationID, c.APIURL, c.DefaultZone, c.RateLimit, c.Retry, c.RequestTimeout, c.PollInterval)
+	return fmt.Sprintf("scaleway.Config{AccessKey:%q SecretKey:%s ProjectID:%q OrganizationID:%q APIURL:%q DefaultZone:%q RateLimit:%+v Retry:%+v RequestTimeout:%s PollInterval:%s SettleWait:%s}",
+		c.AccessKey, secret, c.ProjectID, c.OrganizationID, c.APIURL, c.DefaultZone, c.RateLimit, c.Retry, c.RequestTimeout, c.PollInterval, c.SettleWait)
 }
 
 // GoString keeps %#v from printing the secret key.
@@ -251,7 +272,8 @@ func ConfigFromEnv() (Config, error) {
 	for _, d := range []struct {
 		env string
 		dst *time.Duration
-	}{{EnvRequestTimeout, &c.RequestTimeout}, {EnvPollInterval, &c.PollInterval}} {
+	}{{EnvRequestTimeout, &c.RequestTimeout}, {EnvPollInterval, &c.PollInterval}, {EnvThrottleWait, &c.Retry.ThrottleWait},
+		{EnvSettleWait, &c.SettleWait}} {
 		if v := os.Getenv(d.env); v != "" {
 			x, err := time.ParseDuration(v)
 			if err != nil || x <= 0 {

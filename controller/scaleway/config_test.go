@@ -10,7 +10,7 @@ import (
 
 func setEnv(t *testing.T, kv map[string]string) {
 	for _, k := range []string{EnvAccessKey, EnvSecretKey, EnvProjectID, EnvOrganizationID, EnvDefaultZone, EnvAPIURL,
-		EnvRateLimit, EnvRateBurst, EnvMaxAttempts, EnvRequestTimeout, EnvPollInterval} {
+		EnvRateLimit, EnvRateBurst, EnvMaxAttempts, EnvRequestTimeout, EnvPollInterval, EnvThrottleWait, EnvSettleWait} {
 		t.Setenv(k, kv[k])
 	}
 }
@@ -19,6 +19,7 @@ func TestConfigFromEnv(t *testing.T) {
 	setEnv(t, map[string]string{
 		EnvAccessKey: testAccessKey, EnvSecretKey: testSecretKey, EnvProjectID: testProject,
 		EnvDefaultZone: "nl-ams-1", EnvAPIURL: "http://127.0.0.1:8080", EnvPollInterval: "3s", EnvRateLimit: "2.5",
+		EnvThrottleWait: "45s", EnvSettleWait: "3m",
 	})
 	c, err := ConfigFromEnv()
 	if err != nil {
@@ -26,7 +27,7 @@ func TestConfigFromEnv(t *testing.T) {
 	}
 	if c.AccessKey != testAccessKey || c.SecretKey != testSecretKey || c.ProjectID != testProject ||
 		c.DefaultZone != "nl-ams-1" || c.APIURL != "http://127.0.0.1:8080" || c.PollInterval != 3*time.Second ||
-		c.RateLimit.PerSecond != 2.5 {
+		c.RateLimit.PerSecond != 2.5 || c.Retry.ThrottleWait != 45*time.Second || c.SettleWait != 3*time.Minute {
 		t.Fatalf("config %v", c)
 	}
 	if c.Retry.MaxAttempts != DefaultMaxAttempts || c.RequestTimeout != DefaultRequestTimeout || c.RateLimit.Burst != DefaultRateBurst {
@@ -38,7 +39,7 @@ func TestConfigFromEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.APIURL != DefaultAPIURL || c.DefaultZone != DefaultZone {
+	if c.APIURL != DefaultAPIURL || c.DefaultZone != DefaultZone || c.Retry.ThrottleWait != DefaultThrottleWait || c.SettleWait != DefaultSettleWait {
 		t.Fatalf("defaults: %v", c)
 	}
 }

@@ -11,11 +11,17 @@
 // {"message": "..."}). A Client adds:
 //
 //   - Retries with exponential backoff and full jitter (wait uniform in
-//     [0, min(MaxBackoff, BaseBackoff*2^n))) for 5xx, 429, network errors and
+//     [0, min(MaxBackoff, BaseBackoff*2^n))) for 5xx, network errors and
 //     per-attempt timeouts, bounded by Retry.MaxAttempts and the caller's
-//     context deadline. A Retry-After header (seconds or HTTP-date, on 429 and
-//     503) is honoured as a floor, capped at Retry.MaxRetryAfter. 4xx business
-//     errors are never retried.
+//     context deadline. 429s (recorded bare: no body, no Retry-After) do not
+//     count against MaxAttempts; they are retried (waits capped at
+//     ThrottleBackoffCap) until Retry.ThrottleWait of waiting is spent. A
+//     Retry-After header (seconds or HTTP-date, on 429 and 503) is honoured as
+//     a floor, capped at Retry.MaxRetryAfter. 4xx business errors are never
+//     retried, nor is a 503 whose message refuses the request itself
+//     (recorded: "cloud-init is not supported on this offer"; ClassRefused).
+//   - Error answers the SDK cannot decode (non-JSON bodies under a JSON
+//     Content-Type) become an *HTTPError classified by their status.
 //   - Non-idempotent calls (CreateServer, RebootServer, StartServer,
 //     StopServer, AddServerOption, AttachPrivateNetwork, CreateSSHKey) are
 //     retried only when the failure proves the API did not act (429, refused
@@ -30,7 +36,16 @@
 //     IsNotFound (typed not_found and the untyped 404 {"message":"Not Found"}
 //     the API answers once a server is deleted), IsOutOfStock, IsQuotaExceeded,
 //     IsTransientState (incl. the untyped 400 "Server is not delivered"),
-//     IsPermissionDenied, IsUnauthorized, IsRetryable, IsAmbiguous.
+//     IsPermissionDenied, IsUnauthorized, IsRefused, IsOrderRefused,
+//     IsPrecondition, IsRetryable, IsAmbiguous. docs/troubleshooting.md has
+//     the table of answer shapes and what the provider does with each.
+//   - Addresses: IPv4Of reads a server's IPv4; Poller.WaitIPv4 and
+//     Poller.IPv4 wait (bounded by Config.SettleWait) while a ready server
+//     lists none, as the API shows for a while after some deliveries, and end
+//     with a *NoAddressError that is no reason to release the server.
+//   - AttachPrivateNetworks: the Private Network option, then each network,
+//     retrying a 412 while the option is enabling (the real API accepts the
+//     attach then already), bounded by Config.SettleWait.
 //   - One client-side token bucket (golang.org/x/time/rate) shared by every
 //     HTTP request of the process (each page of a list costs a token).
 //   - A per-attempt timeout (Config.RequestTimeout) covering all pages.
@@ -42,7 +57,8 @@
 //     ListServers per zone and interval (filtered by the cluster's managed-by
 //     tag), shared by all waiters, so API calls per round do not grow with
 //     the number of servers being built. A server missing from the list costs
-//     one GetServer (gone -> IsNotFound, or just not listed yet).
+//     one GetServer (gone -> IsNotFound, or just not listed yet). A wait
+//     ends after maxPollFailures failed lists in a row, with the API's error.
 //
 // # Metrics
 //
@@ -53,7 +69,7 @@
 //	karpenter_scaleway_em_api_poller_lists_total{zone}    batched list rounds
 //
 // result is one of ok, not_found, out_of_stock, quota, transient, throttled,
-// server_error, timeout, permission, unauthorized, invalid, network,
+// server_error, refused, timeout, permission, unauthorized, invalid, network,
 // canceled, other. op is one of the Op* constants.
 //
 // # Usage
@@ -74,7 +90,8 @@
 //	_, err = c.RebootServer(ctx, zone, srv.ID, baremetal.ServerBootTypeRescue, []string{keyID})
 //
 // Optional tuning variables: KARPENTER_SCALEWAY_EM_API_RATE_LIMIT (req/s),
-// _RATE_BURST, _MAX_ATTEMPTS, _REQUEST_TIMEOUT, _POLL_INTERVAL.
+// _RATE_BURST, _MAX_ATTEMPTS, _REQUEST_TIMEOUT, _POLL_INTERVAL,
+// _THROTTLE_WAIT, _SETTLE_WAIT.
 //
 // # Tags
 //

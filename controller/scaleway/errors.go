@@ -36,6 +36,10 @@ const (
 	ClassInvalid      Class = "invalid"
 	ClassNetwork      Class = "network"
 	ClassCanceled     Class = "canceled"
+	// ClassRefused: the API refused the request itself but answered with a
+	// 5xx, as recorded: 503 {"message":"cloud-init is not supported on this
+	// offer"}. Retrying cannot help; a client that retries every 5xx loops.
+	ClassRefused Class = "refused"
 )
 
 // Error is what every Client method returns on failure. It wraps the SDK's
@@ -100,6 +104,28 @@ func (e *TimeoutError) Error() string {
 // Timeout lets net.Error-style checks see it.
 func (e *TimeoutError) Timeout() bool { return true }
 
+// HTTPError is an error answer the SDK could not decode (a body that is not
+// the JSON its Content-Type claims, e.g. a proxy's HTML page): the status and
+// the start of the body, so it is classified by status like any other.
+type HTTPError struct {
+	StatusCode int
+	Body       string // at most maxErrorBody bytes
+	Err        error  // the SDK's decoding error
+}
+
+func (e *HTTPError) Error() string {
+	msg := fmt.Sprintf("http error %d %s", e.StatusCode, http.StatusText(e.StatusCode))
+	if e.Body != "" {
+		msg += ": " + e.Body
+	}
+	return msg
+}
+
+func (e *HTTPError) Unwrap() error { return e.Err }
+
+// maxErrorBody bounds how much of an error answer's body is kept.
+const maxErrorBody = 512
+
 // rateWaitError is returned when the client-side rate limiter cannot grant a
 // token before the attempt's deadline.
 type rateWaitError struct{ err error }
@@ -140,7 +166,9 @@ func classify(err error) Class {
 		timeout    *TimeoutError
 		rateWait   *rateWaitError
 		resp       *scw.ResponseError
+		httpErr    *HTTPError
 		state      *ServerStateError
+		noAddr     *NoAddressError
 	)
 	switch {
 	case errors.As(err, &state):
@@ -166,8 +194,12 @@ func classify(err error) Class {
 		return ClassInvalid
 	case errors.As(err, &expV), errors.As(err, &expP):
 		return ClassNotFound
+	case errors.As(err, &noAddr):
+		return ClassTransient
 	case errors.As(err, &resp):
-		return classifyResponse(resp)
+		return classifyResponse(resp.StatusCode, responseText(resp))
+	case errors.As(err, &httpErr):
+		return classifyResponse(httpErr.StatusCode, httpErr.Body)
 	case errors.Is(err, context.Canceled):
 		return ClassCanceled
 	case errors.Is(err, context.DeadlineExceeded):
@@ -183,17 +215,32 @@ func classify(err error) Class {
 	return ClassOther
 }
 
-// classifyResponse handles errors the SDK could not type: the EM API answers
-// many failures with only {"message": "..."} and the HTTP status.
-func classifyResponse(r *scw.ResponseError) Class {
-	msg := strings.ToLower(r.Message)
+// responseText is what an untyped error answer says: its JSON message, or
+// for a body that is not JSON (the SDK then sets Message to the status line)
+// the body itself.
+func responseText(r *scw.ResponseError) string {
+	if r.Message != r.Status || len(r.RawBody) == 0 {
+		return r.Message
+	}
+	body := strings.TrimSpace(string(r.RawBody))
+	if len(body) > maxErrorBody {
+		body = body[:maxErrorBody]
+	}
+	return body
+}
+
+// classifyResponse handles answers the SDK could not type: the EM API
+// answers many failures with only {"message": "..."}, and gateways with no
+// body at all, so the status decides, refined by the message's words.
+func classifyResponse(code int, text string) Class {
+	msg := strings.ToLower(text)
 	switch {
 	case strings.Contains(msg, "out of stock"), strings.Contains(msg, "out_of_stock"), strings.Contains(msg, "no stock"), strings.Contains(msg, "not enough stock"):
 		return ClassOutOfStock
 	case strings.Contains(msg, "quota"):
 		return ClassQuota
 	}
-	switch code := r.StatusCode; {
+	switch {
 	case code == http.StatusNotFound, code == http.StatusGone:
 		return ClassNotFound
 	case code == http.StatusUnauthorized:
@@ -204,6 +251,8 @@ func classifyResponse(r *scw.ResponseError) Class {
 		return ClassThrottled
 	case code == http.StatusRequestTimeout, code == http.StatusGatewayTimeout:
 		return ClassTimeout
+	case code == http.StatusServiceUnavailable && refusal(code, msg):
+		return ClassRefused
 	case code >= 500:
 		return ClassServerError
 	case code == http.StatusConflict, code == http.StatusLocked:
@@ -219,6 +268,32 @@ func classifyResponse(r *scw.ResponseError) Class {
 		return ClassInvalid
 	}
 	return ClassOther
+}
+
+// outageWords mark a 503 as the service being down rather than the request
+// being refused.
+var outageWords = []string{"unavailable", "upstream", "timeout", "timed out", "try again", "retry", "maintenance",
+	"overload", "temporar", "connect", "reset", "no healthy", "internal", "gateway", "busy", "capacity", "later",
+	"<html", "<!doctype"}
+
+// refusal reports whether a 503's message refuses the request itself. The
+// recorded refusal ("cloud-init is not supported on this offer") is a
+// specific sentence; an outage says nothing (empty body, the status line) or
+// says it is unavailable. A wrong call either way stays bounded: a refusal
+// taken for an outage is retried MaxAttempts times, an outage taken for a
+// refusal fails the call at once with the API's own words.
+func refusal(code int, msg string) bool {
+	msg = strings.TrimSpace(msg)
+	status := strings.ToLower(http.StatusText(code))
+	if msg == "" || msg == status || msg == strings.ToLower(fmt.Sprintf("%d %s", code, http.StatusText(code))) {
+		return false
+	}
+	for _, w := range outageWords {
+		if strings.Contains(msg, w) {
+			return false
+		}
+	}
+	return true
 }
 
 func isNetworkError(err error) bool {
@@ -249,6 +324,53 @@ func IsPermissionDenied(err error) bool { return Classify(err) == ClassPermissio
 
 // IsUnauthorized: the credentials are missing, wrong or expired.
 func IsUnauthorized(err error) bool { return Classify(err) == ClassUnauthorized }
+
+// IsRefused: the API refused the request itself (a 503 with a specific
+// message); retrying the same request cannot succeed.
+func IsRefused(err error) bool { return Classify(err) == ClassRefused }
+
+// IsOrderRefused: a definite refusal of an order that is neither out of
+// stock nor quota, and that retrying the same order cannot fix: a refusal
+// answered 503, a 4xx the API does not type (e.g. a 412 without a body, as
+// an unrecorded out-of-stock answer could be), or the offer unknown in the
+// zone (offers come and go). Credentials and permission errors, throttling,
+// 5xx outages and transient states are not refusals of the order.
+func IsOrderRefused(err error) bool {
+	switch Classify(err) {
+	case ClassRefused, ClassInvalid, ClassNotFound:
+		return true
+	}
+	return false
+}
+
+// IsPrecondition: the API answered 412 (typed precondition_failed, or any
+// untyped 412 that is not out of stock): the resource is not in the state
+// the request needs, e.g. a private network attached before the server's
+// Private Network option is enabled.
+func IsPrecondition(err error) bool {
+	var preV scw.PreconditionFailedError
+	var preP *scw.PreconditionFailedError
+	if errors.As(err, &preV) || errors.As(err, &preP) {
+		return true
+	}
+	if Classify(err) == ClassOutOfStock {
+		return false
+	}
+	return statusOf(err) == http.StatusPreconditionFailed
+}
+
+// statusOf is the HTTP status of an error answer, 0 for other failures.
+func statusOf(err error) int {
+	var resp *scw.ResponseError
+	var httpErr *HTTPError
+	switch {
+	case errors.As(err, &resp):
+		return resp.StatusCode
+	case errors.As(err, &httpErr):
+		return httpErr.StatusCode
+	}
+	return 0
+}
 
 // IsRetryable: the failure is transport-level or server-side (5xx, 429,
 // timeouts, network) and the same request may succeed later. Business errors

@@ -191,12 +191,15 @@ type scripted struct {
 type reply struct {
 	status  int
 	body    string
-	ctype   string
+	ctype   string // default application/json; noCtype for none
 	headers map[string]string
 	hang    bool // never answer (until the client gives up)
 }
 
-func newScripted(t *testing.T, replies ...reply) *scripted {
+// noCtype: a reply without Content-Type, as Scaleway's gateway throttles.
+const noCtype = "-"
+
+func newScripted(t testing.TB, replies ...reply) *scripted {
 	s := &scripted{replies: replies}
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
@@ -213,11 +216,13 @@ func newScripted(t *testing.T, replies ...reply) *scripted {
 		for k, v := range rp.headers {
 			w.Header().Set(k, v)
 		}
-		ct := rp.ctype
-		if ct == "" {
-			ct = "application/json"
+		switch ct := rp.ctype; ct {
+		case noCtype:
+		case "":
+			w.Header().Set("Content-Type", "application/json")
+		default:
+			w.Header().Set("Content-Type", ct)
 		}
-		w.Header().Set("Content-Type", ct)
 		w.WriteHeader(rp.status)
 		_, _ = w.Write([]byte(rp.body))
 	}))

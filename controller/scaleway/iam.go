@@ -30,35 +30,7 @@ func (c *Client) EnsureSSHKey(ctx context.Context, name, publicKey string) (stri
 	c.iamMu.Lock()
 	defer c.iamMu.Unlock()
 
-	find := func() (*iam.SSHKey, error) {
-		var keys []*iam.SSHKey
-		err := c.call(ctx, callSpec{op: OpListSSHKeys, idempotent: true}, func(ctx context.Context) error {
-			resp, err := c.iam.ListSSHKeys(&iam.ListSSHKeysRequest{ProjectID: scw.StringPtr(c.cfg.ProjectID)}, scw.WithContext(ctx), scw.WithAllPages())
-			if err != nil {
-				return err
-			}
-			keys = resp.SSHKeys
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
-		var byName *iam.SSHKey
-		for _, k := range keys {
-			if k == nil || k.Disabled {
-				continue
-			}
-			if got, err := normalizeAuthorizedKey(k.PublicKey); err == nil && got == want {
-				if k.Name == name {
-					return k, nil
-				}
-				if byName == nil {
-					byName = k
-				}
-			}
-		}
-		return byName, nil
-	}
+	find := func() (*iam.SSHKey, error) { return c.findSSHKey(ctx, name, want) }
 	if k, err := find(); err != nil {
 		return "", err
 	} else if k != nil {
@@ -80,6 +52,85 @@ func (c *Client) EnsureSSHKey(ctx context.Context, name, publicKey string) (stri
 	}
 	c.log.Info("registered ssh key", "name", name, "id", created.ID, "fingerprint", created.Fingerprint)
 	return created.ID, nil
+}
+
+// ListSSHKeys lists the IAM SSH keys of the configured project (all pages).
+func (c *Client) ListSSHKeys(ctx context.Context) ([]*iam.SSHKey, error) {
+	c.iamMu.Lock()
+	defer c.iamMu.Unlock()
+	return c.listSSHKeys(ctx)
+}
+
+// FindSSHKey returns the ID and name of the project's enabled IAM SSH key
+// holding publicKey (preferring one called name); "" when none does.
+func (c *Client) FindSSHKey(ctx context.Context, name, publicKey string) (id, keyName string, err error) {
+	want, err := normalizeAuthorizedKey(publicKey)
+	if err != nil {
+		return "", "", fmt.Errorf("scaleway FindSSHKey: publicKey: %w", err)
+	}
+	c.iamMu.Lock()
+	defer c.iamMu.Unlock()
+	k, err := c.findSSHKey(ctx, name, want)
+	if err != nil || k == nil {
+		return "", "", err
+	}
+	return k.ID, k.Name, nil
+}
+
+// findSSHKey is FindSSHKey with iamMu held and the key normalised.
+func (c *Client) findSSHKey(ctx context.Context, name, want string) (*iam.SSHKey, error) {
+	keys, err := c.listSSHKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var byName *iam.SSHKey
+	for _, k := range keys {
+		if k == nil || k.Disabled {
+			continue
+		}
+		if got, err := normalizeAuthorizedKey(k.PublicKey); err == nil && got == want {
+			if k.Name == name {
+				return k, nil
+			}
+			if byName == nil {
+				byName = k
+			}
+		}
+	}
+	return byName, nil
+}
+
+// listSSHKeys is ListSSHKeys with iamMu held.
+func (c *Client) listSSHKeys(ctx context.Context) ([]*iam.SSHKey, error) {
+	var keys []*iam.SSHKey
+	err := c.call(ctx, callSpec{op: OpListSSHKeys, idempotent: true}, func(ctx context.Context) error {
+		resp, err := c.iam.ListSSHKeys(&iam.ListSSHKeysRequest{ProjectID: scw.StringPtr(c.cfg.ProjectID)}, scw.WithContext(ctx), scw.WithAllPages())
+		if err != nil {
+			return err
+		}
+		keys = resp.SSHKeys
+		return nil
+	})
+	return keys, err
+}
+
+// DeleteSSHKey removes an IAM SSH key; a key already gone is not an error.
+func (c *Client) DeleteSSHKey(ctx context.Context, id string) error {
+	if id == "" {
+		return errors.New("scaleway DeleteSSHKey: id is required")
+	}
+	c.iamMu.Lock()
+	defer c.iamMu.Unlock()
+	err := c.call(ctx, callSpec{op: OpDeleteSSHKey, resource: id, idempotent: true}, func(ctx context.Context) error {
+		return c.iam.DeleteSSHKey(&iam.DeleteSSHKeyRequest{SSHKeyID: id}, scw.WithContext(ctx))
+	})
+	if err != nil && !IsNotFound(err) {
+		return err
+	}
+	if err == nil {
+		c.log.Info("removed ssh key", "id", id)
+	}
+	return nil
 }
 
 // normalizeAuthorizedKey returns "type base64" of an authorized_keys line,

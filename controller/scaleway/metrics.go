@@ -27,7 +27,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricAPICalls,
-			Help: "Scaleway API call attempts by operation and result (ok, not_found, out_of_stock, quota, transient, throttled, server_error, timeout, permission, unauthorized, invalid, network, canceled, other).",
+			Help: "Scaleway API call attempts by operation and result (ok, not_found, out_of_stock, quota, transient, throttled, server_error, refused, timeout, permission, unauthorized, invalid, network, canceled, other).",
 		}, []string{"op", "result"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    MetricAPICallDuration,

@@ -226,8 +226,11 @@ func (p *Poller) lookup(ctx context.Context, zone scw.Zone, snap *snapshot, id s
 // action the caller just took is never mistaken for its result). It returns
 // the server and done's error if done fails, an IsNotFound error if the
 // server disappears, and a non-retryable list error (e.g. permission) at
-// once; retryable list failures are logged and waited out. The caller's ctx
-// bounds the wait.
+// once. Retryable list failures (each list already retried within its
+// call) are waited out, but maxPollFailures of them in a row end the wait
+// with the last one: an API that keeps failing is reported, not
+// mistaken for a server that never gets there. The caller's ctx bounds the
+// wait.
 func (p *Poller) WaitFor(ctx context.Context, zone scw.Zone, id string, done func(*baremetal.Server) (bool, error)) (*baremetal.Server, error) {
 	zone = p.c.zone(zone)
 	if id == "" {
@@ -239,6 +242,7 @@ func (p *Poller) WaitFor(ctx context.Context, zone scw.Zone, id string, done fun
 	defer z.release()
 	var seen uint64
 	var last *baremetal.Server
+	failed := 0
 	for {
 		snap, updated := z.current()
 		if snap != nil && snap.gen != seen && !snap.started.Before(since) {
@@ -246,6 +250,7 @@ func (p *Poller) WaitFor(ctx context.Context, zone scw.Zone, id string, done fun
 			srv, err := p.lookup(ctx, zone, snap, id)
 			switch {
 			case err == nil:
+				failed = 0
 				last = srv
 				ok, perr := done(srv)
 				if perr != nil {
@@ -256,6 +261,10 @@ func (p *Poller) WaitFor(ctx context.Context, zone scw.Zone, id string, done fun
 				}
 			case IsNotFound(err) || !IsRetryable(err) && ctx.Err() == nil:
 				return last, err
+			case ctx.Err() == nil:
+				if failed++; failed >= maxPollFailures {
+					return last, fmt.Errorf("waiting for server %s in %s: %d consecutive polls failed: %w", id, zone, failed, err)
+				}
 			}
 		}
 		select {
@@ -288,6 +297,11 @@ func StatusIs(statuses ...baremetal.ServerStatus) func(*baremetal.Server) (bool,
 		return false, nil
 	}
 }
+
+// maxPollFailures is how many list rounds in a row may fail (each after its
+// own retries) before WaitFor reports the API as failing: with the default
+// interval and attempts, about a minute and a half of a failing API.
+const maxPollFailures = 5
 
 // ServerStateError: a server reached a terminal bad state while waited on.
 type ServerStateError struct {

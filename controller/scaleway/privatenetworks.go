@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	baremetalv3 "github.com/scaleway/scaleway-sdk-go/api/baremetal/v3"
 	"github.com/scaleway/scaleway-sdk-go/scw"
 )
@@ -137,4 +138,69 @@ func (c *Client) WaitPrivateNetworksAttached(ctx context.Context, zone scw.Zone,
 		case <-c.clock.After(c.cfg.PollInterval):
 		}
 	}
+}
+
+// AttachPrivateNetworks gives the server its Private Network option (unless
+// it has it) and attaches it to each of privateNetworkIDs it is not attached
+// to yet. Recorded: the API accepts the attach right after the option was
+// added, while it is still "enabling". An API that answers 412 meanwhile (or
+// is slow to see the option) is retried every Config.PollInterval while the
+// option is enabling or enabled, for at most Config.SettleWait; a 412 with
+// the option missing or disabling is returned at once.
+func (c *Client) AttachPrivateNetworks(ctx context.Context, zone scw.Zone, serverID string, privateNetworkIDs []string) error {
+	if len(privateNetworkIDs) == 0 {
+		return nil
+	}
+	zone = c.zone(zone)
+	optID, err := c.PrivateNetworkOptionID(ctx, zone)
+	if err != nil {
+		return fmt.Errorf("finding the private network option: %w", err)
+	}
+	if _, err := c.AddServerOption(ctx, zone, serverID, optID); err != nil {
+		return fmt.Errorf("enabling private networks: %w", err)
+	}
+	for _, id := range privateNetworkIDs {
+		if err := c.attachOnceOptionAllows(ctx, zone, serverID, optID, id); err != nil {
+			return fmt.Errorf("attaching private network %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+func (c *Client) attachOnceOptionAllows(ctx context.Context, zone scw.Zone, serverID, optionID, privateNetworkID string) error {
+	deadline := c.clock.Now().Add(c.cfg.SettleWait)
+	for {
+		_, err := c.AttachPrivateNetwork(ctx, zone, serverID, privateNetworkID)
+		if err == nil || !IsPrecondition(err) {
+			return err
+		}
+		srv, gerr := c.GetServer(ctx, zone, serverID)
+		if gerr != nil {
+			return fmt.Errorf("%w (reading the server's options: %v)", err, gerr)
+		}
+		status := optionStatus(srv, optionID)
+		switch {
+		case status != baremetal.ServerOptionOptionStatusOptionStatusEnabling && status != baremetal.ServerOptionOptionStatusOptionStatusEnable:
+			return fmt.Errorf("%w (the server's Private Network option is %q)", err, status)
+		case !c.clock.Now().Before(deadline):
+			return fmt.Errorf("%w (still refused %s after the option was added; option %s)", err, c.cfg.SettleWait, status)
+		}
+		c.log.Info("private network attach refused while the option settles; retrying", "zone", string(zone), "id", serverID,
+			"privateNetwork", privateNetworkID, "option", status, "error", c.redact(err.Error()))
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		case <-c.clock.After(c.cfg.PollInterval):
+		}
+	}
+}
+
+// optionStatus is the status of the server's option, "" when it has none.
+func optionStatus(s *baremetal.Server, optionID string) baremetal.ServerOptionOptionStatus {
+	for _, o := range s.Options {
+		if o != nil && o.ID == optionID {
+			return o.Status
+		}
+	}
+	return ""
 }

@@ -28,6 +28,7 @@ const (
 	OpListServerPNs     = "ListServerPrivateNetworks"
 	OpListSSHKeys       = "ListSSHKeys"
 	OpCreateSSHKey      = "CreateSSHKey"
+	OpDeleteSSHKey      = "DeleteSSHKey"
 	defaultListPageSize = uint32(100)
 )
 

@@ -349,7 +349,7 @@ func TestSimRetries(t *testing.T) {
 		}
 	})
 	t.Run("429 with Retry-After", func(t *testing.T) {
-		env := startSim(t, 1, nil, nil)
+		env := startSim(t, 1, func(o *scwsim.Options) { o.RateLimited = scwsim.RateLimitedJSON }, nil)
 		env.sim.MustInject(scwsim.Fault{Kind: scwsim.FaultRateLimit, Method: "GET", Path: `/servers$`, RetryAfter: 2 * time.Second, Times: 2})
 		if _, err := env.client.ListServers(context.Background(), zone, nil); err != nil {
 			t.Fatal(err)
@@ -724,6 +724,35 @@ func TestSimEnsureSSHKey(t *testing.T) {
 	}
 	if _, err := env.client.EnsureSSHKey(ctx, "x", "not a key"); err == nil || !strings.Contains(err.Error(), "publicKey") {
 		t.Fatalf("bad key: %v", err)
+	}
+}
+
+func TestSimFindAndDeleteSSHKey(t *testing.T) {
+	env := startSim(t, 1, nil, nil)
+	ctx := context.Background()
+	pub := newAuthorizedKey(t, "controller@a")
+	if id, name, err := env.client.FindSSHKey(ctx, "karpenter-c1", pub); err != nil || id != "" || name != "" {
+		t.Fatalf("FindSSHKey before registering = %q %q %v", id, name, err)
+	}
+	id, err := env.client.EnsureSSHKey(ctx, "karpenter-c1", pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, name, err := env.client.FindSSHKey(ctx, "karpenter-c1", pub); err != nil || got != id || name != "karpenter-c1" {
+		t.Fatalf("FindSSHKey = %q %q %v, want %s", got, name, err, id)
+	}
+	if err := env.client.DeleteSSHKey(ctx, id); err != nil {
+		t.Fatalf("DeleteSSHKey: %v", err)
+	}
+	if got, _, err := env.client.FindSSHKey(ctx, "karpenter-c1", pub); err != nil || got != "" {
+		t.Fatalf("FindSSHKey after delete = %q %v", got, err)
+	}
+	// Already gone (another replica removed it): not an error.
+	if err := env.client.DeleteSSHKey(ctx, id); err != nil {
+		t.Fatalf("DeleteSSHKey of a removed key: %v", err)
+	}
+	if n := env.count(t, "DELETE", `/ssh-keys/`); n != 2 {
+		t.Fatalf("%d DELETE calls, want 2", n)
 	}
 }
 

@@ -5,33 +5,13 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/loopdev"
 	"golang.org/x/sys/unix"
 )
-
-// loop attaches a disk image file to a free loop device with the given
-// logical sector size and detaches it when the test ends. It needs root and
-// /dev/loop-control, which the test environment has.
-func loop(t *testing.T, img string, sectorSize int) string {
-	t.Helper()
-	out, err := exec.Command("losetup", "--find", "--show", "--sector-size", strconv.Itoa(sectorSize), img).CombinedOutput()
-	if err != nil {
-		t.Fatalf("losetup (the loop device tests need root and /dev/loop-control): %v\n%s", err, out)
-	}
-	dev := strings.TrimSpace(string(out))
-	t.Cleanup(func() {
-		// partx -d first: losetup -d leaves BLKPG partitions to the kernel.
-		exec.Command("partx", "-d", dev).Run()
-		if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
-			t.Errorf("losetup -d %s: %v\n%s", dev, err, out)
-		}
-	})
-	return dev
-}
 
 func readInt(t *testing.T, path string) int64 {
 	t.Helper()
@@ -65,7 +45,7 @@ func blkidExport(t *testing.T, dev string) map[string]string {
 func TestLoopDevice(t *testing.T) {
 	for _, ss := range []int{512, 4096} {
 		t.Run(strconv.Itoa(ss), func(t *testing.T) {
-			dev := loop(t, image(t, ss, 256<<20), ss)
+			dev := loopdev.AttachFile(t, image(t, ss, 256<<20), ss).Path
 			res, err := Write(context.Background(), dev, config, Options{SectorSize: ss})
 			if err != nil {
 				t.Fatal(err)

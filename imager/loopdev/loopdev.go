@@ -79,9 +79,28 @@ func Attach(tb testing.TB, size int64, sectorSize int) *Device {
 	if err := f.Close(); err != nil {
 		tb.Fatal(err)
 	}
+	return AttachFile(tb, file, sectorSize)
+}
+
+// AttachFile attaches an existing file with the given logical sector size
+// (512 when 0), detached when the test ends.
+func AttachFile(tb testing.TB, file string, sectorSize int) *Device {
+	tb.Helper()
+	Require(tb)
+	if sectorSize == 0 {
+		sectorSize = 512
+	}
+	st, err := os.Stat(file)
+	if err != nil {
+		tb.Fatal(err)
+	}
 	path := strings.TrimSpace(Run(tb, "losetup", "--show", "--find", "--sector-size", fmt.Sprint(sectorSize), file))
-	d := &Device{Path: path, Name: filepath.Base(path), File: file, Size: size, SectorSize: sectorSize}
+	d := &Device{Path: path, Name: filepath.Base(path), File: file, Size: st.Size(), SectorSize: sectorSize}
 	tb.Cleanup(func() { d.detach(tb) })
+	// Partitions added with BLKPG (partx, em-imager) outlive a detach: a
+	// device an earlier user left with partitions would refuse ours
+	// ("partx: error adding partitions 1-2"). The device is ours now.
+	exec.Command("partx", "-d", path).Run()
 	if got := strings.TrimSpace(readSys(d.Name, "queue", "logical_block_size")); got != fmt.Sprint(sectorSize) {
 		tb.Fatalf("%s: logical block size %s, want %d", path, got, sectorSize)
 	}

@@ -2,19 +2,25 @@ package chart
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/bootstraptoken"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/joinsecret"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testenv"
 )
 
@@ -74,17 +80,10 @@ extraVolumes: [{name: extra, configMap: {name: extra}}]
 	})
 
 	t.Run("RBAC grants what the controller needs and no more", func(t *testing.T) {
-		objs := mustRender(t, c, minimalValues)
-		for _, o := range objs {
-			if strings.HasPrefix(o.GetAPIVersion(), "rbac.authorization.k8s.io/") || o.GetKind() == "ServiceAccount" {
-				if err := apply(ctx, k.Client, o, false); err != nil {
-					t.Fatalf("%s %s: %v", o.GetKind(), o.GetName(), err)
-				}
-			}
-		}
+		applyRBAC(t, ctx, k.Client, mustRender(t, c, minimalValues))
 		sa := "system:serviceaccount:" + releaseNS + ":" + releaseName
 		allowed := []access{
-			{"", "secrets", "", "get", "team-a", "cluster-join"},
+			{"", "secrets", "", "get", releaseNS, "cluster-join"},
 			{"", "secrets", "", "get", releaseNS, "karpenter-scaleway-em-rescue-ssh"},
 			{"", "secrets", "", "create", releaseNS, ""},
 			{"coordination.k8s.io", "leases", "", "create", releaseNS, ""},
@@ -102,10 +101,22 @@ extraVolumes: [{name: extra, configMap: {name: extra}}]
 			{"", "services", "", "get", "kube-system", "kube-dns"},
 		}
 		denied := []access{
+			// Secrets outside the join namespaces (default: the release namespace).
+			{"", "secrets", "", "get", "team-a", "cluster-join"},
+			{"", "secrets", "", "get", "kube-system", "bootstrap-token-abcdef"},
+			{"", "secrets", "", "get", "default", "x"},
+			{"", "secrets", "", "get", "", ""},
+			// No listing or watching of Secrets anywhere, kube-system included.
 			{"", "secrets", "", "list", "", ""},
+			{"", "secrets", "", "list", "kube-system", ""},
+			{"", "secrets", "", "watch", "kube-system", ""},
+			{"", "secrets", "", "list", releaseNS, ""},
 			{"", "secrets", "", "watch", "team-a", ""},
+			// No bootstrap tokens unless rbac.perNodeClaimBootstrapTokens.
+			{"", "secrets", "", "create", "kube-system", ""},
+			{"", "secrets", "", "delete", "kube-system", "bootstrap-token-abcdef"},
 			{"", "secrets", "", "update", releaseNS, "karpenter-scaleway-em-rescue-ssh"},
-			{"", "secrets", "", "delete", "team-a", "cluster-join"},
+			{"", "secrets", "", "delete", releaseNS, "cluster-join"},
 			{"coordination.k8s.io", "leases", "", "update", releaseNS, "another-lease"},
 			{"karpenter-scaleway-em.io", "scalewayelasticmetalnodeclasses", "", "delete", "", "default"},
 			{"karpenter-scaleway-em.io", "scalewayelasticmetalnodeclasses", "", "create", "", ""},
@@ -126,45 +137,86 @@ extraVolumes: [{name: extra, configMap: {name: extra}}]
 		}
 	})
 
-	t.Run("joinSecretNamespaces narrows Secret reads", func(t *testing.T) {
-		objs := mustRender(t, c, minimalValues+"fullnameOverride: narrow\nrbac: {joinSecretNamespaces: [team-a]}\n")
-		for _, o := range objs {
-			if strings.HasPrefix(o.GetAPIVersion(), "rbac.authorization.k8s.io/") || o.GetKind() == "ServiceAccount" {
-				if err := apply(ctx, k.Client, o, false); err != nil {
-					t.Fatalf("%s %s: %v", o.GetKind(), o.GetName(), err)
-				}
-			}
-		}
+	t.Run("joinSecretNamespaces moves Secret reads", func(t *testing.T) {
+		applyRBAC(t, ctx, k.Client, mustRender(t, c, minimalValues+"fullnameOverride: narrow\nrbac: {joinSecretNamespaces: [team-a]}\n"))
 		sa := "system:serviceaccount:" + releaseNS + ":narrow"
-		if ok, err := (access{"", "secrets", "", "get", "team-a", "cluster-join"}).check(ctx, k.Client, sa); err != nil || !ok {
-			t.Errorf("cannot get a join Secret in team-a (%v)", err)
-		}
-		if ok, err := (access{"", "secrets", "", "get", "team-b", "cluster-join"}).check(ctx, k.Client, sa); err != nil || ok {
-			t.Errorf("can get a Secret in team-b (%v)", err)
+		for a, want := range map[access]bool{
+			{"", "secrets", "", "get", "team-a", "cluster-join"}:                      true,
+			{"", "secrets", "", "get", "team-b", "cluster-join"}:                      false,
+			{"", "secrets", "", "get", releaseNS, "cluster-join"}:                     false, // the release namespace is not listed
+			{"", "secrets", "", "get", releaseNS, "karpenter-scaleway-em-rescue-ssh"}: true,  // its own key, by name
+			{"", "secrets", "", "list", "team-a", ""}:                                 false,
+		} {
+			if ok, err := a.check(ctx, k.Client, sa); err != nil || ok != want {
+				t.Errorf("%v: allowed %v, want %v (%v)", a, ok, want, err)
+			}
 		}
 	})
 
-	t.Run("perNodeClaimBootstrapTokens grants token Secrets in kube-system only", func(t *testing.T) {
+	t.Run("perNodeClaimBootstrapTokens grants token Secrets by name in kube-system only", func(t *testing.T) {
 		sa := "system:serviceaccount:" + releaseNS + ":tokens"
 		create := access{"", "secrets", "", "create", "kube-system", ""}
 		if ok, err := create.check(ctx, k.Client, sa); err != nil || ok {
 			t.Fatalf("token Secrets allowed before the value is set (%v)", err)
 		}
-		objs := mustRender(t, c, minimalValues+"fullnameOverride: tokens\nrbac: {perNodeClaimBootstrapTokens: true}\n")
-		for _, o := range objs {
-			if strings.HasPrefix(o.GetAPIVersion(), "rbac.authorization.k8s.io/") || o.GetKind() == "ServiceAccount" {
-				if err := apply(ctx, k.Client, o, false); err != nil {
-					t.Fatalf("%s %s: %v", o.GetKind(), o.GetName(), err)
-				}
+		applyRBAC(t, ctx, k.Client, mustRender(t, c, minimalValues+"fullnameOverride: tokens\nrbac: {perNodeClaimBootstrapTokens: true}\n"))
+		for a, want := range map[access]bool{
+			{"", "secrets", "", "create", "kube-system", ""}:                       true,
+			{"", "secrets", "", "get", "kube-system", "bootstrap-token-abcdef"}:    true,
+			{"", "secrets", "", "delete", "kube-system", "bootstrap-token-abcdef"}: true,
+			{"", "secrets", "", "list", "kube-system", ""}:                         false,
+			{"", "secrets", "", "watch", "kube-system", ""}:                        false,
+			{"", "secrets", "", "update", "kube-system", "bootstrap-token-abcdef"}: false,
+			{"", "secrets", "", "list", "default", ""}:                             false,
+			{"", "secrets", "", "create", "default", ""}:                           false,
+		} {
+			if ok, err := a.check(ctx, k.Client, sa); err != nil || ok != want {
+				t.Errorf("%v: allowed %v, want %v (%v)", a, ok, want, err)
 			}
 		}
-		for _, verb := range []string{"create", "list", "delete"} {
-			if ok, err := (access{"", "secrets", "", verb, "kube-system", ""}).check(ctx, k.Client, sa); err != nil || !ok {
-				t.Errorf("cannot %s Secrets in kube-system (%v)", verb, err)
+
+		// The controller's token code works with exactly these rights: run it
+		// as the ServiceAccount (a list would be refused).
+		tokens := &bootstraptoken.Manager{Kube: impersonate(t, k, sa), Namespace: "kube-system", TTL: time.Hour}
+		if _, err := tokens.Ensure(ctx, "chart-claim"); err != nil {
+			t.Fatalf("Ensure as the chart's ServiceAccount: %v", err)
+		}
+		if _, err := tokens.Ensure(ctx, "chart-claim"); err != nil {
+			t.Fatalf("second Ensure as the chart's ServiceAccount: %v", err)
+		}
+		registered := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "chart-claim"}}
+		registered.StatusConditions().SetTrue(karpv1.ConditionTypeRegistered)
+		all := func(*karpv1.NodeClaim) bool { return true }
+		if err := tokens.Sweep(ctx, map[string]*karpv1.NodeClaim{"chart-claim": registered}, all); err != nil {
+			t.Fatalf("Sweep as the chart's ServiceAccount: %v", err)
+		}
+		err := k.Client.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: bootstraptoken.SecretName("chart-claim")}, &corev1.Secret{})
+		if !apierrors.IsNotFound(err) {
+			t.Fatalf("token Secret after the sweep: %v", err)
+		}
+	})
+
+	t.Run("join Secrets are read as the chart's ServiceAccount within the allowed namespaces", func(t *testing.T) {
+		applyRBAC(t, ctx, k.Client, mustRender(t, c, minimalValues+"fullnameOverride: joiner\n"))
+		sa := "system:serviceaccount:" + releaseNS + ":joiner"
+		for _, ns := range []string{releaseNS, "team-a"} {
+			sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cluster-join"}, Data: map[string][]byte{"token": []byte("x")}}
+			if err := k.Client.Create(ctx, sec); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatal(err)
 			}
 		}
-		if ok, err := (access{"", "secrets", "", "list", "default", ""}).check(ctx, k.Client, sa); err != nil || ok {
-			t.Errorf("can list Secrets outside kube-system (%v)", err)
+		as := impersonate(t, k, sa)
+		reader := joinsecret.Reader{Reader: as, Scope: joinsecret.Scope{Namespaces: []string{releaseNS}}}
+		if err := reader.Get(ctx, client.ObjectKey{Namespace: releaseNS, Name: "cluster-join"}, &corev1.Secret{}); err != nil {
+			t.Errorf("join Secret in the release namespace: %v", err)
+		}
+		var notAllowed *joinsecret.NotAllowedError
+		if err := reader.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "cluster-join"}, &corev1.Secret{}); !errors.As(err, &notAllowed) {
+			t.Errorf("join Secret in team-a through the reader = %v, want NotAllowed", err)
+		}
+		// And RBAC refuses it as well, should the controller's check be bypassed.
+		if err := as.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "cluster-join"}, &corev1.Secret{}); !apierrors.IsForbidden(err) {
+			t.Errorf("Secret in team-a read directly as the ServiceAccount = %v, want Forbidden", err)
 		}
 	})
 
@@ -231,6 +283,10 @@ extraVolumes: [{name: extra, configMap: {name: extra}}]
 				"spec":{"image":{"bucket":"talos"},"talos":{"joinSecretRef":{"name":"a","namespace":"b"}}}}`,
 			"unknown zone": `{"apiVersion":"karpenter-scaleway-em.io/v1alpha1","kind":"ScalewayElasticMetalNodeClass","metadata":{"name":"bad3"},
 				"spec":{"zones":["fr-par-9"],"image":{"manifestURL":"https://x/m.json"},"talos":{"joinSecretRef":{"name":"a","namespace":"b"}}}}`,
+			"plain http manifest without a pin": `{"apiVersion":"karpenter-scaleway-em.io/v1alpha1","kind":"ScalewayElasticMetalNodeClass","metadata":{"name":"bad4"},
+				"spec":{"image":{"manifestURL":"http://garage-web/m.json"},"talos":{"joinSecretRef":{"name":"a","namespace":"b"}}}}`,
+			"malformed pin": `{"apiVersion":"karpenter-scaleway-em.io/v1alpha1","kind":"ScalewayElasticMetalNodeClass","metadata":{"name":"bad5"},
+				"spec":{"image":{"manifestURL":"http://garage-web/m.json","manifestSHA256":"ABC"},"talos":{"joinSecretRef":{"name":"a","namespace":"b"}}}}`,
 		}
 		for name, j := range bad {
 			u := &unstructured.Unstructured{}
@@ -239,9 +295,45 @@ extraVolumes: [{name: extra, configMap: {name: extra}}]
 			}
 			if err := apply(ctx, k.Client, u, false); err == nil {
 				t.Errorf("%s: accepted", name)
+			} else if name == "plain http manifest without a pin" && !strings.Contains(err.Error(), "manifestSHA256") {
+				t.Errorf("%s: refused without naming the pin: %v", name, err)
 			}
 		}
+		// The rule can pass: plain http with a pin is fine (the pin is the trust root).
+		pinned := &unstructured.Unstructured{}
+		if err := pinned.UnmarshalJSON([]byte(`{"apiVersion":"karpenter-scaleway-em.io/v1alpha1","kind":"ScalewayElasticMetalNodeClass","metadata":{"name":"pinned"},
+			"spec":{"image":{"manifestURL":"http://garage-web/m.json","manifestSHA256":"` + strings.Repeat("0a", 32) + `"},"talos":{"joinSecretRef":{"name":"a","namespace":"b"}}}}`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := apply(ctx, k.Client, pinned, true); err != nil {
+			t.Errorf("pinned plain http manifest refused: %v", err)
+		}
 	})
+}
+
+// applyRBAC applies the rendered RBAC objects and ServiceAccount.
+func applyRBAC(t *testing.T, ctx context.Context, c client.Client, objs []*unstructured.Unstructured) {
+	t.Helper()
+	for _, o := range objs {
+		if strings.HasPrefix(o.GetAPIVersion(), "rbac.authorization.k8s.io/") || o.GetKind() == "ServiceAccount" {
+			if err := apply(ctx, c, o, false); err != nil {
+				t.Fatalf("%s %s: %v", o.GetKind(), o.GetName(), err)
+			}
+		}
+	}
+}
+
+// impersonate is a client acting as user (the admin impersonates it).
+func impersonate(t *testing.T, k *testenv.Kube, user string) client.Client {
+	t.Helper()
+	cfg := rest.CopyConfig(k.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + strings.Split(user, ":")[2], "system:authenticated"}}
+	c, err := client.New(cfg, client.Options{Scheme: k.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // apply is `kubectl apply --server-side [--dry-run=server]`.

@@ -122,7 +122,7 @@ func TestDefaults(t *testing.T) {
 	objs := mustRender(t, loadChart(t, controllerChart), minimalValues)
 
 	for kind, want := range map[string]int{"ServiceAccount": 1, "Secret": 1, "Deployment": 1, "PodDisruptionBudget": 1, "Service": 1,
-		"ClusterRole": 4, "ClusterRoleBinding": 2, "Role": 3, "RoleBinding": 3, "ServiceMonitor": 0} {
+		"ClusterRole": 4, "ClusterRoleBinding": 2, "Role": 4, "RoleBinding": 4, "ServiceMonitor": 0} {
 		if got := count(objs, kind); got != want {
 			t.Errorf("%d %s rendered, want %d (%s)", got, kind, want, describe(objs))
 		}
@@ -170,7 +170,7 @@ func TestDefaults(t *testing.T) {
 		"DISABLE_LEADER_ELECTION": "false", "LEADER_ELECTION_NAME": "karpenter-scaleway-em-leader-election",
 		"BATCH_MAX_DURATION": "10s", "BATCH_IDLE_DURATION": "1s", "SCW_DEFAULT_ZONE": "fr-par-2",
 		"SCW_DEFAULT_PROJECT_ID": testProjectID, "RESCUE_SSH_KEY_SECRET": "karpenter-scaleway-em-rescue-ssh",
-		"TALOS_API_PORT": "50000", "DELIVERY_TIMEOUT": "30m", "IMAGING_TIMEOUT": "20m",
+		"TALOS_API_PORT": "50000", "DELIVERY_TIMEOUT": "30m", "IMAGING_TIMEOUT": "20m", "JOIN_SECRET_NAMESPACES": releaseNS,
 		"FEATURE_GATES": "NodeRepair=false,NodeOverlay=false,StaticCapacity=false,CapacityBuffer=false,ReservedCapacity=true,SpotToSpotConsolidation=false",
 	}
 	for name, want := range plain {
@@ -184,7 +184,7 @@ func TestDefaults(t *testing.T) {
 		}
 	}
 	// No bucket configured: no S3 settings, no bucket credentials.
-	for _, name := range []string{"S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "IPV6_GATEWAY", "SCW_API_URL"} {
+	for _, name := range []string{"S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "IPV6_GATEWAY", "SCW_API_URL", "IMAGE_CA_BUNDLE"} {
 		if _, _, ok := envVar(c, name); ok {
 			t.Errorf("env %s set by default", name)
 		}
@@ -200,10 +200,17 @@ func TestDefaults(t *testing.T) {
 		}
 	}
 
-	// RBAC: the join Secret is read one by one; nothing lists or watches Secrets.
+	// RBAC: join Secrets are read one by one in the release namespace only;
+	// no ClusterRole touches Secrets; nothing lists or watches them.
 	provider := mustFind(t, objs, "ClusterRole", releaseName)
-	if !grants(t, provider, "", "secrets", "get", "any") {
-		t.Error("provider ClusterRole cannot get join Secrets")
+	join := mustFind(t, objs, "Role", releaseName+"-join-secrets")
+	if join.GetNamespace() != releaseNS || !grants(t, join, "", "secrets", "get", "any") {
+		t.Errorf("join Secret Role in %q cannot get Secrets", join.GetNamespace())
+	}
+	for _, o := range objs {
+		if o.GetKind() == "ClusterRole" && grants(t, o, "", "secrets", "get", "any") {
+			t.Errorf("ClusterRole %s grants get on Secrets cluster-wide", o.GetName())
+		}
 	}
 	for _, o := range objs {
 		if o.GetKind() != "ClusterRole" && o.GetKind() != "Role" {
@@ -318,6 +325,9 @@ rbac: {joinSecretNamespaces: [team-a, team-b]}
 			if grants(t, mustFind(t, objs, "ClusterRole", releaseName), "", "secrets", "get", "x") {
 				t.Error("cluster-wide Secret get despite joinSecretNamespaces")
 			}
+			if v, _, _ := envVar(container(t, objs), "JOIN_SECRET_NAMESPACES"); v != "team-a,team-b" {
+				t.Errorf("JOIN_SECRET_NAMESPACES = %q", v)
+			}
 			var nss []string
 			for _, o := range objs {
 				if o.GetKind() == "Role" && o.GetName() == releaseName+"-join-secrets" && grants(t, o, "", "secrets", "get", "x") {
@@ -326,6 +336,35 @@ rbac: {joinSecretNamespaces: [team-a, team-b]}
 			}
 			if !slices.Equal(nss, []string{"team-a", "team-b"}) {
 				t.Errorf("join Secret Roles in %v", nss)
+			}
+		},
+	}, {
+		name: "CA bundle for a self-signed bucket",
+		values: minimalValues + `
+imageBucket: {endpoint: "https://garage.garage.svc:3900", public: true, caBundle: {configMap: garage-ca}}
+`,
+		check: func(t *testing.T, objs []*unstructured.Unstructured) {
+			ctr := container(t, objs)
+			path, _, _ := envVar(ctr, "IMAGE_CA_BUNDLE")
+			mounts, _, _ := unstructured.NestedSlice(ctr, "volumeMounts")
+			var dir string
+			for _, m := range mounts {
+				if mm := m.(map[string]any); mm["name"] == "image-ca" {
+					dir, _ = mm["mountPath"].(string)
+				}
+			}
+			if dir == "" || path != dir+"/ca.crt" {
+				t.Errorf("IMAGE_CA_BUNDLE %q, mount %q", path, dir)
+			}
+			vols, _, _ := unstructured.NestedSlice(mustFind(t, objs, "Deployment", releaseName).Object, "spec", "template", "spec", "volumes")
+			found := false
+			for _, v := range vols {
+				if name, _, _ := unstructured.NestedString(v.(map[string]any), "configMap", "name"); name == "garage-ca" {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("no volume from ConfigMap garage-ca: %v", vols)
 			}
 		},
 	}, {
@@ -402,6 +441,8 @@ func TestBadValuesFail(t *testing.T) {
 		{"public bucket with credentials", minimalValues + "imageBucket: {endpoint: http://g:3900, public: true, credentials: {existingSecret: s}}\n", []string{"imageBucket.public"}},
 		{"PDB with one replica", minimalValues + "replicas: 1\n", []string{"podDisruptionBudget.enabled needs replicas >= 2"}},
 		{"no ServiceAccount name", minimalValues + "serviceAccount: {create: false}\n", []string{"serviceAccount.name"}},
+		{"CA bundle from two places", minimalValues + "imageBucket: {caBundle: {configMap: a, secret: b}}\n", []string{"imageBucket.caBundle"}},
+		{"CA bundle key", minimalValues + "imageBucket: {caBundle: {secret: b, key: \"a/b\"}}\n", []string{"/imageBucket/caBundle/key"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -12,7 +12,7 @@
 //	TestDriftReplacesNodes                    new Talos version in the NodeClass -> nodes replaced
 //	TestControllerKilledDuringImagingResumes  SIGKILL while imaging -> same server resumes, no second order
 //	TestNodeNeverReadyIsRepaired              NotReady node (NodeRepair gate) -> replaced by a Ready one
-//	TestIntermittentAPIFailuresConverge       5xx and 429 with Retry-After -> converges once
+//	TestIntermittentAPIFailuresConverge       5xx and bare 429s -> converges once
 //	TestGarbageCollectionKeepsHealthyNodes    orphan server released, healthy nodes untouched
 //	BenchmarkScale50NodeClaims                50 nodes at once: time, calls per server, controller CPU/memory (make bench)
 //

@@ -301,7 +301,7 @@ func TestNodeNeverReadyIsRepaired(t *testing.T) {
 	e.assertNothingLeaked()
 }
 
-// The API answers 5xx and 429 (with Retry-After) to a share of requests while
+// The API answers 5xx and bare 429s (as recorded) to a share of requests while
 // nodes are ordered and installed: everything still converges, once.
 func TestIntermittentAPIFailuresConverge(t *testing.T) {
 	e := start(t, setup{})

@@ -79,6 +79,11 @@ annotations:
 {{- end }}
 {{- end }}
 
+{{/* Namespaces where the controller reads join Secrets: the listed ones, else the release namespace. */}}
+{{- define "kse.joinSecretNamespaces" -}}
+{{- default (list .Release.Namespace) .Values.rbac.joinSecretNamespaces | uniq | join "," }}
+{{- end }}
+
 {{/* Whether the controller gets bucket credentials at all (else anonymous reads). */}}
 {{- define "kse.bucketCredentials" -}}
 {{- if or .Values.imageBucket.credentials.existingSecret .Values.imageBucket.credentials.accessKeyID }}true{{ end }}
@@ -107,6 +112,9 @@ and how to fix it.
 {{- end }}
 {{- if and .Values.imageBucket.public (include "kse.bucketCredentials" .) }}
 {{- fail "imageBucket.public: plain URLs need no credentials; unset imageBucket.credentials or set public to false" }}
+{{- end }}
+{{- if and .Values.imageBucket.caBundle.configMap .Values.imageBucket.caBundle.secret }}
+{{- fail "imageBucket.caBundle: set configMap or secret, not both" }}
 {{- end }}
 {{- if and .Values.podDisruptionBudget.enabled (lt (int .Values.replicas) 2) }}
 {{- fail "podDisruptionBudget.enabled needs replicas >= 2 (with one replica the budget would block node drains); set podDisruptionBudget.enabled=false" }}

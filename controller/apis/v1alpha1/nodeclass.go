@@ -52,6 +52,7 @@ type ScalewayElasticMetalNodeClassSpec struct {
 }
 
 // ImageSpec points at a Talos image published with `em-imager publish`.
+// +kubebuilder:validation:XValidation:message="spec.image.manifestURL must be https unless spec.image.manifestSHA256 pins the manifest (the manifest carries the digests the image is verified with)",rule="!has(self.manifestURL) || self.manifestURL.startsWith('https://') || has(self.manifestSHA256)"
 type ImageSpec struct {
 	// Bucket holding the images (S3 endpoint and credentials come from the controller's environment).
 	// +optional
@@ -67,10 +68,17 @@ type ImageSpec struct {
 	// +kubebuilder:validation:Pattern=`^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`
 	// +optional
 	TalosVersion string `json:"talosVersion,omitempty"`
-	// ManifestURL is an https URL of a manifest.json, instead of bucket/prefix/schematic/version.
+	// ManifestURL is an https URL of a manifest.json, instead of bucket/prefix/schematic/version. Plain http is
+	// accepted only with manifestSHA256.
 	// +kubebuilder:validation:Pattern=`^https?://`
 	// +optional
 	ManifestURL string `json:"manifestURL,omitempty"`
+	// ManifestSHA256 pins the manifest (sha256 of its bytes, as `sha256sum manifest.json` prints): a manifest with
+	// another digest is refused. The manifest holds the image digests em-imager verifies, so the pin is the trust
+	// root of the image, whatever transport serves it.
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{64}$`
+	// +optional
+	ManifestSHA256 string `json:"manifestSHA256,omitempty" hash:"ignore"`
 	// Formats in order of preference. zst decodes fastest.
 	// +kubebuilder:validation:items:Enum:={zst,xz,raw}
 	// +kubebuilder:default:={zst,xz}

@@ -15,6 +15,8 @@ import (
 
 	coreoptions "sigs.k8s.io/karpenter/pkg/operator/options"
 	"sigs.k8s.io/karpenter/pkg/utils/env"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/joinsecret"
 )
 
 func init() {
@@ -42,6 +44,10 @@ type Options struct {
 	GCInterval       time.Duration
 	NodeClassRecheck time.Duration
 	RepairToleration time.Duration
+
+	// JoinSecretNamespaces is the comma-separated list of namespaces join
+	// Secrets may be in; empty: SystemNamespace only (see JoinNamespaces).
+	JoinSecretNamespaces string
 }
 
 // AddFlags implements Karpenter's options.Injectable.
@@ -51,6 +57,7 @@ func (o *Options) AddFlags(fs *coreoptions.FlagSet) {
 	fs.StringVar(&o.RescueSSHUser, "rescue-ssh-user", env.WithDefaultString("RESCUE_SSH_USER", "rescue"), "User of Scaleway's rescue system.")
 	fs.IntVar(&o.RescueSSHPort, "rescue-ssh-port", env.WithDefaultInt("RESCUE_SSH_PORT", 22), "SSH port of the rescue system.")
 	fs.StringVar(&o.RescueKeySecret, "rescue-ssh-key-secret", env.WithDefaultString("RESCUE_SSH_KEY_SECRET", "karpenter-scaleway-em-rescue-ssh"), "Secret (in the system namespace) holding the controller's rescue SSH key; created if missing.")
+	fs.StringVar(&o.JoinSecretNamespaces, "join-secret-namespaces", env.WithDefaultString("JOIN_SECRET_NAMESPACES", ""), "Comma-separated namespaces a NodeClass's join Secret may be in (the controller needs get on Secrets there); empty: the system namespace only.")
 	fs.IntVar(&o.TalosAPIPort, "talos-api-port", env.WithDefaultInt("TALOS_API_PORT", 50000), "Port of the Talos API.")
 	fs.StringVar(&o.IPv6Gateway, "ipv6-gateway", env.WithDefaultString("IPV6_GATEWAY", ""), "IPv6 gateway for the nodes' static /128; empty leaves IPv6 routing to router advertisements.")
 	fs.DurationVar(&o.DeliveryTimeout, "delivery-timeout", env.WithDefaultDuration("DELIVERY_TIMEOUT", 30*time.Minute), "How long an ordered server may take to be delivered.")
@@ -95,7 +102,20 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))
 		}
 	}
+	if _, err := joinsecret.ParseNamespaces(o.JoinSecretNamespaces); err != nil {
+		errs = append(errs, fmt.Errorf("JOIN_SECRET_NAMESPACES: %w", err))
+	}
 	return errors.Join(errs...)
+}
+
+// JoinNamespaces are the namespaces join Secrets may be in: the listed ones,
+// or the system namespace when none is listed.
+func (o *Options) JoinNamespaces() []string {
+	ns, err := joinsecret.ParseNamespaces(o.JoinSecretNamespaces)
+	if err != nil || len(ns) == 0 {
+		return []string{o.SystemNamespace}
+	}
+	return ns
 }
 
 // ToContext implements options.Injectable.

@@ -12,6 +12,9 @@ import (
 type apiError struct {
 	status int
 	body   any
+	// unrecorded: no public recording shows this answer; Options.Unrecorded
+	// reshapes it.
+	unrecorded bool
 }
 
 func (e *apiError) Error() string { return http.StatusText(e.status) }
@@ -19,27 +22,28 @@ func (e *apiError) Error() string { return http.StatusText(e.status) }
 // errGone is the recorded answer for a server that was deleted: an untyped
 // 404 the SDK decodes as a plain *scw.ResponseError.
 func errGone() *apiError {
-	return &apiError{http.StatusNotFound, map[string]string{"message": "Not Found"}}
+	return &apiError{status: http.StatusNotFound, body: map[string]string{"message": "Not Found"}}
 }
 
 // errNotFound is the standard typed not_found (*scw.ResourceNotFoundError).
 func errNotFound(resource, id string) *apiError {
-	return &apiError{http.StatusNotFound, map[string]string{"message": "resource is not found",
+	return &apiError{status: http.StatusNotFound, body: map[string]string{"message": "resource is not found",
 		"resource": resource, "resource_id": id, "type": "not_found"}}
 }
 
 // errMessage is an untyped error with a message, like the recorded
 // 400 {"message":"Server is not delivered"}.
 func errMessage(status int, msg string) *apiError {
-	return &apiError{status, map[string]string{"message": msg}}
+	return &apiError{status: status, body: map[string]string{"message": msg}}
 }
 
 func errNotDelivered() *apiError { return errMessage(http.StatusBadRequest, "Server is not delivered") }
 
 // errTransient is the typed transient_state (*scw.TransientStateError).
 func errTransient(resource, id, state string) *apiError {
-	return &apiError{http.StatusConflict, map[string]string{"current_state": state,
-		"message": "resource is in a transient state", "resource": resource, "resource_id": id, "type": "transient_state"}}
+	return &apiError{status: http.StatusConflict, body: map[string]string{"current_state": state,
+		"message": "resource is in a transient state", "resource": resource, "resource_id": id, "type": "transient_state"},
+		unrecorded: true}
 }
 
 type quotaDetail struct {
@@ -50,16 +54,16 @@ type quotaDetail struct {
 
 // errQuota is the typed quotas_exceeded (*scw.QuotasExceededError).
 func errQuota(resource string, current, quota int) *apiError {
-	return &apiError{http.StatusForbidden, map[string]any{
+	return &apiError{status: http.StatusForbidden, body: map[string]any{
 		"details": []quotaDetail{{Current: current, Quota: quota, Resource: resource}},
-		"message": "quota(s) exceeded for this resource", "type": "quotas_exceeded"}}
+		"message": "quota(s) exceeded for this resource", "type": "quotas_exceeded"}, unrecorded: true}
 }
 
 // errOutOfStock is the typed out_of_stock (*scw.OutOfStockError). Scaleway
 // answers it with 412 Precondition Failed.
 func errOutOfStock(resource string) *apiError {
-	return &apiError{http.StatusPreconditionFailed, map[string]string{"message": "resource is out of stock",
-		"resource": resource, "type": "out_of_stock"}}
+	return &apiError{status: http.StatusPreconditionFailed, body: map[string]string{"message": "resource is out of stock",
+		"resource": resource, "type": "out_of_stock"}, unrecorded: true}
 }
 
 type argDetail struct {
@@ -70,7 +74,7 @@ type argDetail struct {
 
 // errInvalid is the typed invalid_arguments (*scw.InvalidArgumentsError).
 func errInvalid(arg, reason, help string) *apiError {
-	return &apiError{http.StatusBadRequest, map[string]any{
+	return &apiError{status: http.StatusBadRequest, body: map[string]any{
 		"details": []argDetail{{ArgumentName: arg, HelpMessage: help, Reason: reason}},
 		"message": "invalid argument(s)", "type": "invalid_arguments"}}
 }
@@ -82,25 +86,25 @@ type permDetail struct {
 
 // errPermission is the typed permissions_denied (*scw.PermissionsDeniedError).
 func errPermission(resource, action string) *apiError {
-	return &apiError{http.StatusForbidden, map[string]any{
+	return &apiError{status: http.StatusForbidden, body: map[string]any{
 		"details": []permDetail{{Action: action, Resource: resource}},
 		"message": "insufficient permissions", "type": "permissions_denied"}}
 }
 
 // errPrecondition is the typed precondition_failed (*scw.PreconditionFailedError).
 func errPrecondition(precondition, help string) *apiError {
-	return &apiError{http.StatusPreconditionFailed, map[string]string{"help_message": help,
-		"message": "precondition failed", "precondition": precondition, "type": "precondition_failed"}}
+	return &apiError{status: http.StatusPreconditionFailed, body: map[string]string{"help_message": help,
+		"message": "precondition failed", "precondition": precondition, "type": "precondition_failed"}, unrecorded: true}
 }
 
 // errConflict is an untyped 409.
 func errConflict(msg string) *apiError {
-	return &apiError{http.StatusConflict, map[string]string{"message": msg, "type": "conflict"}}
+	return &apiError{status: http.StatusConflict, body: map[string]string{"message": msg, "type": "conflict"}}
 }
 
 // errAuth is the typed denied_authentication (*scw.DeniedAuthenticationError).
 func errAuth(reason string) *apiError {
-	return &apiError{http.StatusUnauthorized, map[string]string{"message": "authentication is denied",
+	return &apiError{status: http.StatusUnauthorized, body: map[string]string{"message": "authentication is denied",
 		"method": "api_key", "reason": reason, "type": "denied_authentication"}}
 }
 

@@ -15,8 +15,9 @@ const (
 	// FaultStatus answers matching requests with Status (default 500) and
 	// Body (default {"message":"<status text>"}, application/json).
 	FaultStatus FaultKind = "status"
-	// FaultRateLimit answers 429 with a Retry-After header (RetryAfter,
-	// default 1s, rounded up to whole seconds).
+	// FaultRateLimit answers 429 as Options.RateLimited says: bare (no
+	// body, no Retry-After: the default, as recorded) or JSON with a
+	// Retry-After header (RetryAfter, default 1s, rounded up to whole seconds).
 	FaultRateLimit FaultKind = "rate_limit"
 	// FaultTimeout never answers: the request hangs until the client gives
 	// up (or the simulator closes).
@@ -47,7 +48,7 @@ type Fault struct {
 	Status      int
 	Body        string
 	ContentType string
-	// RetryAfter: the Retry-After of a FaultRateLimit.
+	// RetryAfter: the Retry-After of a FaultRateLimit (RateLimitedJSON only).
 	RetryAfter time.Duration
 	// Delay: the extra latency of a FaultDelay.
 	Delay time.Duration
@@ -266,9 +267,7 @@ func (s *Sim) applyRequestFault(w http.ResponseWriter, r *http.Request, f *Fault
 			ra = time.Second
 		}
 		secs := int((ra + time.Second - 1) / time.Second)
-		w.Header().Set("Retry-After", fmt.Sprint(secs))
-		writeJSON(w, http.StatusTooManyRequests, map[string]string{"message": "rate limit exceeded, retry later",
-			"type": "too_many_requests"})
+		s.writeThrottled(w, fmt.Sprint(secs))
 		return true
 	case FaultTimeout:
 		select {

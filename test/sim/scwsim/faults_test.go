@@ -3,6 +3,7 @@ package scwsim
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"strconv"
 	"testing"
@@ -57,8 +58,26 @@ func TestFault5xxOnNextRequests(t *testing.T) {
 	}
 }
 
-func TestFaultRateLimitWithRetryAfter(t *testing.T) {
+// The recorded 429 of Scaleway's gateway: no body, no Content-Type, no
+// Retry-After, only X-Envoy-Ratelimited.
+func TestFaultRateLimitIsBareByDefault(t *testing.T) {
 	e := newEnv(t, nil)
+	e.sim.MustInject(Fault{Kind: FaultRateLimit, Path: `/offers`, RetryAfter: 1500 * time.Millisecond, Times: 2})
+	_, err := e.bm.ListOffers(&baremetal.ListOffersRequest{})
+	if re := mustAs[*scw.ResponseError](t, err); re.StatusCode != http.StatusTooManyRequests || len(re.RawBody) != 0 {
+		t.Fatalf("429: %+v", re)
+	}
+	resp := e.send(t, "GET", "/baremetal/v1/zones/fr-par-2/offers", nil)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 429 || len(body) != 0 || resp.Header.Get("Content-Type") != "" || resp.Header.Get("Retry-After") != "" ||
+		resp.Header.Get("X-Envoy-Ratelimited") != "true" {
+		t.Fatalf("status %d headers %v body %q, want a bare 429", resp.StatusCode, resp.Header, body)
+	}
+}
+
+func TestFaultRateLimitWithRetryAfter(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.RateLimited = RateLimitedJSON })
 	e.sim.MustInject(Fault{Kind: FaultRateLimit, Path: `/offers`, RetryAfter: 1500 * time.Millisecond, Times: 2})
 	_, err := e.bm.ListOffers(&baremetal.ListOffersRequest{})
 	if re := mustAs[*scw.ResponseError](t, err); re.StatusCode != http.StatusTooManyRequests {
@@ -222,7 +241,10 @@ func TestInvalidFaults(t *testing.T) {
 }
 
 func TestRateLimitThrottlesBeyondBurst(t *testing.T) {
-	e := newEnv(t, func(o *Options) { o.RateLimit, o.RateBurst = 0.001, 2 }) // no refill within a test
+	e := newEnv(t, func(o *Options) {
+		o.RateLimit, o.RateBurst = 0.001, 2 // no refill within a test
+		o.RateLimited = RateLimitedJSON
+	})
 	for i := 0; i < 2; i++ {
 		if _, err := e.bm.ListOffers(&baremetal.ListOffersRequest{}); err != nil {
 			t.Fatalf("request %d within burst: %v", i, err)

@@ -164,20 +164,26 @@ func (e *env) create(t *testing.T, offerName string, tags ...string) *baremetal.
 // waitStatus polls GetServer (as a client would) until the status is want.
 func (e *env) waitStatus(t *testing.T, id string, want baremetal.ServerStatus) *baremetal.Server {
 	t.Helper()
+	return e.waitFor(t, id, func(s *baremetal.Server) bool { return s.Status == want })
+}
+
+// waitFor polls GetServer until ok says the server is as wanted.
+func (e *env) waitFor(t *testing.T, id string, ok func(*baremetal.Server) bool) *baremetal.Server {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
-	var last baremetal.ServerStatus
+	var last *baremetal.Server
 	for time.Now().Before(deadline) {
 		srv, err := e.bm.GetServer(&baremetal.GetServerRequest{ServerID: id})
 		if err != nil {
 			t.Fatalf("GetServer %s: %v", id, err)
 		}
-		if srv.Status == want {
+		if ok(srv) {
 			return srv
 		}
-		last = srv.Status
+		last = srv
 		time.Sleep(3 * time.Millisecond)
 	}
-	t.Fatalf("server %s: status %s, want %s (history %v)", id, last, want, e.sim.History(id))
+	t.Fatalf("server %s never got as wanted; last %+v (history %v)", id, last, e.sim.History(id))
 	return nil
 }
 

@@ -16,7 +16,7 @@ import (
 // The recorded sequence of action-basic.cassette.yaml, with install: null as
 // the provider orders: delivering -> ready, stop, start, reboot, delete -> 404.
 func TestServerLifecycleFollowsRecordedSequence(t *testing.T) {
-	e := newEnv(t, nil)
+	e := newEnv(t, func(o *Options) { o.ReadyIPs = ReadyIPsAtReady })
 	srv := e.create(t, offerB112, "karpenter.sh/nodeclaim=a")
 	if srv.Status != baremetal.ServerStatusDelivering || srv.Install != nil || len(srv.IPs) != 0 || srv.Domain != "" {
 		t.Fatalf("create answer: status %s install %v ips %v domain %q; want delivering, no install, no ips, no domain",
@@ -33,9 +33,13 @@ func TestServerLifecycleFollowsRecordedSequence(t *testing.T) {
 	if !ok || ready.IPs[0].Address.String() != m.Machine.IPv4 || ready.IPs[1].Address.String() != m.Machine.IPv6 {
 		t.Fatalf("ips %v %v do not match machine %+v", ready.IPs[0].Address, ready.IPs[1].Address, m.Machine)
 	}
-	if !strings.HasPrefix(m.Machine.IPv4, "127.10.") || ready.Domain != srv.ID+".fr-par-2.baremetal.scw.cloud" ||
-		ready.PingStatus != baremetal.ServerPingStatusPingStatusUp {
-		t.Fatalf("ready: ipv4 %s domain %q ping %s", m.Machine.IPv4, ready.Domain, ready.PingStatus)
+	if !strings.HasPrefix(m.Machine.IPv4, "127.10.") {
+		t.Fatalf("ready: ipv4 %s", m.Machine.IPv4)
+	}
+	settled := e.waitFor(t, srv.ID, func(s *baremetal.Server) bool { return s.Domain != "" })
+	if settled.Domain != srv.ID+".fr-par-2.baremetal.scw.cloud" || settled.IPs[0].Reverse != settled.Domain ||
+		settled.IPs[0].ReverseStatus != baremetal.IPReverseStatusActive || settled.PingStatus != baremetal.ServerPingStatusPingStatusUp {
+		t.Fatalf("settled: %+v", settled)
 	}
 	ev := e.host.waitEvents(t, srv.ID, 1)
 	if ev[0].Kind != "boot" || ev[0].Mode != BootNormal || len(ev[0].Keys) != 0 || ev[0].Machine.Offer.Name != offerB112 {
@@ -46,7 +50,8 @@ func TestServerLifecycleFollowsRecordedSequence(t *testing.T) {
 	if err != nil || stopped.Status != baremetal.ServerStatusStopping {
 		t.Fatalf("StopServer: %v, status %v", err, stopped)
 	}
-	if s := e.waitStatus(t, srv.ID, baremetal.ServerStatusStopped); s.PingStatus != baremetal.ServerPingStatusPingStatusDown {
+	// Recorded: a stopped server's ping status stays up.
+	if s := e.waitStatus(t, srv.ID, baremetal.ServerStatusStopped); s.PingStatus != baremetal.ServerPingStatusPingStatusUp {
 		t.Fatalf("stopped ping: %s", s.PingStatus)
 	}
 	started, err := e.bm.StartServer(&baremetal.StartServerRequest{ServerID: srv.ID}) // boot_type unknown_boot_type, as recorded
@@ -359,5 +364,55 @@ func TestMalformedBodyIsRefused(t *testing.T) {
 	st, body := e.raw(t, "GET", "/baremetal/v1/zones/fr-par-2/nothing-here", nil)
 	if st != 404 || body.(map[string]any)["message"] != "Not Found" {
 		t.Fatalf("unknown path: %d %v", st, body)
+	}
+}
+
+// As recorded, a delivery's reverse DNS, domain and ping settle after
+// "ready": first reads show reverse_status unknown, domain "" and ping
+// unknown; IPs of an order seen "ordered" are listed before delivery.
+func TestDeliverySettlesAfterReady(t *testing.T) {
+	e := newEnv(t, func(o *Options) {
+		o.ReadyIPs = ReadyIPsRecorded
+		o.Delays.Order = 50 * time.Millisecond
+		o.Delays.Settle = time.Hour
+	})
+	hold := e.sim.MustInject(Fault{Kind: FaultStuck, Tag: "settle", State: "ordered"})
+	srv := e.create(t, offerB112, "settle")
+	if srv.Status != baremetal.ServerStatusOrdered || len(srv.IPs) != 0 {
+		t.Fatalf("create answer: %s with %d ips, want ordered without ips", srv.Status, len(srv.IPs))
+	}
+	ordered := e.waitStatus(t, srv.ID, baremetal.ServerStatusOrdered)
+	if len(ordered.IPs) != 2 || ordered.Domain != "" || ordered.IPs[0].Reverse != "" || ordered.IPs[0].ReverseStatus != baremetal.IPReverseStatusUnknown {
+		t.Fatalf("ordered server: %+v, want its IPs without reverse", ordered)
+	}
+	e.sim.RemoveFault(hold)
+	ready := e.waitStatus(t, srv.ID, baremetal.ServerStatusReady)
+	if len(ready.IPs) != 2 || ready.Domain != "" || ready.IPs[1].ReverseStatus != baremetal.IPReverseStatusUnknown ||
+		ready.PingStatus != baremetal.ServerPingStatusPingStatusUnknown {
+		t.Fatalf("just ready: %+v", ready)
+	}
+}
+
+// ReadyIPsLate: "ready" with ips: [] and domain "" (as recorded for 2 of 11
+// orders), the IPs appearing Delays.IPsAfterReady later.
+func TestReadyWithoutIPs(t *testing.T) {
+	for _, c := range []struct {
+		mode  ReadyIPsMode
+		after time.Duration
+	}{{ReadyIPsLate, time.Hour}, {ReadyIPsLate, time.Millisecond}, {ReadyIPsNever, time.Millisecond}} {
+		e := newEnv(t, func(o *Options) { o.ReadyIPs, o.Delays.IPsAfterReady = c.mode, c.after })
+		srv := e.create(t, offerB112)
+		if ready := e.waitStatus(t, srv.ID, baremetal.ServerStatusReady); c.after == time.Hour && (len(ready.IPs) != 0 || ready.Domain != "") {
+			t.Fatalf("%s: ready with %d ips, domain %q; want none", c.mode, len(ready.IPs), ready.Domain)
+		}
+		if c.mode == ReadyIPsLate && c.after < time.Hour {
+			e.waitFor(t, srv.ID, func(s *baremetal.Server) bool { return len(s.IPs) == 2 })
+		}
+		if c.mode == ReadyIPsNever {
+			time.Sleep(20 * time.Millisecond) // many times IPsAfterReady: nothing may show
+			if s, _ := e.bm.GetServer(&baremetal.GetServerRequest{ServerID: srv.ID}); len(s.IPs) != 0 {
+				t.Fatalf("ReadyIPsNever listed %v", s.IPs)
+			}
+		}
 	}
 }

@@ -125,13 +125,12 @@ func TestOffersCatalogue(t *testing.T) {
 	if err != nil || o.Name != offerB112 || o.Stock != baremetal.OfferStockAvailable || o.Zone != testZone {
 		t.Fatalf("GetOffer: %v %+v", err, o)
 	}
-	// Offer IDs are per zone.
-	_, err = e.bm.GetOffer(&baremetal.GetOfferRequest{Zone: scw.ZoneFrPar1, OfferID: id})
-	mustAs[*scw.ResourceNotFoundError](t, err)
+	// As recorded, an offer has one ID in every zone, and GET by that ID
+	// answers in any zone.
 	fr1, _ := e.sim.OfferID("fr-par-1", offerB112, "hourly")
-	o1, err := e.bm.GetOffer(&baremetal.GetOfferRequest{Zone: scw.ZoneFrPar1, OfferID: fr1})
-	if err != nil || o1.Name != offerB112 || o1.Zone != scw.ZoneFrPar1 || fr1 == id {
-		t.Fatalf("fr-par-1 offer: %v %+v", err, o1)
+	o1, err := e.bm.GetOffer(&baremetal.GetOfferRequest{Zone: scw.ZoneFrPar1, OfferID: id})
+	if err != nil || o1.Name != offerB112 || o1.Zone != scw.ZoneFrPar1 || fr1 != id {
+		t.Fatalf("fr-par-1 offer: %v %+v (fr-par-1 lists it as %s)", err, o1, fr1)
 	}
 	opts, err := e.bm.ListOptions(&baremetal.ListOptionsRequest{OfferID: &id})
 	if err != nil || opts.TotalCount == 0 {

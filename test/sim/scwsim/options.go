@@ -34,6 +34,13 @@ type Delays struct {
 	// "attached" and "detaching" -> gone.
 	PrivateNetworkAttach time.Duration
 	PrivateNetworkDetach time.Duration
+	// IPsAfterReady: how long a delivery that reached "ready" without IPs
+	// (Options.ReadyIPs) waits for them. No recording shows it: a guess.
+	IPsAfterReady time.Duration
+	// Settle: after a delivery's "ready", how long the reverse DNS stays
+	// unset (reverse_status "unknown", domain "") and ping_status
+	// "ping_status_unknown", as recorded, before they turn active and up.
+	Settle time.Duration
 }
 
 // StockoutMode says how the simulator answers an order when the stock of the
@@ -57,9 +64,9 @@ type Options struct {
 	SecretKey string
 	// Addr is where Start listens (default 127.0.0.1:0).
 	Addr string
-	// Zones served (default fr-par-1, fr-par-2, nl-ams-1). Each serves the
-	// recorded catalogue; fr-par-2 keeps the recorded offer IDs, other zones
-	// get offer IDs derived from (zone, recorded ID).
+	// Zones served (default fr-par-1, fr-par-2, nl-ams-1). fr-par-2 and
+	// fr-par-1 serve their recorded offers; other zones a subset of fr-par-2's
+	// (see zoneOffers). An offer has the same ID in every zone.
 	Zones []string
 	// OrganizationID and ProjectID: the account behind the key. ProjectID is
 	// used when CreateServer/CreateSSHKey name none. Default: the zeroed IDs
@@ -109,7 +116,7 @@ type Options struct {
 
 	// RateLimit, when positive, is the sustained requests per second the
 	// key may make (all paths together); beyond RateBurst, requests get 429
-	// with a Retry-After, as a throttled Scaleway key does.
+	// as a throttled Scaleway key does (shaped by RateLimited).
 	RateLimit float64
 	RateBurst int
 
@@ -120,6 +127,22 @@ type Options struct {
 	// Logf, when set, receives one line per state change and host call
 	// (never the X-Auth-Token).
 	Logf func(format string, args ...any)
+
+	// Where the real API varies or is unrecorded (variants.go); the zero
+	// values are the most realistic choices.
+
+	// ReadyIPs: whether a delivery lists its IPs at "ready" (default
+	// ReadyIPsRecorded: some reach "ready" with ips: []).
+	ReadyIPs ReadyIPsMode
+	// PrivateNetworkAttach: when attaching a private network is accepted
+	// (default AttachWhileEnabling).
+	PrivateNetworkAttach AttachMode
+	// RateLimited: how throttled requests are answered (default
+	// RateLimitedBare: 429 with no body and no Retry-After).
+	RateLimited RateLimitedAnswer
+	// Unrecorded: the shape of the answers no recording shows (default
+	// UnrecordedTyped, the SDK's typed errors).
+	Unrecorded UnrecordedShape
 }
 
 // DefaultSecretKey is the key used when Options.SecretKey is empty.
@@ -148,19 +171,19 @@ func Profile(name string) (Options, error) {
 			RebootStop: 15 * time.Millisecond, RebootStart: 15 * time.Millisecond,
 			Stop: 20 * time.Millisecond, Start: 20 * time.Millisecond, Delete: 20 * time.Millisecond,
 			OptionEnable: 10 * time.Millisecond, PrivateNetworkAttach: 15 * time.Millisecond,
-			PrivateNetworkDetach: 10 * time.Millisecond}
+			PrivateNetworkDetach: 10 * time.Millisecond, IPsAfterReady: 60 * time.Millisecond, Settle: 30 * time.Millisecond}
 	case ProfileFast:
 		d = Delays{Order: 0, Delivery: 3 * time.Second, Install: 2 * time.Second,
 			RebootStop: 1 * time.Second, RebootStart: 1500 * time.Millisecond,
 			Stop: 1 * time.Second, Start: 1500 * time.Millisecond, Delete: 1 * time.Second,
 			OptionEnable: 1 * time.Second, PrivateNetworkAttach: 1 * time.Second,
-			PrivateNetworkDetach: 500 * time.Millisecond}
+			PrivateNetworkDetach: 500 * time.Millisecond, IPsAfterReady: 3 * time.Second, Settle: 2 * time.Second}
 	case ProfileRealistic:
 		d = Delays{Order: 10 * time.Second, Delivery: 4*time.Minute + 30*time.Second, Install: 8 * time.Minute,
 			RebootStop: 45 * time.Second, RebootStart: 1*time.Minute + 45*time.Second,
 			Stop: 45 * time.Second, Start: 1*time.Minute + 45*time.Second, Delete: 30 * time.Second,
 			OptionEnable: 20 * time.Second, PrivateNetworkAttach: 30 * time.Second,
-			PrivateNetworkDetach: 20 * time.Second}
+			PrivateNetworkDetach: 20 * time.Second, IPsAfterReady: 2 * time.Minute, Settle: 1 * time.Minute}
 	default:
 		return Options{}, fmt.Errorf("scwsim: unknown profile %q (want one of %s)", name, strings.Join(Profiles(), ", "))
 	}
@@ -250,7 +273,7 @@ func (o Options) Validate() error {
 	if o.DefaultPageSize > 0 && o.MaxPageSize > 0 && o.DefaultPageSize > o.MaxPageSize {
 		return fmt.Errorf("scwsim: Options.DefaultPageSize: %d is above MaxPageSize %d", o.DefaultPageSize, o.MaxPageSize)
 	}
-	return nil
+	return o.validateVariants()
 }
 
 // splitKey splits "prefix/NAME" or "NAME"; prefix must match re.
@@ -270,7 +293,7 @@ func (d Delays) byName() map[string]time.Duration {
 	return map[string]time.Duration{"Order": d.Order, "Delivery": d.Delivery, "Install": d.Install,
 		"RebootStop": d.RebootStop, "RebootStart": d.RebootStart, "Stop": d.Stop, "Start": d.Start,
 		"Delete": d.Delete, "OptionEnable": d.OptionEnable, "PrivateNetworkAttach": d.PrivateNetworkAttach,
-		"PrivateNetworkDetach": d.PrivateNetworkDetach}
+		"PrivateNetworkDetach": d.PrivateNetworkDetach, "IPsAfterReady": d.IPsAfterReady, "Settle": d.Settle}
 }
 
 func (o Options) withDefaults() Options {
@@ -327,7 +350,7 @@ func (o Options) withDefaults() Options {
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
-	return o
+	return o.variantDefaults()
 }
 
 // scaled applies Options.Scale to a delay.

@@ -29,13 +29,18 @@ func (a *pnAttachment) json() map[string]any {
 }
 
 // attachable checks a server may join private networks: delivered, not in a
-// transient state, with the Private Network option enabled. Caller holds mu.
+// transient state, with the Private Network option added (and, under
+// AttachOnceEnabled, fully enabled). Caller holds mu.
 func (s *Sim) attachable(sv *server) *apiError {
 	if e := actionable(sv); e != nil {
 		return e
 	}
 	for _, o := range sv.options {
-		if rawString(o.raw["name"]) == privateNetworkOptionName && o.status == "option_status_enable" {
+		if rawString(o.raw["name"]) != privateNetworkOptionName {
+			continue
+		}
+		if o.status == "option_status_enable" ||
+			o.status == "option_status_enabling" && s.opts.PrivateNetworkAttach == AttachWhileEnabling {
 			return nil
 		}
 	}

@@ -43,7 +43,8 @@ type server struct {
 	ping                        string
 	createdAt, updatedAt        time.Time
 	order                       int
-	delivered                   bool
+	ipsListed                   bool // the API lists the IPs (Options.ReadyIPs)
+	settled                     bool // reverse DNS active and ping up after delivery (Delays.Settle)
 	holdsStock                  bool
 	powered                     bool // the Host runs an OS (Boot queued, no PowerOff since)
 	install                     *serverInstall
@@ -114,11 +115,17 @@ func (s *Sim) machineFor(id, zone, name, project string, o *offer) Machine {
 func (s *Sim) render(sv *server) map[string]any {
 	domain := ""
 	ips := []map[string]string{}
-	if sv.delivered {
-		domain = sv.id + "." + sv.zone + ".baremetal.scw.cloud"
+	if sv.ipsListed {
+		// As recorded: IPs listed early (or just delivered) have no reverse
+		// and the server no domain until the delivery settles.
+		reverse, status := "", "unknown"
+		if sv.settled {
+			domain = sv.id + "." + sv.zone + ".baremetal.scw.cloud"
+			reverse, status = domain, "active"
+		}
 		for i, a := range []struct{ addr, version string }{{sv.machine.IPv4, "IPv4"}, {sv.machine.IPv6, "IPv6"}} {
-			ips = append(ips, map[string]string{"address": a.addr, "id": sv.ipIDs[i], "reverse": domain,
-				"reverse_status": "active", "reverse_status_message": "", "version": a.version})
+			ips = append(ips, map[string]string{"address": a.addr, "id": sv.ipIDs[i], "reverse": reverse,
+				"reverse_status": status, "reverse_status_message": "", "version": a.version})
 		}
 	}
 	var install any
@@ -266,14 +273,14 @@ func orEmpty[T any](v []T) []T {
 }
 
 func (s *Sim) getOffer(rec *statusRecorder, r *http.Request) (any, *apiError) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	zc := s.zones[r.PathValue("zone")]
-	o := zc.offerByID[r.PathValue("id")]
+	zone := r.PathValue("zone")
+	o := s.anyZoneOffer(zone, r.PathValue("id"))
 	if o == nil {
 		return nil, errNotFound("offer", r.PathValue("id"))
 	}
-	return o.json(s.stockString(zc.zone, o.Name)), nil
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return o.json(s.stockString(zone, o.Name)), nil
 }
 
 func (s *Sim) listOptions(rec *statusRecorder, r *http.Request) (any, *apiError) {
@@ -283,7 +290,7 @@ func (s *Sim) listOptions(rec *statusRecorder, r *http.Request) (any, *apiError)
 	}
 	q := r.URL.Query()
 	zc := s.zones[r.PathValue("zone")]
-	o, e := zc.offerFilter(q)
+	o, e := s.offerFilter(zc, q)
 	if e != nil {
 		return nil, e
 	}
@@ -303,11 +310,11 @@ func (s *Sim) listOptions(rec *statusRecorder, r *http.Request) (any, *apiError)
 
 // offerFilter is the offer a catalogue listing's optional offer_id names:
 // nil without one, not_found for an unknown one.
-func (zc *zoneCatalog) offerFilter(q url.Values) (*offer, *apiError) {
+func (s *Sim) offerFilter(zc *zoneCatalog, q url.Values) (*offer, *apiError) {
 	if !q.Has("offer_id") {
 		return nil, nil
 	}
-	o := zc.offerByID[q.Get("offer_id")]
+	o := s.anyZoneOffer(zc.zone, q.Get("offer_id"))
 	if o == nil {
 		return nil, errNotFound("offer", q.Get("offer_id"))
 	}
@@ -329,7 +336,7 @@ func (s *Sim) listOS(rec *statusRecorder, r *http.Request) (any, *apiError) {
 	}
 	q := r.URL.Query()
 	zc := s.zones[r.PathValue("zone")]
-	o, e := zc.offerFilter(q)
+	o, e := s.offerFilter(zc, q)
 	if e != nil {
 		return nil, e
 	}
@@ -419,6 +426,11 @@ func (s *Sim) createServer(rec *statusRecorder, r *http.Request) (any, *apiError
 	if !o.Enabled {
 		return nil, errInvalid("offer_id", "constraint", "offer is not available")
 	}
+	if len(req.UserData) > 0 && string(req.UserData) != "null" && !slices.Contains(o.sdk.Tags, "cloud-init") {
+		// Recorded: this refusal of the request itself comes back as a 503
+		// with only a message (a client retrying every 5xx loops on it).
+		return nil, errMessage(http.StatusServiceUnavailable, "cloud-init is not supported on this offer")
+	}
 	for _, id := range req.OptionIDs {
 		if zc.optionByID[id] == nil {
 			return nil, errNotFound("option", id)
@@ -491,7 +503,11 @@ func (s *Sim) createServer(rec *statusRecorder, r *http.Request) (any, *apiError
 		s.startDelivery(sv)
 	}
 	s.logf("server %s (%s, %s) created: %s", id, o.Name, zone, sv.status)
-	return s.render(sv), nil
+	body := s.render(sv)
+	if sv.status == stOrdered && s.opts.ReadyIPs == ReadyIPsRecorded {
+		sv.ipsListed = true // recorded: reads after the order list the IPs while still "ordered"
+	}
+	return body, nil
 }
 
 func (s *Sim) quotaFor(project, offerName string) (int, bool) {
@@ -611,8 +627,13 @@ func (s *Sim) startDelivery(sv *server) {
 }
 
 func (s *Sim) deliver(sv *server) {
-	sv.delivered = true
-	sv.ping = "ping_status_up"
+	s.listIPsAtReady(sv)
+	s.after(s.opts.Delays.Settle, func() {
+		sv.settled = true
+		if sv.ping == "ping_status_unknown" {
+			sv.ping = "ping_status_up"
+		}
+	})
 	for _, o := range sv.options {
 		o.status = "option_status_enable"
 	}
@@ -627,6 +648,22 @@ func (s *Sim) deliver(sv *server) {
 		sv.updatedAt = s.now()
 		s.boot(sv, BootNormal, nil)
 	})
+}
+
+// listIPsAtReady decides, as the server turns ready, whether the API lists
+// its IPs now, later or never (Options.ReadyIPs). Caller holds mu.
+func (s *Sim) listIPsAtReady(sv *server) {
+	mode := s.opts.ReadyIPs
+	switch {
+	case mode == ReadyIPsNever:
+		sv.ipsListed = false
+	case mode == ReadyIPsLate, mode == ReadyIPsRecorded && !sv.ipsListed && s.rng.Float64() < ReadyWithoutIPsRate:
+		sv.ipsListed = false
+		s.logf("server %s: ready without IPs for %s", sv.id, s.opts.scaled(s.opts.Delays.IPsAfterReady))
+		s.after(s.opts.Delays.IPsAfterReady, func() { sv.ipsListed = true })
+	default:
+		sv.ipsListed = true
+	}
 }
 
 // boot queues Host.Boot; a failing boot puts the server in error.
@@ -786,7 +823,7 @@ func actionable(sv *server) *apiError {
 	case stStopping, stStarting, stDeleting, "resetting", "migrating":
 		return errTransient(serverResource, sv.id, sv.status)
 	case stLocked:
-		return &apiError{http.StatusForbidden, map[string]string{"message": "resource is locked",
+		return &apiError{status: http.StatusForbidden, body: map[string]string{"message": "resource is locked",
 			"resource": serverResource, "resource_id": sv.id, "type": "locked"}}
 	}
 	return nil
@@ -823,7 +860,9 @@ func (s *Sim) bootParams(req bootRequest) (BootMode, []string, *apiError) {
 func (s *Sim) rebootServer(rec *statusRecorder, r *http.Request) (any, *apiError) {
 	return s.bootAction(rec, r, stStopped, "Server is stopped", func(sv *server, mode BootMode, keys []string) {
 		s.powerOff(sv)
-		s.setStatus(sv, stStopping)
+		if s.opts.Unrecorded == UnrecordedTyped {
+			s.setStatus(sv, stStopping)
+		} // else the reboot shows late: still "ready" (variants.go)
 		s.schedule(sv, s.opts.Delays.RebootStop, func() {
 			s.setStatus(sv, stStarting)
 			s.schedule(sv, s.opts.Delays.RebootStart, func() { s.ready(sv, mode, keys) })
@@ -884,10 +923,8 @@ func (s *Sim) stopServer(rec *statusRecorder, r *http.Request) (any, *apiError) 
 	s.act(sv)
 	s.powerOff(sv)
 	s.setStatus(sv, stStopping)
-	s.schedule(sv, s.opts.Delays.Stop, func() {
-		sv.ping = "ping_status_down"
-		s.setStatus(sv, stStopped)
-	})
+	// As recorded, ping_status stays as it was ("ping_status_up") once stopped.
+	s.schedule(sv, s.opts.Delays.Stop, func() { s.setStatus(sv, stStopped) })
 	return s.render(sv), nil
 }
 
@@ -915,12 +952,18 @@ func (s *Sim) deleteServer(rec *statusRecorder, r *http.Request) (any, *apiError
 	s.act(sv)
 	s.powerOff(sv)
 	s.setStatus(sv, stDeleting)
+	body := s.render(sv)
+	// As recorded: the answer still shows the options as they were; then
+	// they read "disabling" and attachments "detaching" while the server is
+	// deleting, and both go with it.
+	for _, o := range sv.options {
+		o.status = "option_status_disabling"
+	}
 	for _, a := range s.pns {
-		if a.serverID == sv.id {
-			delete(s.pns, a.id)
+		if a.serverID == sv.id && a.status != "detaching" {
+			a.status, a.updatedAt = "detaching", s.now()
 		}
 	}
-	body := s.render(sv)
 	s.schedule(sv, s.opts.Delays.Delete, func() { s.remove(sv) })
 	return body, nil
 }
@@ -928,6 +971,11 @@ func (s *Sim) deleteServer(rec *statusRecorder, r *http.Request) (any, *apiError
 // remove makes a deleted server gone: 404, stock back, Host.Delete.
 func (s *Sim) remove(sv *server) {
 	delete(s.servers, sv.id)
+	for _, a := range s.pns {
+		if a.serverID == sv.id {
+			delete(s.pns, a.id)
+		}
+	}
 	s.gone[sv.id] = true
 	s.history[sv.id] = append(s.history[sv.id], "gone")
 	if sv.holdsStock {

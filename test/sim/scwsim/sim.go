@@ -298,7 +298,7 @@ func (s *Sim) routes() *http.ServeMux {
 			body, err := fn(rec, r)
 			switch {
 			case err != nil:
-				writeErr(rec, err)
+				s.writeAPIError(rec, err)
 			case body == nil:
 				rec.WriteHeader(http.StatusNoContent)
 			default:

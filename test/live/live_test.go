@@ -1,0 +1,134 @@
+package live
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+	"github.com/scaleway/scaleway-sdk-go/scw"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
+)
+
+// client is the provider's Client on the simulator, read-only as
+// smoke-live builds it.
+func client(t *testing.T, sim *scwsim.Sim, url string, readOnly bool) *scaleway.Client {
+	t.Helper()
+	tr := http.DefaultTransport
+	if readOnly {
+		tr = ReadOnly(tr)
+	}
+	c, err := scaleway.New(scaleway.Config{AccessKey: "SCWXXXXXXXXXXXXXXXXX", SecretKey: sim.SecretKey(),
+		ProjectID: sim.Options().ProjectID, APIURL: url, DefaultZone: scw.ZoneFrPar2,
+		Retry: scaleway.RetryPolicy{MaxAttempts: 1}}, scaleway.WithTransport(tr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func startSim(t *testing.T, mutate func(*scwsim.Options)) (*scwsim.Sim, string) {
+	t.Helper()
+	o, err := scwsim.Profile(scwsim.ProfileTest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mutate != nil {
+		mutate(&o)
+	}
+	sim := scwsim.New(o)
+	url, err := sim.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sim.Close)
+	return sim, url
+}
+
+func TestRunOnTheSimulatorReadsOnly(t *testing.T) {
+	sim, url := startSim(t, func(o *scwsim.Options) { o.ReadyIPs = scwsim.ReadyIPsNever })
+	// A server of the cluster, ready without IPs: worth a warning.
+	writer := client(t, sim, url, false)
+	tag := scaleway.Tag(scaleway.TagManagedBy, "c1")
+	offer, _ := sim.OfferID("fr-par-2", "EM-B112X-SSD", "hourly")
+	srv, _, err := writer.CreateServer(context.Background(), scaleway.CreateServerRequest{Zone: scw.ZoneFrPar2, OfferID: offer,
+		Name: "n", Tags: []string{tag, "karpenter.sh/nodeclaim=n", scaleway.Tag(scaleway.TagPhase, "ordered")}, IdempotencyTag: "karpenter.sh/nodeclaim=n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s, _ := sim.Server(srv.ID); s.Status != string(baremetal.ServerStatusReady); s, _ = sim.Server(srv.ID) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	sim.ResetCalls()
+
+	r := Run(context.Background(), client(t, sim, url, true), Options{Zones: []scw.Zone{scw.ZoneFrPar1, scw.ZoneFrPar2}, Cluster: "c1"})
+	var out bytes.Buffer
+	r.Print(&out)
+	t.Log("\n" + out.String())
+	if r.Failed() {
+		t.Fatal("the simulator fails the smoke test")
+	}
+	if !strings.Contains(out.String(), "ready but lists no IPv4") || !strings.Contains(out.String(), "each with one ID in every zone") ||
+		!strings.Contains(out.String(), "no SSH key named karpenter-scaleway-em-c1") {
+		t.Fatalf("report misses expected findings:\n%s", out.String())
+	}
+	for _, c := range sim.Calls() {
+		if c.Method != http.MethodGet {
+			t.Fatalf("smoke-live sent %s %s", c.Method, c.Path)
+		}
+	}
+}
+
+func TestRunReportsWhatIsWrong(t *testing.T) {
+	sim, url := startSim(t, nil)
+	sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStatus, Path: `/zones/fr-par-1/offers$`, Status: 403,
+		Body: `{"message":"insufficient permissions","type":"permissions_denied","details":[{"action":"read","resource":"baremetal"}]}`})
+	r := Run(context.Background(), client(t, sim, url, true), Options{Zones: []scw.Zone{scw.ZoneFrPar1, scw.ZoneFrPar2}})
+	var out bytes.Buffer
+	r.Print(&out)
+	if !r.Failed() || !strings.Contains(out.String(), "FAIL  fr-par-1  listing monthly offers") {
+		t.Fatalf("a refused listing must fail the run:\n%s", out.String())
+	}
+	if _, err := ReadOnly(http.DefaultTransport).RoundTrip(&http.Request{Method: http.MethodPost, URL: mustURL(t, url+"/x")}); err == nil {
+		t.Fatal("ReadOnly let a POST through")
+	}
+}
+
+func TestOfferProblems(t *testing.T) {
+	good := func() *baremetal.Offer {
+		return &baremetal.Offer{ID: "8779d2c1-cd10-4a34-a006-cb5b1fb5cbc7", Name: "EM-A116X-SSD", Stock: baremetal.OfferStockLow,
+			SubscriptionPeriod: baremetal.OfferSubscriptionPeriodHourly, CPUs: []*baremetal.CPU{{}}, Memories: []*baremetal.Memory{{}},
+			Disks: []*baremetal.Disk{{}}, PricePerHour: &scw.Money{}}
+	}
+	if p := offerProblem(good(), baremetal.OfferSubscriptionPeriodHourly); p != "" {
+		t.Fatalf("good offer: %s", p)
+	}
+	for name, edit := range map[string]func(o *baremetal.Offer){
+		"id":     func(o *baremetal.Offer) { o.ID = "EM-A116X-SSD" },
+		"stock":  func(o *baremetal.Offer) { o.Stock = "plenty" },
+		"cpus":   func(o *baremetal.Offer) { o.CPUs = nil },
+		"price":  func(o *baremetal.Offer) { o.PricePerHour = nil },
+		"period": func(o *baremetal.Offer) { o.SubscriptionPeriod = baremetal.OfferSubscriptionPeriodMonthly },
+	} {
+		o := good()
+		edit(o)
+		if offerProblem(o, baremetal.OfferSubscriptionPeriodHourly) == "" {
+			t.Errorf("%s: no problem found", name)
+		}
+	}
+}
+
+func mustURL(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
