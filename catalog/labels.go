@@ -2,6 +2,8 @@ package catalog
 
 import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/localdisks"
 )
 
 // LabelDomain is the prefix of every label the provider derives from an offer.
@@ -48,6 +50,7 @@ var Labels = []string{
 	LabelBillingPeriod, LabelCPUVendor, LabelCPUModel, LabelCPUCores, LabelCPUThreads, LabelMemoryGiB,
 	LabelDiskType, LabelDiskCount, LabelDiskSizeGB, LabelGPUModel, LabelGPUCount,
 	LabelBandwidthPublicMbps, LabelBandwidthPrivateMbps, LabelOfferRange,
+	localdisks.LabelPolicy, localdisks.LabelDataDiskCount,
 }
 
 func init() {

@@ -15,6 +15,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagesource"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/localdisks"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/talosgen"
 )
 
@@ -35,6 +36,7 @@ func Filter(nc *v1alpha1.ScalewayElasticMetalNodeClass, defaultZone string) cata
 	f := catalog.Filter{
 		Zones:            nc.ZonesOr(defaultZone),
 		CommitmentMonths: int(nc.Spec.Billing.MonthlyCommitmentMonths),
+		LocalDisks:       localdisks.Policy(nc.Spec.LocalDisks),
 	}
 	for _, p := range nc.Spec.Billing.Periods {
 		f.BillingPeriods = append(f.BillingPeriods, catalog.BillingPeriod(p))
@@ -58,6 +60,7 @@ func Settings(nc *v1alpha1.ScalewayElasticMetalNodeClass) talosgen.NodeSettings 
 		ConfigPatches:           t.ConfigPatches,
 		ClusterDiscovery:        t.Discovery,
 		AllowValidationWarnings: t.AllowValidationWarnings,
+		LocalDisks:              nc.Spec.LocalDisks,
 	}
 	if k := nc.Spec.Kubelet; k != nil {
 		s.Kubelet = talosgen.KubeletSettings{
