@@ -19,13 +19,13 @@ var zonePattern = regexp.MustCompile(`^[a-z]{2}-[a-z]{3}-[0-9]+$`)
 
 // spec is what an offer name means in hardware, computed once per data generation.
 type spec struct {
-	name    string
-	arch    string
-	labels  map[string]string // our labels (single values); GPU labels absent on non-GPU offers
-	cpu     resource.Quantity
-	memory  resource.Quantity // estimate after firmware/kernel reserve
-	disks   []localdisks.Disk // the offer's disks, in its order
-	gpus    int64
+	name   string
+	arch   string
+	labels map[string]string // our labels (single values); GPU labels absent on non-GPU offers
+	cpu    resource.Quantity
+	memory resource.Quantity // estimate after firmware/kernel reserve
+	disks  []localdisks.Disk // the offer's disks, in its order
+	gpus   int64
 }
 
 // Estimates of what a node does not get of the offer's hardware. The kernel keeps ~1.6% of RAM for its page
