@@ -105,7 +105,7 @@ func TestLoopWipeOtherDisks(t *testing.T) {
 	oldOffsets := map[*loopdev.Device][]int64{dos: {0, 2048 * 512, 34816 * 512}, gpt: {0, 1 << 20, 17 << 20}, whole: {0}}
 	for d, offs := range oldOffsets {
 		for _, off := range offs {
-			if found(t, d.Path, off) == "" {
+			if loopdev.Signatures(t, d.Path, off) == "" {
 				t.Fatalf("the test's layout left nothing at %s+%d", d.Path, off)
 			}
 		}
@@ -127,7 +127,7 @@ func TestLoopWipeOtherDisks(t *testing.T) {
 	}
 	for d, offs := range oldOffsets {
 		for _, off := range offs {
-			if s := found(t, d.Path, off); s != "" {
+			if s := loopdev.Signatures(t, d.Path, off); s != "" {
 				t.Errorf("%s+%d after the wipe: %s", d.Path, off, s)
 			}
 		}
@@ -147,20 +147,4 @@ func TestLoopWipeOtherDisks(t *testing.T) {
 	if !strings.Contains(r.rep.Error.Message, "the image is written and verified") || !strings.Contains(r.rep.Error.Message, "kernel holds it") {
 		t.Fatalf("a disk the kernel holds: %s", r.rep.Error.Message)
 	}
-}
-
-// found is what blkid's low-level probe finds at offset of the device, plus
-// what wipefs lists at offset 0; "" when nothing.
-func found(t *testing.T, dev string, offset int64) string {
-	t.Helper()
-	out, _ := exec.Command("blkid", "-p", "-O", fmt.Sprint(offset), dev).CombinedOutput()
-	s := strings.TrimSpace(string(out))
-	if offset == 0 {
-		w, err := exec.Command("wipefs", "--no-act", dev).CombinedOutput()
-		if err != nil {
-			t.Fatalf("wipefs %s: %v\n%s", dev, err, w)
-		}
-		s += strings.TrimSpace(string(w))
-	}
-	return s
 }

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/loopdev"
 )
 
 // These tests lay out disk images (regular files) with the tools a previous
@@ -56,22 +58,6 @@ func disk(t *testing.T, size int64) string {
 		}
 	}
 	return p
-}
-
-// signatures is what blkid finds at offset (low-level probe, as Talos and
-// Rook do) plus what wipefs would erase, "" when nothing.
-func signatures(t *testing.T, path string, offset int64) string {
-	t.Helper()
-	out, _ := exec.Command("blkid", "-p", "-O", fmt.Sprint(offset), path).CombinedOutput()
-	found := strings.TrimSpace(string(out))
-	if offset == 0 {
-		w, err := exec.Command("wipefs", "--no-act", path).CombinedOutput()
-		if err != nil {
-			t.Fatalf("wipefs: %v\n%s", err, w)
-		}
-		found += strings.TrimSpace(string(w))
-	}
-	return found
 }
 
 func TestWipeLayouts(t *testing.T) {
@@ -134,7 +120,7 @@ func TestWipeLayouts(t *testing.T) {
 			p := disk(t, c.size)
 			offsets := c.lay(t, p)
 			for _, off := range offsets {
-				if signatures(t, p, off) == "" {
+				if loopdev.Signatures(t, p, off) == "" {
 					t.Fatalf("the layout left nothing at %d for the test to find", off)
 				}
 			}
@@ -148,7 +134,7 @@ func TestWipeLayouts(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, off := range offsets {
-				if s := signatures(t, p, off); s != "" {
+				if s := loopdev.Signatures(t, p, off); s != "" {
 					t.Errorf("after the wipe, at %d: %s", off, s)
 				}
 			}
