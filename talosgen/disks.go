@@ -43,7 +43,9 @@ func candidates(d report.Disk) []DiskID {
 	if d.WWID != "" {
 		out = append(out, DiskID{IDWWID, d.WWID})
 	}
-	if d.Serial != "" && (d.SerialSource == report.SerialFromSysfs || d.SerialSource == "" && d.Transport == "nvme") {
+	// A serial of unknown source and transport (a report rebuilt from
+	// server tags) is taken as before reports said where it came from.
+	if d.Serial != "" && (d.SerialSource == report.SerialFromSysfs || d.SerialSource == "" && (d.Transport == "nvme" || d.Transport == "")) {
 		out = append(out, DiskID{IDSerial, d.Serial})
 	}
 	if d.BusPath != "" {

@@ -197,6 +197,23 @@ func TestVolumeOnDiskWithoutStableIdentity(t *testing.T) {
 	}
 }
 
+// A report rebuilt from server tags (path and serial only) still selects
+// the install disk by serial, and a policy that needs the disk list says so.
+func TestReportWithoutDiskList(t *testing.T) {
+	hw := testReport()
+	hw.Disk = &report.Disk{Path: "/dev/nvme0n1", Serial: "S64FNE0R812345"}
+	out, err := Render(freshJoin(t), testNodeClaim("n"), NodeSettings{}, hw, testNetwork())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, _ := ReadFacts(mustLoad(t, out.Config)); f.InstallDisk != "serial:S64FNE0R812345" {
+		t.Errorf("install disk %q, want serial:S64FNE0R812345", f.InstallDisk)
+	}
+	if _, err := Render(freshJoin(t), testNodeClaim("n"), NodeSettings{LocalDisks: "Raw"}, hw, testNetwork()); err == nil || !strings.Contains(err.Error(), "no disk list") {
+		t.Errorf("Raw without a disk list: err = %v", err)
+	}
+}
+
 func TestLocalDisksSettingRejected(t *testing.T) {
 	_, err := Render(freshJoin(t), testNodeClaim("n"), NodeSettings{LocalDisks: "RAID0"}, testReport(), testNetwork())
 	if err == nil || !strings.Contains(err.Error(), "localDisks") {

@@ -2,9 +2,15 @@ package nodeclass
 
 import (
 	"testing"
+	"time"
+
+	coreconfig "github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"go.yaml.in/yaml/v4"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/localdisks"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/talosgen"
 )
 
 // The local-disk policy reaches both the catalogue (prediction) and talosgen
@@ -27,5 +33,31 @@ func TestLocalDisksTranslation(t *testing.T) {
 	}
 	if s := Settings(nc); s.LocalDisks != "Ephemeral" {
 		t.Errorf("talosgen settings local disks %q, want Ephemeral", s.LocalDisks)
+	}
+}
+
+// The NodeClass's config check renders every policy: a NodeClass asking for
+// Ephemeral is not reported broken because the sample node has one disk.
+func TestJoinConfigCheckUnderEveryPolicy(t *testing.T) {
+	bundle, err := secrets.NewBundle(secrets.NewFixedClock(time.Now()), coreconfig.TalosVersion1_12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := yaml.Marshal(bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	join, err := talosgen.ParseJoinSecret("karpenter/join", map[string][]byte{
+		talosgen.KeySecretsBundle: raw, talosgen.KeyEndpoint: []byte("https://k8s.example.test:6443"), talosgen.KeyClusterName: []byte("c"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range localdisks.Policies {
+		nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
+		nc.Spec.LocalDisks = string(p)
+		if _, err := talosgen.Render(join, sampleNodeClaim(nc), Settings(nc), sampleReport(), talosgen.Network{}); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
 	}
 }
