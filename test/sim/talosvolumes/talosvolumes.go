@@ -288,7 +288,10 @@ func addPartition(path, label string, hasGPT bool) error {
 	if hasGPT {
 		end = t.LastDataSector() + 1
 	}
-	if start+align > end {
+	// The file is the disk scaled down (the disk resource has the offer's
+	// size): any free sector left after the image and metal-iso stands for
+	// the rest of a real disk.
+	if start >= end {
 		return errNoSpace
 	}
 	t.Partitions = append(t.Partitions, &gpt.Partition{Index: index, Start: start, End: end - 1, Type: gpt.LinuxFilesystem, Name: label})
