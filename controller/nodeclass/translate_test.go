@@ -2,11 +2,6 @@ package nodeclass
 
 import (
 	"testing"
-	"time"
-
-	coreconfig "github.com/siderolabs/talos/pkg/machinery/config"
-	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
-	"go.yaml.in/yaml/v4"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/localdisks"
@@ -39,17 +34,7 @@ func TestLocalDisksTranslation(t *testing.T) {
 // The NodeClass's config check renders every policy: a NodeClass asking for
 // Ephemeral is not reported broken because the sample node has one disk.
 func TestJoinConfigCheckUnderEveryPolicy(t *testing.T) {
-	bundle, err := secrets.NewBundle(secrets.NewFixedClock(time.Now()), coreconfig.TalosVersion1_12)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := yaml.Marshal(bundle)
-	if err != nil {
-		t.Fatal(err)
-	}
-	join, err := talosgen.ParseJoinSecret("karpenter/join", map[string][]byte{
-		talosgen.KeySecretsBundle: raw, talosgen.KeyEndpoint: []byte("https://k8s.example.test:6443"), talosgen.KeyClusterName: []byte("c"),
-	})
+	join, err := talosgen.NewClusterJoinMaterial("https://k8s.example.test:6443", "c")
 	if err != nil {
 		t.Fatal(err)
 	}

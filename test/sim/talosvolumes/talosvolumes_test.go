@@ -4,12 +4,9 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	coreconfig "github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
-	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
-	"go.yaml.in/yaml/v4"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
@@ -62,17 +59,7 @@ func machine(t *testing.T) (*hardware.Tree, []int64, *report.Report) {
 
 func render(t *testing.T, hw *report.Report, policy localdisks.Policy) coreconfig.Provider {
 	t.Helper()
-	bundle, err := secrets.NewBundle(secrets.NewFixedClock(time.Now()), coreconfig.TalosVersion1_12)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := yaml.Marshal(bundle)
-	if err != nil {
-		t.Fatal(err)
-	}
-	join, err := talosgen.ParseJoinSecret("karpenter/join", map[string][]byte{
-		talosgen.KeySecretsBundle: raw, talosgen.KeyEndpoint: []byte("https://k8s.example.test:6443"), talosgen.KeyClusterName: []byte("c"),
-	})
+	join, err := talosgen.NewClusterJoinMaterial("https://k8s.example.test:6443", "c")
 	if err != nil {
 		t.Fatal(err)
 	}
