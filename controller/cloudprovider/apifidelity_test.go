@@ -3,7 +3,9 @@ package cloudprovider_test
 // The provider against what public recordings show of the real Elastic Metal
 // API (issue #14): servers ready without IPs, private networks attached while
 // the option enables, bare 429 storms, 503 refusals, lasting 5xx, and the
-// unrecorded answers in every plausible shape.
+// unrecorded answers in every plausible shape. Create returns once the
+// server is ordered; what the install does with these answers is read from
+// the install controller's outcome (the node, the events, the servers).
 
 import (
 	"strings"
@@ -11,9 +13,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider"
+	"sigs.k8s.io/karpenter/pkg/events"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 )
@@ -54,16 +59,16 @@ func TestReadyWithoutIPsIsWaitedForNotReleased(t *testing.T) {
 		o.Delays.IPsAfterReady = 2 * time.Second // 40 polls of the test profile
 	})
 	claim := e.nodeClaim()
-	got, err := e.p.CloudProvider.Create(e.ctx, claim)
-	if err != nil {
-		t.Fatalf("Create: %v", err)
-	}
+	got := e.launch(claim)
 	e.waitReadyNode(got.Status.ProviderID)
 	if n := releases(t, e); n != 0 {
 		t.Fatalf("%d servers released", n)
 	}
 	if n := e.creates(claim.Name); n != 1 {
 		t.Fatalf("%d orders", n)
+	}
+	if !e.events.said(claim.Name, "InstallOrdered", "lists no IPv4") {
+		t.Error("no InstallOrdered event said the install waits for the server's IPv4")
 	}
 }
 
@@ -85,10 +90,9 @@ func TestAttachWhileOptionEnabling(t *testing.T) {
 			}
 			e.reconcileNodeClass()
 			claim := e.nodeClaim()
-			got, err := e.p.CloudProvider.Create(e.ctx, claim)
-			if err != nil {
-				t.Fatalf("Create: %v", err)
-			}
+			got := e.launch(claim)
+			// Delivery attaches the networks before the server leaves "ordered".
+			e.waitPhase(claim.Name, install.PhaseRescue)
 			_, id, _ := scaleway.ParseProviderID(got.Status.ProviderID)
 			if vlans := e.w.Sim.PrivateNetworks(id); vlans[pn] == 0 {
 				t.Fatalf("server %s not attached to %s: %v", id, pn, vlans)
@@ -113,6 +117,7 @@ func TestBare429StormIsRiddenOut(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Create through a 429 storm: %v", err)
 	}
+	e.launched(claim.Name, got)
 	if hits := e.w.Sim.FaultHits(storm); hits != 8 {
 		t.Fatalf("the storm throttled %d requests, want 8", hits)
 	}
@@ -153,45 +158,67 @@ func TestRefusal503SurfacesWithinOneOrder(t *testing.T) {
 	}
 }
 
-// 5xx answers are retried a bounded number of times, then the install
-// stops with a clear error (the server is kept, not released), and a later
-// Create resumes it.
+// 5xx answers are retried a bounded number of times, then the install's
+// wait stops with a clear error (the server is kept, not released), and the
+// install resumes once the API answers again.
 func TestLasting5xxEndsInAClearErrorThenResumes(t *testing.T) {
 	e := startEnv(t, func(o *scwsim.Options) { o.Delays.Delivery = 2 * time.Second })
 	claim := e.nodeClaim()
-	// Once the order is in, every server listing fails: the install cannot
-	// see its server any more.
-	outage := make(chan scwsim.FaultID, 1)
-	go func() {
-		for e.creates(claim.Name) == 0 {
-			time.Sleep(5 * time.Millisecond)
+	// The order is in: from now on every server listing fails, and the
+	// install cannot see its server deliver.
+	got := e.launch(claim)
+	id := e.w.Sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStatus, Method: "GET", Path: `/servers$`, Status: 500})
+	// The failed listings when the install gives up its first wait: it says
+	// so (an event) before it waits to try again.
+	firstGaveUp := make(chan int, 1)
+	e.events.onPublish(func(ev events.Event) {
+		if o, ok := ev.InvolvedObject.(client.Object); ok && o.GetName() == claim.Name &&
+			ev.Reason == "InstallOrdered" && strings.Contains(ev.Message, "retrying after") {
+			select {
+			case firstGaveUp <- e.w.Sim.FaultHits(id):
+			default:
+			}
 		}
-		outage <- e.w.Sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStatus, Method: "GET", Path: `/servers$`, Status: 500})
-	}()
-	_, err := e.p.CloudProvider.Create(e.ctx, claim)
-	if err == nil {
-		t.Fatal("Create succeeded while the API failed")
+	})
+	var hits int
+	select {
+	case hits = <-firstGaveUp:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the install never gave up waiting while every listing failed")
 	}
-	id := <-outage
 	// Each poll makes at most MaxAttempts (5) requests, and the wait gives
 	// up after 5 failed polls in a row.
-	if hits := e.w.Sim.FaultHits(id); hits == 0 || hits > 5*5 {
+	if hits == 0 || hits > 5*5 {
 		t.Fatalf("%d failed listings before giving up, want 1..25", hits)
 	}
-	if !strings.Contains(err.Error(), "500") || !strings.Contains(err.Error(), "polls failed") {
-		t.Fatalf("error does not say the API kept failing: %v", err)
+	retries := func() (msgs []string) {
+		for _, ev := range e.events.find(claim.Name, "InstallOrdered") {
+			if strings.Contains(ev.Message, "retrying after") {
+				msgs = append(msgs, ev.Message)
+			}
+		}
+		return msgs
 	}
+	if msg := retries()[0]; !strings.Contains(msg, "500") || !strings.Contains(msg, "polls failed") {
+		t.Fatalf("the install does not say the API kept failing: %q", msg)
+	}
+	// A second failed wait: still nothing released, and Karpenter's retried
+	// Create still gets the same server without an order.
+	e.eventually("a second failed wait", func() bool { return len(retries()) >= 2 })
 	if n := releases(t, e); n != 0 {
 		t.Fatalf("%d servers released because the API failed", n)
 	}
-	e.w.Sim.ClearFaults()
-	got, err := e.p.CloudProvider.Create(e.ctx, claim)
-	if err != nil {
-		t.Fatalf("Create after the outage: %v", err)
+	if e.claimGone(claim.Name) {
+		t.Fatal("the nodeclaim was deleted because the API failed")
 	}
+	e.w.Sim.ClearFaults()
+	e.createAgain(claim, got, "after the outage")
 	e.waitReadyNode(got.Status.ProviderID)
 	if n := e.creates(claim.Name); n != 1 {
 		t.Fatalf("%d orders", n)
+	}
+	if n := releases(t, e); n != 0 {
+		t.Fatalf("%d servers released", n)
 	}
 }
 
@@ -214,6 +241,7 @@ func TestUnrecordedShapesDegradeClearly(t *testing.T) {
 				if it := got.Labels[corev1.LabelInstanceTypeStable]; it == first {
 					t.Fatalf("ordered %s, which is out of stock", it)
 				}
+				e.launched(claim.Name, got)
 				e.waitReadyNode(got.Status.ProviderID)
 			case cloudprovider.IsInsufficientCapacityError(err) || strings.Contains(err.Error(), "412"):
 				// A bodiless refusal cannot be told from another: a clear
@@ -224,6 +252,7 @@ func TestUnrecordedShapesDegradeClearly(t *testing.T) {
 				if got, err = e.p.CloudProvider.Create(e.ctx, claim); err != nil {
 					t.Fatalf("second Create: %v", err)
 				}
+				e.launched(claim.Name, got)
 				e.waitReadyNode(got.Status.ProviderID)
 			default:
 				t.Fatalf("Create = %v", err)

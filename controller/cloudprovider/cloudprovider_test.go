@@ -2,171 +2,32 @@ package cloudprovider_test
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
-	"github.com/prometheus/client_golang/prometheus"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider"
-	coreoptions "sigs.k8s.io/karpenter/pkg/operator/options"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/bootstraptoken"
 	cp "github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/cloudprovider"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/operator"
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/operator/options"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/world"
 )
-
-// env is one simulated world plus the provider built in-process on it, the way
-// the operator builds it (operator.NewProvider), so each test can restart the
-// "controller" by building a second provider.
-type env struct {
-	t     *testing.T
-	w     *world.World
-	kube  client.Client
-	p     *operator.Provider
-	nc    *v1alpha1.ScalewayElasticMetalNodeClass
-	opts  *options.Options
-	imgr  []byte
-	ctx   context.Context
-	count int
-}
-
-func startEnv(t *testing.T, simOpts func(*scwsim.Options)) *env {
-	t.Helper()
-	w := world.Start(t, world.Options{Sim: simOpts})
-	imager := os.Getenv("TEST_ASSET_EM_IMAGER")
-	if imager == "" {
-		p, err := world.FindBinary("em-imager")
-		if err != nil {
-			t.Fatalf("%v (run `make build`)", err)
-		}
-		imager = p
-	}
-	bin, err := os.ReadFile(imager)
-	if err != nil {
-		t.Fatalf("em-imager binary: %v (run `make build`)", err)
-	}
-	for _, kv := range w.ControllerEnv() {
-		k, v, _ := strings.Cut(kv, "=")
-		t.Setenv(k, v)
-	}
-	e := &env{t: t, w: w, kube: w.Kube.Client, imgr: bin, ctx: context.Background()}
-	e.opts = &options.Options{
-		ClusterName: w.ClusterName, SystemNamespace: w.SystemNamespace, RescueSSHUser: "rescue",
-		RescueSSHPort: w.Machines.SSHPort(), RescueKeySecret: "rescue-ssh", TalosAPIPort: w.Machines.TalosAPIPort(),
-		DeliveryTimeout: time.Minute, RescueTimeout: time.Minute, ImagingTimeout: time.Minute, BootTimeout: time.Minute,
-		RetryInterval: 100 * time.Millisecond, CatalogRefresh: time.Minute, GCGracePeriod: time.Second,
-		GCInterval: time.Second, NodeClassRecheck: time.Minute,
-	}
-	// Karpenter's options are read from the context by parts of core the provider uses.
-	e.ctx = coreoptions.ToContext(e.ctx, &coreoptions.Options{})
-	e.p = e.newProvider()
-	e.nc = w.NodeClass("default")
-	if err := e.kube.Create(e.ctx, e.nc); err != nil {
-		t.Fatal(err)
-	}
-	e.reconcileNodeClass()
-	return e
-}
-
-// newProvider is a controller (re)start: nothing shared with the previous one
-// but the cluster and the simulated world.
-func (e *env) newProvider() *operator.Provider {
-	e.t.Helper()
-	p, err := operator.NewProvider(e.ctx, e.opts, e.kube, e.kube, nil, prometheus.NewRegistry(), testr.New(e.t))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	p.Installer.Imager = e.imgr
-	// The simulator serves fewer zones than the catalogue knows: the refresh
-	// reports those, and must still have refreshed the zone the tests use.
-	_ = p.Catalog.Refresh(e.ctx)
-	if origin, _ := p.Catalog.ZoneOrigin("fr-par-2"); origin != "live" {
-		e.t.Fatalf("catalog did not refresh fr-par-2 from the simulator (origin %q)", origin)
-	}
-	return p
-}
-
-func (e *env) reconcileNodeClass() {
-	e.t.Helper()
-	nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
-	if err := e.kube.Get(e.ctx, types.NamespacedName{Name: e.nc.Name}, nc); err != nil {
-		e.t.Fatal(err)
-	}
-	if _, err := e.p.NodeClassStatus.Reconcile(e.ctx, nc); err != nil {
-		e.t.Fatal(err)
-	}
-	if err := e.kube.Get(e.ctx, types.NamespacedName{Name: e.nc.Name}, nc); err != nil {
-		e.t.Fatal(err)
-	}
-	if !nc.StatusConditions().Root().IsTrue() {
-		e.t.Fatalf("nodeclass not ready: %+v", nc.Status.Conditions)
-	}
-	e.nc = nc
-}
-
-func (e *env) nodeClaim(reqs ...karpv1.NodeSelectorRequirementWithMinValues) *karpv1.NodeClaim {
-	e.count++
-	nc := &karpv1.NodeClaim{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:   "claim-" + strings.ToLower(strings.ReplaceAll(e.t.Name(), "/", "-")) + "-" + string(rune('a'+e.count)),
-			Labels: map[string]string{karpv1.NodePoolLabelKey: "default"},
-		},
-		Spec: karpv1.NodeClaimSpec{
-			NodeClassRef: &karpv1.NodeClassReference{Group: v1alpha1.SchemeGroupVersion.Group, Kind: "ScalewayElasticMetalNodeClass", Name: e.nc.Name},
-			Requirements: append([]karpv1.NodeSelectorRequirementWithMinValues{
-				{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"amd64"}},
-			}, reqs...),
-		},
-	}
-	if err := e.kube.Create(e.ctx, nc); err != nil {
-		e.t.Fatal(err)
-	}
-	return nc
-}
-
-// waitNode waits for the simulated kubelet to register the node of providerID.
-func (e *env) waitNode(providerID string) *corev1.Node {
-	e.t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		nodes := &corev1.NodeList{}
-		if err := e.kube.List(e.ctx, nodes); err != nil {
-			e.t.Fatal(err)
-		}
-		for i := range nodes.Items {
-			if nodes.Items[i].Spec.ProviderID == providerID {
-				return &nodes.Items[i]
-			}
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	e.t.Fatalf("no node registered with provider ID %s", providerID)
-	return nil
-}
 
 func (e *env) instanceTypes() []*cloudprovider.InstanceType {
 	e.t.Helper()
@@ -178,30 +39,36 @@ func (e *env) instanceTypes() []*cloudprovider.InstanceType {
 	return its
 }
 
-func (e *env) creates(claim string) int {
-	return e.w.Sim.CreatesByTag(scaleway.TagNodeClaim)[claim]
-}
-
-func TestCreateRegistersMatchingNodeAndDeleteReleasesIt(t *testing.T) {
+// Create returns as soon as the server is ordered, with everything Karpenter
+// needs; the install then runs in the install controller and the node joins.
+func TestCreateReturnsAtOnceThenTheNodeJoinsAndDeleteReleasesIt(t *testing.T) {
 	e := startEnv(t, nil)
 	claim := e.nodeClaim()
-	got, err := e.p.CloudProvider.Create(e.ctx, claim)
-	if err != nil {
-		t.Fatalf("Create: %v", err)
-	}
+	// Delivery is held until Create has returned: a Create that waited for
+	// it would never return.
+	hold := e.w.Sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStuck, Tag: scaleway.Tag(scaleway.TagNodeClaim, claim.Name), State: "delivering"})
+	got := e.launch(claim)
 	zone, id, err := scaleway.ParseProviderID(got.Status.ProviderID)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if srv, _ := e.w.Sim.Server(id); srv.Status != "delivering" {
+		t.Fatalf("server %s while delivery is held", srv.Status)
+	}
+	e.w.Sim.RemoveFault(hold)
 	if got.Labels[corev1.LabelInstanceTypeStable] == "" || got.Labels[corev1.LabelTopologyZone] != string(zone) ||
 		got.Labels[catalog.LabelBillingPeriod] != string(catalog.BillingHourly) {
 		t.Errorf("hydrated labels incomplete: %v", got.Labels)
 	}
-	if got.Annotations[v1alpha1.AnnotationImageSHA256] != e.nc.Status.Image.RawSHA256 {
-		t.Errorf("image annotation %q, nodeclass image %q", got.Annotations[v1alpha1.AnnotationImageSHA256], e.nc.Status.Image.RawSHA256)
-	}
 	if got.Status.Allocatable.Cpu().IsZero() {
 		t.Errorf("no allocatable cpu: %v", got.Status.Allocatable)
+	}
+	if _, ok := got.Annotations[v1alpha1.AnnotationImageSHA256]; ok {
+		t.Errorf("Create claims an image before anything was written: %v", got.Annotations)
+	}
+	// Mid-install, Get and List show the claim launched, without a node.
+	if mid, err := e.p.CloudProvider.Get(e.ctx, got.Status.ProviderID); err != nil || mid.Name != claim.Name {
+		t.Fatalf("Get mid-install = %v, %v", mid, err)
 	}
 	node := e.waitNode(got.Status.ProviderID)
 	if node.Name != claim.Name {
@@ -217,9 +84,13 @@ func TestCreateRegistersMatchingNodeAndDeleteReleasesIt(t *testing.T) {
 	if node.Labels[karpv1.NodePoolLabelKey] != "default" {
 		t.Errorf("node labels %v lack the nodepool", node.Labels)
 	}
-	srv, ok := e.w.Sim.Server(id)
-	if !ok || !scaleway.HasTags(srv.Tags, scaleway.Tag(scaleway.TagPhase, string(install.PhaseJoined))) {
-		t.Fatalf("server %s not tagged joined", id)
+	e.waitPhase(claim.Name, install.PhaseJoined)
+	// What was written is on the NodeClaim.
+	if have := e.claim(claim.Name).Annotations[v1alpha1.AnnotationImageSHA256]; have != e.nc.Status.Image.RawSHA256 {
+		t.Errorf("image annotation %q, written image %q", have, e.nc.Status.Image.RawSHA256)
+	}
+	if evs := e.events.find(claim.Name, "InstallImaging"); len(evs) == 0 {
+		t.Error("no InstallImaging event on the nodeclaim")
 	}
 	if n := e.creates(claim.Name); n != 1 {
 		t.Errorf("%d orders for one nodeclaim", n)
@@ -228,25 +99,12 @@ func TestCreateRegistersMatchingNodeAndDeleteReleasesIt(t *testing.T) {
 	if err != nil || len(list) != 1 || list[0].Status.ProviderID != got.Status.ProviderID {
 		t.Fatalf("List = %v, %v", list, err)
 	}
-
-	claim.Status.ProviderID = got.Status.ProviderID
-	if err := e.p.CloudProvider.Delete(e.ctx, claim); err != nil {
-		t.Fatalf("Delete: %v", err)
-	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		err := e.p.CloudProvider.Delete(e.ctx, claim)
-		if cloudprovider.IsNodeClaimNotFoundError(err) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server still there after a minute: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	e.register(claim.Name)
+	e.deleteClaim(claim)
 	if _, err := e.p.CloudProvider.Get(e.ctx, got.Status.ProviderID); !cloudprovider.IsNodeClaimNotFoundError(err) {
 		t.Errorf("Get after delete: %v, want NodeClaimNotFound", err)
 	}
+	e.assertNoDuplicatesNorLeaks()
 }
 
 // A controller restart in any phase resumes the same server: never a second order.
@@ -255,23 +113,15 @@ func TestRestartInEachPhaseResumesWithoutReordering(t *testing.T) {
 	for _, phase := range []install.Phase{install.PhaseOrdered, install.PhaseRescue, install.PhaseImaging, install.PhaseBooting} {
 		t.Run(string(phase), func(t *testing.T) {
 			claim := e.nodeClaim()
-			ctx, cancel := context.WithCancel(e.ctx)
-			done := make(chan error, 1)
-			go func() { _, err := e.p.CloudProvider.Create(ctx, claim); done <- err }()
+			got := e.launch(claim)
 			// "Kill" the controller as soon as the server is in the phase.
-			deadline := time.Now().Add(time.Minute)
-			for !serverInPhase(e.w.Sim, claim.Name, phase) {
-				if time.Now().After(deadline) {
-					t.Fatalf("server of %s never reached phase %s", claim.Name, phase)
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-			cancel()
-			<-done
+			e.waitPhase(claim.Name, phase)
 			e.p = e.newProvider()
-			got, err := e.p.CloudProvider.Create(e.ctx, claim)
-			if err != nil {
-				t.Fatalf("Create after restart in %s: %v", phase, err)
+			// Core calls Create again only if it had not recorded the answer;
+			// either way the same server comes back.
+			again, err := e.p.CloudProvider.Create(e.ctx, claim)
+			if err != nil || again.Status.ProviderID != got.Status.ProviderID {
+				t.Fatalf("Create after restart in %s = %v, %v", phase, again, err)
 			}
 			e.waitNode(got.Status.ProviderID)
 			if n := e.creates(claim.Name); n != 1 {
@@ -279,15 +129,7 @@ func TestRestartInEachPhaseResumesWithoutReordering(t *testing.T) {
 			}
 		})
 	}
-}
-
-func serverInPhase(sim *scwsim.Sim, claim string, phase install.Phase) bool {
-	for _, s := range sim.Servers() {
-		if scaleway.HasTags(s.Tags, scaleway.Tag(scaleway.TagNodeClaim, claim), scaleway.Tag(scaleway.TagPhase, string(phase))) {
-			return true
-		}
-	}
-	return false
+	e.assertNoDuplicatesNorLeaks()
 }
 
 func TestOutOfStockFallsBackToAnotherOffer(t *testing.T) {
@@ -341,39 +183,36 @@ func TestQuotaEverywhereIsInsufficientCapacity(t *testing.T) {
 	}
 }
 
+// assertInstallFailed: the install failed for good, said why on the
+// NodeClaim (InstallFailed naming want), deleted the NodeClaim and released
+// the server.
+func (e *env) assertInstallFailed(claim string, want ...string) {
+	e.t.Helper()
+	e.eventually("the nodeclaim of the failed install deleted", func() bool { return e.claimGone(claim) })
+	evs := e.events.find(claim, "InstallFailed")
+	if len(evs) == 0 {
+		e.t.Fatalf("no InstallFailed event on %s", claim)
+	}
+	for _, w := range want {
+		if !strings.Contains(evs[0].Message, w) {
+			e.t.Errorf("InstallFailed %q does not say %q", evs[0].Message, w)
+		}
+	}
+	e.waitReleased(claim)
+}
+
 // A corrupt object in the bucket: em-imager refuses it, the server is released.
 func TestImageDigestMismatchReleasesServer(t *testing.T) {
 	e := startEnv(t, nil)
 	corruptPublishedImages(t, e)
 	e.p.Images.Invalidate()
 	claim := e.nodeClaim()
-	_, err := e.p.CloudProvider.Create(e.ctx, claim)
-	var ce *cloudprovider.CreateError
-	if err == nil || !errors.As(err, &ce) || ce.ConditionReason != "InstallFailed" {
-		t.Fatalf("Create = %v, want a CreateError InstallFailed", err)
+	e.launch(claim)
+	e.assertInstallFailed(claim.Name, "imaging", "released")
+	if msg := e.events.find(claim.Name, "InstallFailed")[0].Message; !strings.Contains(msg, "digest_mismatch") && !strings.Contains(msg, "corrupt_input") {
+		t.Errorf("the event does not say what em-imager found: %s", msg)
 	}
-	if !strings.Contains(err.Error(), "digest_mismatch") && !strings.Contains(err.Error(), "corrupt_input") {
-		t.Errorf("error does not say what em-imager found: %v", err)
-	}
-	waitReleased(t, e, claim.Name)
-}
-
-func waitReleased(t *testing.T, e *env, claim string) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		live := 0
-		for _, s := range e.w.Sim.Servers() {
-			if scaleway.HasTags(s.Tags, scaleway.Tag(scaleway.TagNodeClaim, claim)) && s.Status != string(baremetal.ServerStatusDeleting) {
-				live++
-			}
-		}
-		if live == 0 {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("the server of %s was not released", claim)
+	e.assertNoDuplicatesNorLeaks()
 }
 
 // Rescue that never answers SSH: the phase times out and the server is released.
@@ -383,11 +222,9 @@ func TestRescueSSHNeverUpReleasesServer(t *testing.T) {
 	e.opts.RescueTimeout = 3 * time.Second
 	e.p = e.newProvider()
 	claim := e.nodeClaim()
-	_, err := e.p.CloudProvider.Create(e.ctx, claim)
-	if err == nil || !strings.Contains(err.Error(), "rescue") {
-		t.Fatalf("Create = %v, want a rescue failure", err)
-	}
-	waitReleased(t, e, claim.Name)
+	e.launch(claim)
+	e.assertInstallFailed(claim.Name, "phase rescue", "rescue SSH")
+	e.assertNoDuplicatesNorLeaks()
 }
 
 // A disk that never boots Talos (no API): the boot phase times out, released.
@@ -397,36 +234,26 @@ func TestTalosAPINeverUpReleasesServer(t *testing.T) {
 	e.opts.BootTimeout = 3 * time.Second
 	e.p = e.newProvider()
 	claim := e.nodeClaim()
-	_, err := e.p.CloudProvider.Create(e.ctx, claim)
-	if err == nil || !strings.Contains(err.Error(), "Talos API") {
-		t.Fatalf("Create = %v, want a Talos API failure", err)
-	}
-	waitReleased(t, e, claim.Name)
+	e.launch(claim)
+	e.assertInstallFailed(claim.Name, "phase booting", "Talos API")
+	e.assertNoDuplicatesNorLeaks()
 }
 
-func TestDeleteWhileCreateInFlight(t *testing.T) {
+// Delete during an install stops it and releases the server.
+func TestDeleteDuringInstall(t *testing.T) {
 	e := startEnv(t, nil)
 	claim := e.nodeClaim()
-	done := make(chan error, 1)
-	go func() { _, err := e.p.CloudProvider.Create(e.ctx, claim); done <- err }()
-	deadline := time.Now().Add(time.Minute)
-	for !serverInPhase(e.w.Sim, claim.Name, install.PhaseImaging) {
-		if time.Now().After(deadline) {
-			t.Fatal("never reached imaging")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	// The NodeClaim has no provider ID yet: Delete finds the server by its tag.
-	if err := e.p.CloudProvider.Delete(e.ctx, claim); err != nil {
-		t.Fatalf("Delete during Create: %v", err)
-	}
-	if err := <-done; err == nil {
-		t.Fatal("Create succeeded although its NodeClaim was deleted")
-	}
-	waitReleased(t, e, claim.Name)
+	e.launch(claim)
+	e.waitPhase(claim.Name, install.PhaseImaging)
+	e.deleteClaim(claim)
+	e.waitReleased(claim.Name)
 	if n := e.creates(claim.Name); n != 1 {
 		t.Errorf("%d orders", n)
 	}
+	if e.p.Installs.Running() != 0 {
+		t.Errorf("%d installs still running after Delete", e.p.Installs.Running())
+	}
+	e.assertNoDuplicatesNorLeaks()
 }
 
 // List must fail, not return fewer nodes, when the API fails: Karpenter's
@@ -452,25 +279,23 @@ func TestListErrorIsAnErrorNotAnEmptyList(t *testing.T) {
 func TestDriftOnNewImageAndNodeClassChange(t *testing.T) {
 	e := startEnv(t, nil)
 	claim := e.nodeClaim()
-	got, err := e.p.CloudProvider.Create(e.ctx, claim)
-	if err != nil {
-		t.Fatal(err)
+	got := e.launch(claim)
+	// Mid-install, a claim is never drifted.
+	if r, err := e.p.CloudProvider.IsDrifted(e.ctx, e.claim(claim.Name)); err != nil || r != "" {
+		t.Fatalf("a claim mid-install drifted: %q, %v", r, err)
 	}
-	claim.Annotations = got.Annotations
-	if r, err := e.p.CloudProvider.IsDrifted(e.ctx, claim); err != nil || r != "" {
+	e.waitNode(got.Status.ProviderID)
+	e.waitPhase(claim.Name, install.PhaseJoined)
+	e.register(claim.Name)
+	if r, err := e.p.CloudProvider.IsDrifted(e.ctx, e.claim(claim.Name)); err != nil || r != "" {
 		t.Fatalf("fresh node drifted: %q, %v", r, err)
 	}
 	// A new Talos version published and named by the NodeClass.
 	if _, err := e.w.PublishImage(e.ctx, "v1.12.9"); err != nil {
 		t.Fatal(err)
 	}
-	nc := e.nc.DeepCopy()
-	nc.Spec.Image.TalosVersion = "v1.12.9"
-	if err := e.kube.Update(e.ctx, nc); err != nil {
-		t.Fatal(err)
-	}
-	e.reconcileNodeClass()
-	r, err := e.p.CloudProvider.IsDrifted(e.ctx, claim)
+	e.updateNodeClass(func(nc *v1alpha1.ScalewayElasticMetalNodeClass) { nc.Spec.Image.TalosVersion = "v1.12.9" })
+	r, err := e.p.CloudProvider.IsDrifted(e.ctx, e.claim(claim.Name))
 	if err != nil || (r != cp.DriftNodeClass && r != cp.DriftImage) {
 		t.Fatalf("IsDrifted after a new image = %q, %v", r, err)
 	}
@@ -481,32 +306,28 @@ func TestDriftOnNewImageAndNodeClassChange(t *testing.T) {
 func TestGarbageCollectionReleasesLeakedServersOnly(t *testing.T) {
 	e := startEnv(t, nil)
 	kept := e.nodeClaim()
-	got, err := e.p.CloudProvider.Create(e.ctx, kept)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := e.launch(kept)
 	leaked := e.nodeClaim()
-	done := make(chan error, 1)
-	ctx, cancel := context.WithCancel(e.ctx)
-	go func() { _, err := e.p.CloudProvider.Create(ctx, leaked); done <- err }()
-	for !serverInPhase(e.w.Sim, leaked.Name, install.PhaseRescue) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	cancel()
-	<-done
-	if err := e.kube.Delete(e.ctx, leaked); err != nil {
+	e.launch(leaked)
+	e.waitPhase(leaked.Name, install.PhaseRescue)
+	// The NodeClaim vanishes without Delete (its finalizer removed by hand).
+	if err := e.kube.Delete(e.ctx, e.claim(leaked.Name)); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(e.opts.GCGracePeriod)
 	gc := e.p.GarbageCollection
 	gc.Clock = clock.RealClock{}
-	if _, err := gc.Reconcile(e.ctx); err != nil {
-		t.Fatal(err)
-	}
-	waitReleased(t, e, leaked.Name)
+	e.eventually("the leaked server released", func() bool {
+		if _, err := gc.Reconcile(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+		_, ok := e.serverOf(leaked.Name)
+		return !ok
+	})
 	if _, err := e.p.CloudProvider.Get(e.ctx, got.Status.ProviderID); err != nil {
 		t.Fatalf("the healthy node's server was collected: %v", err)
 	}
+	e.assertNoDuplicatesNorLeaks()
 }
 
 // closedPort is a port nothing listens on.
@@ -627,17 +448,11 @@ func TestNodeClassNotReadyReasons(t *testing.T) {
 // collection deletes once the NodeClaim registered.
 func TestPerNodeClaimBootstrapToken(t *testing.T) {
 	e := startEnv(t, nil)
-	nc := e.nc.DeepCopy()
-	nc.Spec.Talos.BootstrapToken = v1alpha1.BootstrapTokenPerNodeClaim
-	if err := e.kube.Update(e.ctx, nc); err != nil {
-		t.Fatal(err)
-	}
-	e.reconcileNodeClass()
+	e.updateNodeClass(func(nc *v1alpha1.ScalewayElasticMetalNodeClass) {
+		nc.Spec.Talos.BootstrapToken = v1alpha1.BootstrapTokenPerNodeClaim
+	})
 	claim := e.nodeClaim()
-	got, err := e.p.CloudProvider.Create(e.ctx, claim)
-	if err != nil {
-		t.Fatalf("Create: %v", err)
-	}
+	got := e.launch(claim)
 	e.waitNode(got.Status.ProviderID)
 	tokens := func() []corev1.Secret {
 		list := &corev1.SecretList{}
@@ -658,11 +473,7 @@ func TestPerNodeClaimBootstrapToken(t *testing.T) {
 	if len(tokens()) != 1 {
 		t.Fatal("token deleted before the node registered")
 	}
-	stored := claim.DeepCopy()
-	claim.StatusConditions().SetTrue(karpv1.ConditionTypeRegistered)
-	if err := e.kube.Status().Patch(e.ctx, claim, client.MergeFrom(stored)); err != nil {
-		t.Fatal(err)
-	}
+	e.register(claim.Name)
 	if _, err := e.p.GarbageCollection.Reconcile(e.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -671,28 +482,28 @@ func TestPerNodeClaimBootstrapToken(t *testing.T) {
 	}
 }
 
-// A monthly server deleted before its minimum lifetime is kept as a spare and
-// taken by the next NodeClaim of the same offer instead of a new order.
+// A monthly server deleted while it is paid for is kept as a spare (by
+// default: minimumLifetime unset means the paid month) and taken by the next
+// NodeClaim of the same offer instead of a new order. Its rescue shows a new
+// host key at each boot, as a real one does.
 func TestMonthlyServerIsKeptAsSpareAndReused(t *testing.T) {
 	e := startEnv(t, nil)
-	nc := e.nc.DeepCopy()
-	nc.Spec.Billing.Periods = []string{"monthly"}
-	nc.Spec.Billing.MinimumLifetime = &metav1.Duration{Duration: time.Hour}
-	if err := e.kube.Update(e.ctx, nc); err != nil {
-		t.Fatal(err)
-	}
-	e.reconcileNodeClass()
+	e.updateNodeClass(func(nc *v1alpha1.ScalewayElasticMetalNodeClass) { nc.Spec.Billing.Periods = []string{"monthly"} })
 	monthly := karpv1.NodeSelectorRequirementWithMinValues{Key: catalog.LabelBillingPeriod, Operator: corev1.NodeSelectorOpIn, Values: []string{"monthly"}}
 	first := e.nodeClaim(monthly)
-	got, err := e.p.CloudProvider.Create(e.ctx, first)
-	if err != nil {
-		t.Fatalf("Create: %v", err)
-	}
+	got := e.launch(first)
 	if got.Labels[catalog.LabelBillingPeriod] != "monthly" {
 		t.Fatalf("billing period label %q", got.Labels[catalog.LabelBillingPeriod])
 	}
-	first.Status.ProviderID = got.Status.ProviderID
-	if err := e.p.CloudProvider.Delete(e.ctx, first); !cloudprovider.IsNodeClaimNotFoundError(err) {
+	e.waitNode(got.Status.ProviderID)
+	e.waitPhase(first.Name, install.PhaseJoined)
+	// Item 8: a resumed monthly server is labelled monthly.
+	if resumed, err := e.p.CloudProvider.Create(e.ctx, first); err != nil || resumed.Labels[catalog.LabelBillingPeriod] != "monthly" {
+		t.Fatalf("resumed monthly server: %v, %v", resumed, err)
+	}
+	e.register(first.Name)
+	firstClaim := e.claim(first.Name)
+	if err := e.p.CloudProvider.Delete(e.ctx, firstClaim); !cloudprovider.IsNodeClaimNotFoundError(err) {
 		t.Fatalf("Delete of a young monthly server = %v, want NodeClaimNotFound (kept as spare)", err)
 	}
 	_, id, _ := scaleway.ParseProviderID(got.Status.ProviderID)
@@ -709,12 +520,12 @@ func TestMonthlyServerIsKeptAsSpareAndReused(t *testing.T) {
 	if err := e.kube.Delete(e.ctx, old); err != nil {
 		t.Fatal(err)
 	}
+	if err := e.kube.Delete(e.ctx, e.claim(first.Name)); err != nil {
+		t.Fatal(err)
+	}
 	second := e.nodeClaim(monthly, karpv1.NodeSelectorRequirementWithMinValues{
 		Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: []string{got.Labels[corev1.LabelInstanceTypeStable]}})
-	again, err := e.p.CloudProvider.Create(e.ctx, second)
-	if err != nil {
-		t.Fatalf("Create reusing the spare: %v", err)
-	}
+	again := e.launch(second)
 	if again.Status.ProviderID != got.Status.ProviderID {
 		t.Fatalf("ordered %s instead of reusing spare %s", again.Status.ProviderID, got.Status.ProviderID)
 	}
@@ -724,4 +535,18 @@ func TestMonthlyServerIsKeptAsSpareAndReused(t *testing.T) {
 	if node := e.waitNode(again.Status.ProviderID); node.Name != second.Name {
 		t.Fatalf("reused server registered as %q, want %q", node.Name, second.Name)
 	}
+	if errs := e.events.find(second.Name, "InstallFailed"); len(errs) != 0 {
+		t.Fatalf("the spare's install failed: %s", errs[0].Message)
+	}
+	// Item 7: core calls Delete again for the first (registered) claim: it
+	// must leave the server the second claim took alone.
+	rebootsBefore := len(e.w.Sim.History(id))
+	if err := e.p.CloudProvider.Delete(e.ctx, firstClaim); !cloudprovider.IsNodeClaimNotFoundError(err) {
+		t.Fatalf("a second Delete of the first claim = %v, want NodeClaimNotFound", err)
+	}
+	srv, _ = e.w.Sim.Server(id)
+	if !scaleway.HasTags(srv.Tags, scaleway.Tag(scaleway.TagNodeClaim, second.Name)) || len(e.w.Sim.History(id)) != rebootsBefore {
+		t.Fatalf("the second Delete of the first claim touched the second claim's server: %v, history %v", srv.Tags, e.w.Sim.History(id))
+	}
+	e.assertNoDuplicatesNorLeaks()
 }

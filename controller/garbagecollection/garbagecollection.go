@@ -1,8 +1,12 @@
-// Package garbagecollection releases servers this cluster pays for but no
-// NodeClaim uses: orders whose NodeClaim is gone (a crash between ordering and
-// recording, a Delete that never ran), duplicates, and monthly spares whose
-// minimum lifetime has passed. Karpenter core's own garbage collection covers
-// the opposite case (NodeClaims whose server is gone).
+// Package garbagecollection ends what this cluster pays for but no NodeClaim
+// uses: orders whose NodeClaim is gone (a crash between ordering and
+// recording, a NodeClaim deleted while its order was in flight), duplicates,
+// servers with no NodeClaim tag, and spares whose paid time runs out. Every
+// zone the cluster has servers in is swept (package inventory), and every
+// server goes through the one spare policy (package spare): a monthly server
+// is kept as a spare while it is paid for, the others are released. Karpenter
+// core's own garbage collection covers the opposite case (NodeClaims whose
+// server is gone).
 package garbagecollection
 
 import (
@@ -16,7 +20,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
-	"github.com/scaleway/scaleway-sdk-go/scw"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	controllerruntime "sigs.k8s.io/controller-runtime"
@@ -28,6 +31,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/bootstraptoken"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 )
 
 // Reasons a server is collected (the metric's label).
@@ -39,19 +43,14 @@ const (
 	ReasonSpareOrphaned = "spare_without_nodeclass"
 )
 
-// API is what the collector needs of the Scaleway API layer.
-type API interface {
-	ListServers(ctx context.Context, zone scw.Zone, tags []string) ([]*baremetal.Server, error)
-	DeleteServer(ctx context.Context, zone scw.Zone, id string) (*baremetal.Server, error)
-}
-
 // Controller is a singleton that sweeps every Interval.
 type Controller struct {
-	Kube        client.Client
-	API         API
-	ClusterName string
-	// Zones to sweep.
-	Zones func(ctx context.Context) ([]string, error)
+	Kube client.Client
+	// Servers lists every server of the cluster in every zone it has
+	// servers in (inventory.Servers); a failure stops the sweep.
+	Servers func(ctx context.Context) ([]*baremetal.Server, error)
+	// Spares ends a server's use under the spare policy.
+	Spares *spare.Keeper
 	// GracePeriod protects a server ordered moments ago whose NodeClaim the
 	// cache has not shown yet, or whose NodeClaim is being created.
 	GracePeriod time.Duration
@@ -78,10 +77,6 @@ func NewCollectedCounter(reg prometheus.Registerer) *prometheus.CounterVec {
 
 // Reconcile sweeps once.
 func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
-	zones, err := c.Zones(ctx)
-	if err != nil {
-		return reconciler.Result{}, err
-	}
 	claims := &karpv1.NodeClaimList{}
 	if err := c.Kube.List(ctx, claims); err != nil {
 		return reconciler.Result{}, err
@@ -96,21 +91,25 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 			errs = append(errs, err)
 		}
 	}
-	for _, z := range zones {
-		srvs, err := c.API.ListServers(ctx, scw.Zone(z), []string{scaleway.Tag(scaleway.TagManagedBy, c.ClusterName)})
+	srvs, err := c.Servers(ctx)
+	if err != nil {
+		// Never act on a partial view.
+		return reconciler.Result{}, err
+	}
+	for _, v := range c.collectable(ctx, srvs, byName) {
+		outcome, d, err := c.Spares.Release(ctx, v.srv.Zone, v.srv.ID, "", v.nc)
 		if err != nil {
-			// Never act on a partial view.
-			return reconciler.Result{}, fmt.Errorf("listing servers in %s: %w", z, err)
+			errs = append(errs, err)
+			continue
 		}
-		for _, s := range c.collectable(ctx, srvs, byName) {
-			c.Log.Info("releasing leaked server", "server", s.srv.ID, "zone", z, "name", s.srv.Name, "offer", s.srv.OfferName, "reason", s.reason, "detail", s.detail)
-			if _, err := c.API.DeleteServer(ctx, s.srv.Zone, s.srv.ID); err != nil && !scaleway.IsNotFound(err) {
-				errs = append(errs, fmt.Errorf("releasing server %s: %w", s.srv.ID, err))
-				continue
-			}
+		switch outcome {
+		case spare.Released:
+			c.Log.Info("released leaked server", "server", v.srv.ID, "zone", string(v.srv.Zone), "name", v.srv.Name, "offer", v.srv.OfferName, "reason", v.reason, "detail", v.detail, "policy", d.Reason)
 			if c.Collected != nil {
-				c.Collected.WithLabelValues(s.reason).Inc()
+				c.Collected.WithLabelValues(v.reason).Inc()
 			}
+		case spare.Kept:
+			c.Log.Info("kept a server no nodeclaim uses as a spare", "server", v.srv.ID, "zone", string(v.srv.Zone), "offer", v.srv.OfferName, "reason", v.reason, "detail", v.detail, "policy", d.Reason)
 		}
 	}
 	interval := c.Interval
@@ -146,6 +145,7 @@ func (c *Controller) perNodeClaimTokens(ctx context.Context) func(*karpv1.NodeCl
 
 type victim struct {
 	srv    *baremetal.Server
+	nc     *v1alpha1.ScalewayElasticMetalNodeClass // its NodeClass; nil when gone
 	reason string
 	detail string
 }
@@ -154,7 +154,7 @@ func (c *Controller) collectable(ctx context.Context, srvs []*baremetal.Server, 
 	now := c.Clock.Now()
 	var out []victim
 	// Duplicates: several live servers for one NodeClaim; keep the one the
-	// NodeClaim points at (or the oldest), release the others.
+	// NodeClaim points at (or the oldest), end the others.
 	perClaim := map[string][]*baremetal.Server{}
 	for _, s := range srvs {
 		if s.Status == baremetal.ServerStatusDeleting {
@@ -164,19 +164,26 @@ func (c *Controller) collectable(ctx context.Context, srvs []*baremetal.Server, 
 			continue
 		}
 		tags := scaleway.ParseTags(s.Tags)
+		nc, known := c.nodeClass(ctx, tags[scaleway.TagNodeClass])
+		if !known {
+			continue // cannot tell which policy applies now; next sweep
+		}
 		if install.Phase(tags[scaleway.TagPhase]) == install.PhaseSpare {
-			if v, ok := c.spareExpired(ctx, s, tags, now); ok {
-				out = append(out, v)
+			switch {
+			case nc == nil:
+				out = append(out, victim{s, nil, ReasonSpareOrphaned, "its nodeclass " + tags[scaleway.TagNodeClass] + " is gone"})
+			case !spare.Decide(c.Spares.Offers, s, nc, now).Keep:
+				out = append(out, victim{s, nc, ReasonSpareExpired, "its paid period ends"})
 			}
 			continue
 		}
 		name := tags[scaleway.TagNodeClaim]
 		if name == "" {
-			out = append(out, victim{s, ReasonUntagged, "managed by this cluster but tagged for no nodeclaim"})
+			out = append(out, victim{s, nc, ReasonUntagged, "managed by this cluster but tagged for no nodeclaim"})
 			continue
 		}
 		if _, ok := claims[name]; !ok {
-			out = append(out, victim{s, ReasonNoNodeClaim, "nodeclaim " + name + " does not exist"})
+			out = append(out, victim{s, nc, ReasonNoNodeClaim, "nodeclaim " + name + " does not exist"})
 			continue
 		}
 		perClaim[name] = append(perClaim[name], s)
@@ -195,26 +202,27 @@ func (c *Controller) collectable(ctx context.Context, srvs []*baremetal.Server, 
 		}
 		for _, s := range list {
 			if s != keep {
-				out = append(out, victim{s, ReasonDuplicate, fmt.Sprintf("nodeclaim %s uses server %s", name, keep.ID)})
+				nc, _ := c.nodeClass(ctx, scaleway.ParseTags(s.Tags)[scaleway.TagNodeClass])
+				out = append(out, victim{s, nc, ReasonDuplicate, fmt.Sprintf("nodeclaim %s uses server %s", name, keep.ID)})
 			}
 		}
 	}
 	return out
 }
 
-func (c *Controller) spareExpired(ctx context.Context, s *baremetal.Server, tags scaleway.Tags, now time.Time) (victim, bool) {
-	nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
-	if err := c.Kube.Get(ctx, types.NamespacedName{Name: tags[scaleway.TagNodeClass]}, nc); err != nil {
+// nodeClass reads a server's NodeClass; known is false when it cannot be read.
+func (c *Controller) nodeClass(ctx context.Context, name string) (nc *v1alpha1.ScalewayElasticMetalNodeClass, known bool) {
+	if name == "" {
+		return nil, true
+	}
+	nc = &v1alpha1.ScalewayElasticMetalNodeClass{}
+	if err := c.Kube.Get(ctx, types.NamespacedName{Name: name}, nc); err != nil {
 		if client.IgnoreNotFound(err) == nil {
-			return victim{s, ReasonSpareOrphaned, "its nodeclass " + tags[scaleway.TagNodeClass] + " is gone"}, true
+			return nil, true
 		}
-		return victim{}, false
+		return nil, false
 	}
-	lifetime := nc.Spec.Billing.MinimumLifetime
-	if lifetime == nil || s.CreatedAt == nil || now.After(s.CreatedAt.Add(lifetime.Duration)) {
-		return victim{s, ReasonSpareExpired, "its minimum lifetime has passed"}, true
-	}
-	return victim{}, false
+	return nc, true
 }
 
 func created(s *baremetal.Server) time.Time {

@@ -17,14 +17,20 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/inventory"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/simapi"
 )
 
 const zone = scw.Zone("fr-par-2")
 
 type fixture struct {
+	inv *inventory.Inventory
 	api *scaleway.Client
 	sim *scwsim.Sim
 	gc  *Controller
@@ -32,30 +38,20 @@ type fixture struct {
 }
 
 func setup(t *testing.T, objs ...client.Object) *fixture {
-	opts, err := scwsim.Profile("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim := scwsim.New(opts)
-	url, err := sim.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sim.Close)
-	api, err := scaleway.New(scaleway.Config{
-		AccessKey: "SCWSIMULATED00000000", SecretKey: sim.SecretKey(), ProjectID: opts.ProjectID,
-		OrganizationID: opts.OrganizationID, APIURL: url, DefaultZone: zone,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sim, api := simapi.Start(t, zone)
 	// Karpenter's and our types register with client-go's scheme.
 	_ = v1alpha1.SchemeGroupVersion
 	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(objs...).Build()
 	clk := clocktesting.NewFakeClock(time.Now())
-	return &fixture{api: api, sim: sim, clk: clk, gc: &Controller{
-		Kube: kube, API: api, ClusterName: "c1", GracePeriod: 10 * time.Minute, Clock: clk, Log: testr.New(t),
-		Zones:     func(context.Context) ([]string, error) { return []string{string(zone)}, nil },
+	inv := &inventory.Inventory{API: api, Kube: kube, ClusterName: "c1", DefaultZone: string(zone), Log: testr.New(t)}
+	cat := catalog.New(catalog.Options{Client: api.SDK(), Zones: []scw.Zone{zone}})
+	if err := cat.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	keeper := &spare.Keeper{API: api, Offers: cat, Rescue: &rescue.Dialer{}, ClusterName: "c1", Clock: clk, Log: testr.New(t),
+		Keys: func(context.Context) ([]string, error) { return nil, nil }}
+	return &fixture{inv: inv, api: api, sim: sim, clk: clk, gc: &Controller{
+		Kube: kube, Servers: inv.Servers, Spares: keeper, GracePeriod: 10 * time.Minute, Clock: clk, Log: testr.New(t),
 		Collected: NewCollectedCounter(prometheus.NewRegistry()),
 	}}
 }
@@ -158,5 +154,90 @@ func TestListFailureCollectsNothing(t *testing.T) {
 	}
 	if !f.live(t)[orphan.ID] {
 		t.Fatal("collected while the list failed")
+	}
+}
+
+func (f *fixture) orderIn(t *testing.T, z scw.Zone, period string, tags ...string) *baremetal.Server {
+	t.Helper()
+	name := "EM-A116X-SSD"
+	if period == "monthly" {
+		name = "EM-A115X-SSD" // the cheapest offer sold monthly
+	}
+	offerID, ok := f.sim.OfferID(string(z), name, period)
+	if !ok {
+		t.Fatalf("no %s %s offer in %s", name, period, z)
+	}
+	tags = append([]string{scaleway.Tag(scaleway.TagManagedBy, "c1")}, tags...)
+	srv, _, err := f.api.CreateServer(context.Background(), scaleway.CreateServerRequest{
+		Zone: z, OfferID: offerID, Name: "n", Tags: tags, IdempotencyTag: tags[len(tags)-1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv
+}
+
+func nodeClassNamed(name string, zones ...string) *v1alpha1.ScalewayElasticMetalNodeClass {
+	nc := &v1alpha1.ScalewayElasticMetalNodeClass{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	nc.Spec.Zones = zones
+	return nc
+}
+
+// A monthly server no NodeClaim uses is paid for the month: the collector
+// keeps it as a spare, and releases it only when its paid time runs out.
+func TestMonthlyServerWithoutNodeClaimIsKeptAsSpareUntilItsMonthEnds(t *testing.T) {
+	f := setup(t, nodeClassNamed("nc"))
+	srv := f.orderIn(t, zone, "monthly", scaleway.Tag(scaleway.TagNodeClass, "nc"), scaleway.Tag(scaleway.TagNodeClaim, "gone"))
+	f.clk.Step(11 * time.Minute)
+	if _, err := f.gc.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got, ok := f.sim.Server(srv.ID)
+	if !ok || got.Status == string(baremetal.ServerStatusDeleting) {
+		t.Fatal("a monthly server paid for the month was released")
+	}
+	if !scaleway.HasTags(got.Tags, scaleway.Tag(scaleway.TagPhase, "spare")) || scaleway.ParseTags(got.Tags)[scaleway.TagNodeClaim] != "" {
+		t.Fatalf("the monthly server was not kept as a spare: %v", got.Tags)
+	}
+	// Later sweeps in the same month leave the spare alone...
+	f.clk.Step(24 * time.Hour)
+	if _, err := f.gc.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !f.live(t)[srv.ID] {
+		t.Fatal("a spare was released in the month it is paid for")
+	}
+	// ...and release it before the subscription renews (sweeps come every
+	// few minutes; the last one in the renewal margin releases it).
+	f.clk.Step(spare.Month - 24*time.Hour - 11*time.Minute - spare.RenewalMargin/2)
+	if _, err := f.gc.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if f.live(t)[srv.ID] {
+		t.Fatal("a spare was kept into a new paid month")
+	}
+	if got := testutil.ToFloat64(f.gc.Collected.WithLabelValues(ReasonSpareExpired)); got != 1 {
+		t.Errorf("spare_expired collected = %v", got)
+	}
+}
+
+// A server in a zone no NodeClass names any more (and not the default one)
+// is still found, by the sweep over every zone, and collected.
+func TestServersInARemovedZoneAreCollected(t *testing.T) {
+	f := setup(t, nodeClassNamed("nc", string(zone)))
+	orphan := f.orderIn(t, "fr-par-1", "hourly", scaleway.Tag(scaleway.TagNodeClass, "nc"), scaleway.Tag(scaleway.TagNodeClaim, "gone"))
+	f.clk.Step(11 * time.Minute)
+	if _, err := f.gc.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !f.live(t)[orphan.ID] {
+		t.Fatal("the test needs the server to be invisible without the zone sweep")
+	}
+	f.inv.AllZones = []string{"fr-par-1", "fr-par-2", "nl-ams-1"}
+	f.inv.Sweep(context.Background())
+	if _, err := f.gc.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if f.live(t)[orphan.ID] {
+		t.Fatal("a server in a zone no nodeclass names was not collected")
 	}
 }

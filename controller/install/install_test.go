@@ -3,6 +3,7 @@ package install
 import (
 	"net"
 	"testing"
+	"time"
 
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 
@@ -63,5 +64,42 @@ func TestNetworkOfTakesTheIPv6Address(t *testing.T) {
 func TestTimeoutsTotalCoversEveryPhase(t *testing.T) {
 	if DefaultTimeouts.Total() != DefaultTimeouts.Delivery+DefaultTimeouts.Rescue+DefaultTimeouts.Imaging+DefaultTimeouts.Boot {
 		t.Fatal("Total is not the sum of the phases")
+	}
+}
+
+// A phase's start survives in the tags, so its deadline does across restarts.
+func TestPhaseDeadlineComesFromTheTags(t *testing.T) {
+	created := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
+	srv := &baremetal.Server{CreatedAt: &created}
+	if d, ok := DefaultTimeouts.Deadline(srv); !ok || !d.Equal(created.Add(DefaultTimeouts.Delivery)) {
+		t.Fatalf("an order's delivery deadline %s, want its creation + %s", d, DefaultTimeouts.Delivery)
+	}
+	since := created.Add(7 * time.Minute)
+	srv.Tags = SetPhaseIn([]string{"karpenter.sh/nodeclaim=a"}, PhaseImaging, since)
+	if PhaseOf(srv) != PhaseImaging || !PhaseSince(srv).Equal(since) {
+		t.Fatalf("phase %s since %s", PhaseOf(srv), PhaseSince(srv))
+	}
+	if d, _ := DefaultTimeouts.Deadline(srv); !d.Equal(since.Add(DefaultTimeouts.Imaging)) {
+		t.Fatalf("imaging deadline %s", d)
+	}
+	srv.Tags = SetPhaseIn(srv.Tags, PhaseSpare, since)
+	if _, ok := DefaultTimeouts.Deadline(srv); ok {
+		t.Fatal("a spare has an install deadline")
+	}
+}
+
+// The disk holds an image only once em-imager's facts and its digest are tagged.
+func TestImagedNeedsTheWrittenDigest(t *testing.T) {
+	const sha = "4e4e15d50631aa0011223344556677889900aabbccddeeff0011223344556677"
+	srv := &baremetal.Server{}
+	if Imaged(srv, sha) {
+		t.Fatal("an untagged server holds an image")
+	}
+	srv.Tags = withHardware(nil, "d0:50:99:00:00:01", "/dev/sda", "", sha)
+	if !Imaged(srv, sha) {
+		t.Fatal("the written image is not recognised")
+	}
+	if Imaged(srv, "ffff"+sha[4:]) {
+		t.Fatal("another image is taken for the written one")
 	}
 }

@@ -39,7 +39,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-func (m *Metrics) observePhase(p Phase, start time.Time, err error) {
+func (m *Metrics) observePhase(p Phase, start, end time.Time, err error) {
 	if m == nil {
 		return
 	}
@@ -47,7 +47,7 @@ func (m *Metrics) observePhase(p Phase, start time.Time, err error) {
 	if err != nil {
 		result = "error"
 	}
-	m.phaseSeconds.WithLabelValues(string(p), result).Observe(time.Since(start).Seconds())
+	m.phaseSeconds.WithLabelValues(string(p), result).Observe(end.Sub(start).Seconds())
 }
 
 func (m *Metrics) observeImager(r *report.Report) {

@@ -25,6 +25,7 @@ import (
 	coreoperator "sigs.k8s.io/karpenter/pkg/operator"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog/snapshot"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/bootstraptoken"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/capacity"
@@ -33,12 +34,16 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagerbin"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagesource"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/inventory"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/joinsecret"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeclass"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeinstall"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/operator/options"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/registration"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescuekey"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/talosapi"
 )
 
@@ -56,9 +61,11 @@ func Run() error {
 	if err != nil {
 		return err
 	}
-	// Create blocks through ordering, rescue and imaging: Karpenter must not
-	// give up on a launch before the pipeline's own timeouts do.
-	lifecycle.LaunchTimeout = p.Installer.Timeouts.Total()
+	// Create returns once the server is ordered; what may keep it failing
+	// longer is an order whose answer was lost, which is looked for during
+	// the settle window before any new order: Karpenter must not give up on
+	// the NodeClaim (and its possible server) before that.
+	lifecycle.LaunchTimeout = max(lifecycle.LaunchTimeout, p.API.Config().OrderSettle+5*time.Minute)
 
 	decorated := overlay.Decorate(p.CloudProvider, op.GetClient(), op.InstanceTypeStore)
 	clusterState := state.NewCluster(op.Clock, op.GetClient(), decorated)
@@ -66,7 +73,7 @@ func Run() error {
 	op.
 		WithControllers(ctx, controllers.NewControllers(ctx, op.Manager, op.Clock, op.GetClient(), op.EventRecorder,
 			decorated, p.CloudProvider, clusterState, op.InstanceTypeStore)...).
-		WithControllers(ctx, p.NodeClassStatus, p.GarbageCollection,
+		WithControllers(ctx, p.NodeClassStatus, p.GarbageCollection, p.Installs,
 			&capacity.Controller{Kube: op.GetClient(), Catalog: p.Catalog, Interval: opts.CatalogRefresh}).
 		Start(ctx)
 	return nil
@@ -80,6 +87,9 @@ type Provider struct {
 	Images            *imagesource.Source
 	RescueKeys        *rescuekey.Store
 	Installer         *install.Installer
+	Inventory         *inventory.Inventory
+	Spares            *spare.Keeper
+	Installs          *nodeinstall.Controller
 	CloudProvider     *cloudprovider.CloudProvider
 	NodeClassStatus   *nodeclass.StatusController
 	GarbageCollection *garbagecollection.Controller
@@ -121,40 +131,59 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 		Namespaces: opts.JoinNamespaces(),
 		Reserved:   []types.NamespacedName{{Namespace: opts.SystemNamespace, Name: opts.RescueKeySecret}},
 	}}
+	dialer := &rescue.Dialer{User: opts.RescueSSHUser, Port: opts.RescueSSHPort, Signers: func() ([]ssh.Signer, error) {
+		s, err := keys.Signer(context.Background())
+		if err != nil {
+			return nil, err
+		}
+		return []ssh.Signer{s}, nil
+	}}
 	installer := &install.Installer{
-		API:    api,
-		Poller: api.NewPoller(scaleway.Tag(scaleway.TagManagedBy, opts.ClusterName)),
-		Dialer: &rescue.Dialer{User: opts.RescueSSHUser, Port: opts.RescueSSHPort, Signers: func() ([]ssh.Signer, error) {
-			s, err := keys.Signer(context.Background())
-			if err != nil {
-				return nil, err
-			}
-			return []ssh.Signer{s}, nil
-		}},
+		API:           api,
+		Poller:        api.NewPoller(scaleway.Tag(scaleway.TagManagedBy, opts.ClusterName)),
+		Dialer:        dialer,
 		Talos:         talosapi.Applier{Port: opts.TalosAPIPort},
 		Imager:        imagerbin.Binary(),
 		Timeouts:      install.Timeouts{Delivery: opts.DeliveryTimeout, Rescue: opts.RescueTimeout, Imaging: opts.ImagingTimeout, Boot: opts.BootTimeout},
 		RetryInterval: opts.RetryInterval,
+		ImagingSlots:  opts.MaxConcurrentImaging,
 		Log:           logger.WithName("install"),
 		Metrics:       install.NewMetrics(reg),
 	}
 	if len(installer.Imager) == 0 {
 		logger.Info("WARNING: this build has no embedded em-imager (build with `make build`); servers cannot be imaged")
 	}
+	zones := make([]string, 0, len(snapshot.Zones))
+	for _, z := range snapshot.Zones {
+		zones = append(zones, string(z))
+	}
+	inv := &inventory.Inventory{API: api, Kube: kube, ClusterName: opts.ClusterName, DefaultZone: string(scwCfg.DefaultZone),
+		AllZones: zones, SweepInterval: opts.ZoneSweepInterval, Log: logger.WithName("inventory")}
+	spares := &spare.Keeper{API: api, Offers: cat, Rescue: dialer, Keys: keys.KeyIDs, ClusterName: opts.ClusterName,
+		Log: logger.WithName("spare")}
 	tokens := &bootstraptoken.Manager{Kube: direct, Namespace: "kube-system", TTL: installer.Timeouts.Total() + 15*time.Minute}
-	cp := cloudprovider.New(kube, joinSecrets, recorder, cat, api, installer, images, keys, cloudprovider.Options{
-		ClusterName: opts.ClusterName, DefaultZone: scwCfg.DefaultZone, IPv6Gateway: opts.IPv6Gateway,
-		Tokens: tokens, RepairToleration: opts.RepairToleration,
+	installs := &nodeinstall.Controller{
+		Kube: kube, API: api, Installer: installer, Spares: spares, Offerings: cat, Images: images, Keys: keys.KeyIDs,
+		Window:   &registration.Window{Kube: kube},
+		Config:   &nodeinstall.Configs{Secrets: joinSecrets, API: api, IPv6Gateway: opts.IPv6Gateway, Tokens: tokens},
+		Recorder: recorder, Log: logger.WithName("nodeinstall"), Metrics: nodeinstall.NewMetrics(reg),
+	}
+	cp := cloudprovider.New(cloudprovider.Deps{
+		Kube: kube, Recorder: recorder, Catalog: cat, API: api, Inventory: inv, Spares: spares, Installs: installs,
+		Images: images, Keys: keys,
+	}, cloudprovider.Options{
+		ClusterName: opts.ClusterName, DefaultZone: string(scwCfg.DefaultZone), RepairToleration: opts.RepairToleration,
 	}, logger.WithName("cloudprovider"))
 	return &Provider{
-		API: api, Catalog: cat, Images: images, RescueKeys: keys, Installer: installer, CloudProvider: cp,
+		API: api, Catalog: cat, Images: images, RescueKeys: keys, Installer: installer, Inventory: inv, Spares: spares,
+		Installs: installs, CloudProvider: cp,
 		NodeClassStatus: &nodeclass.StatusController{
 			Kube: kube, Secrets: joinSecrets, Images: images,
 			Credentials: credentialsChecker{api: api, keys: keys, cluster: opts.ClusterName},
 			DefaultZone: string(scwCfg.DefaultZone), ProjectID: scwCfg.ProjectID, Interval: opts.NodeClassRecheck,
 		},
 		GarbageCollection: &garbagecollection.Controller{
-			Kube: kube, API: api, ClusterName: opts.ClusterName, Zones: cp.ZonesInUse,
+			Kube: kube, Servers: inv.Servers, Spares: spares,
 			GracePeriod: opts.GCGracePeriod, Interval: opts.GCInterval,
 			Log: logger.WithName("garbagecollection"), Collected: garbagecollection.NewCollectedCounter(reg),
 			Tokens: tokens,

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+	"github.com/scaleway/scaleway-sdk-go/scw"
 	"golang.org/x/crypto/ssh"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/report"
@@ -182,5 +184,47 @@ func TestWriteCommandQuotesArguments(t *testing.T) {
 		if !strings.Contains(cmd, want) {
 			t.Errorf("command %q lacks %q", cmd, want)
 		}
+	}
+}
+
+// rebooter records reboots: the API side of RebootIntoRescue.
+type rebooter struct{ boots []baremetal.ServerBootType }
+
+func (r *rebooter) RebootServer(_ context.Context, zone scw.Zone, id string, bt baremetal.ServerBootType, _ []string) (*baremetal.Server, error) {
+	r.boots = append(r.boots, bt)
+	return &baremetal.Server{ID: id, Zone: zone, BootType: bt}, nil
+}
+
+// Every reboot into rescue forgets the key pinned for the server's address,
+// so the next rescue system (with its own key) is accepted.
+func TestRebootIntoRescueForgetsThePinnedKey(t *testing.T) {
+	key := newKey(t)
+	d, host, _ := startHost(t, key)
+	s, err := d.Dial(context.Background(), host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	d.hostKeys[host] = "SHA256:the-previous-boot"
+	srv := &baremetal.Server{ID: "s", Zone: "fr-par-2", IPs: []*baremetal.IP{{Version: baremetal.IPVersionIPv4, Address: net.ParseIP(host)}}}
+	api := &rebooter{}
+	if _, err := d.RebootIntoRescue(context.Background(), api, srv, []string{"k"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(api.boots) != 1 || api.boots[0] != baremetal.ServerBootTypeRescue {
+		t.Fatalf("reboots %v", api.boots)
+	}
+	s, err = d.Dial(context.Background(), host)
+	if err != nil {
+		t.Fatalf("Dial after a reboot into rescue: %v", err)
+	}
+	s.Close()
+	// A server shown without addresses: every pin goes.
+	d.hostKeys[host] = "SHA256:the-previous-boot"
+	if _, err := d.RebootIntoRescue(context.Background(), api, &baremetal.Server{ID: "s", Zone: "fr-par-2"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.hostKeys) != 0 {
+		t.Fatalf("pins left after a reboot of a server without addresses: %v", d.hostKeys)
 	}
 }

@@ -77,6 +77,7 @@ type Client struct {
 
 	tagLocks    keyedMutex
 	createLocks keyedMutex
+	orders      pendingOrders
 	iamMu       sync.Mutex
 }
 

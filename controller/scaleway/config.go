@@ -29,6 +29,7 @@ const (
 	EnvMaxAttempts    = "KARPENTER_SCALEWAY_EM_API_MAX_ATTEMPTS"    // attempts per call incl. the first
 	EnvRequestTimeout = "KARPENTER_SCALEWAY_EM_API_REQUEST_TIMEOUT" // per attempt
 	EnvPollInterval   = "KARPENTER_SCALEWAY_EM_API_POLL_INTERVAL"   // batched polling interval
+	EnvOrderSettle    = "KARPENTER_SCALEWAY_EM_ORDER_SETTLE"        // how long a lost order is looked for before ordering again
 	EnvThrottleWait   = "KARPENTER_SCALEWAY_EM_API_THROTTLE_WAIT"   // per call, waiting out 429s
 	EnvSettleWait     = "KARPENTER_SCALEWAY_EM_API_SETTLE_WAIT"     // for IPs and options the API is still settling
 )
@@ -83,6 +84,11 @@ type Config struct {
 	PollInterval time.Duration
 	// PageSize is the page size of list calls (0: 100).
 	PageSize uint32
+	// OrderSettle is how long after an order whose answer was lost (timeout,
+	// 5xx, reset) CreateServer only looks for its server, never ordering
+	// again: listings are eventually consistent and a late-committing POST
+	// shows up only after a while.
+	OrderSettle time.Duration
 	// SettleWait bounds how long the provider waits for the API to finish
 	// what it already reported done: the IPs of a server that is ready
 	// without them, a Private Network option that is still enabling.
@@ -99,6 +105,7 @@ const (
 	DefaultMaxRetryAfter  = 2 * time.Minute
 	DefaultRequestTimeout = 30 * time.Second
 	DefaultPollInterval   = 15 * time.Second
+	DefaultOrderSettle    = 5 * time.Minute
 	DefaultThrottleWait   = 2 * time.Minute
 	DefaultSettleWait     = 10 * time.Minute
 	DefaultZone           = scw.ZoneFrPar2
@@ -135,6 +142,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = DefaultPollInterval
+	}
+	if c.OrderSettle == 0 {
+		c.OrderSettle = DefaultOrderSettle
 	}
 	if c.Retry.ThrottleWait == 0 {
 		c.Retry.ThrottleWait = DefaultThrottleWait
@@ -204,6 +214,9 @@ func (c Config) Validate() error {
 	if c.PollInterval < 0 {
 		errs = append(errs, errors.New("PollInterval must not be negative"))
 	}
+	if c.OrderSettle < 0 {
+		errs = append(errs, errors.New("OrderSettle must not be negative"))
+	}
 	if c.SettleWait < 0 {
 		errs = append(errs, errors.New("SettleWait must not be negative"))
 	}
@@ -227,8 +240,8 @@ func (c Config) String() string {
 	if c.SecretKey != "" {
 		secret = "<redacted>"
 	}
-	return fmt.Sprintf("scaleway.Config{AccessKey:%q SecretKey:%s ProjectID:%q OrganizationID:%q APIURL:%q DefaultZone:%q RateLimit:%+v Retry:%+v RequestTimeout:%s PollInterval:%s SettleWait:%s}",
-		c.AccessKey, secret, c.ProjectID, c.OrganizationID, c.APIURL, c.DefaultZone, c.RateLimit, c.Retry, c.RequestTimeout, c.PollInterval, c.SettleWait)
+	return fmt.Sprintf("scaleway.Config{AccessKey:%q SecretKey:%s ProjectID:%q OrganizationID:%q APIURL:%q DefaultZone:%q RateLimit:%+v Retry:%+v RequestTimeout:%s PollInterval:%s SettleWait:%s OrderSettle:%s}",
+		c.AccessKey, secret, c.ProjectID, c.OrganizationID, c.APIURL, c.DefaultZone, c.RateLimit, c.Retry, c.RequestTimeout, c.PollInterval, c.SettleWait, c.OrderSettle)
 }
 
 // GoString keeps %#v from printing the secret key.
@@ -273,7 +286,7 @@ func ConfigFromEnv() (Config, error) {
 		env string
 		dst *time.Duration
 	}{{EnvRequestTimeout, &c.RequestTimeout}, {EnvPollInterval, &c.PollInterval}, {EnvThrottleWait, &c.Retry.ThrottleWait},
-		{EnvSettleWait, &c.SettleWait}} {
+		{EnvSettleWait, &c.SettleWait}, {EnvOrderSettle, &c.OrderSettle}} {
 		if v := os.Getenv(d.env); v != "" {
 			x, err := time.ParseDuration(v)
 			if err != nil || x <= 0 {

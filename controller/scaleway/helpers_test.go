@@ -30,12 +30,16 @@ const (
 // With sleep set it really waits (poller tests, where an instant interval
 // would spin).
 type recordingClock struct {
-	mu    sync.Mutex
-	waits []time.Duration
-	sleep atomic.Bool
+	mu     sync.Mutex
+	waits  []time.Duration
+	sleep  atomic.Bool
+	offset atomic.Int64 // added to Now (advance)
 }
 
-func (c *recordingClock) Now() time.Time { return time.Now() }
+func (c *recordingClock) Now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
+
+// advance moves Now forward by d (waits still fire as before).
+func (c *recordingClock) advance(d time.Duration) { c.offset.Add(int64(d)) }
 func (c *recordingClock) After(d time.Duration) <-chan time.Time {
 	c.mu.Lock()
 	c.waits = append(c.waits, d)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
+	"time"
 
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	"github.com/scaleway/scaleway-sdk-go/scw"
@@ -127,19 +129,30 @@ func (r CreateServerRequest) validate() error {
 	return errors.Join(errs...)
 }
 
+// ErrOrderInFlight: an earlier order for the same idempotency tag failed
+// without saying whether the API took it, and the server has not shown in
+// listings yet. CreateServer refuses to order again until Config.OrderSettle
+// has passed since that order; callers retry later (errors.Is).
+var ErrOrderInFlight = errors.New("an earlier order may still be in flight")
+
 // CreateServer finds or orders the server for req.IdempotencyTag. It never
-// orders twice for one tag from this call: it lists servers carrying the tag
-// first (a previous call or a crashed controller may already have ordered
-// it), sends the order once, and on an ambiguous failure (timeout, 5xx,
-// connection reset) lists again before deciding to re-send. Servers in
-// status "deleting" are ignored (a released earlier attempt). Concurrent
-// calls for one tag within the process are serialised. Returns the server
-// and whether this call ordered it.
+// orders twice for one tag: it lists servers carrying the tag first (a
+// previous call or a crashed controller may already have ordered it), sends
+// the order at most once per call, and after an ambiguous failure (timeout,
+// 5xx, connection reset once the request was sent) it does not send it
+// again: it remembers the order as in flight and, for Config.OrderSettle,
+// every later call for the tag only looks for the server (in the order's
+// zone and the requested one) and returns ErrOrderInFlight while nothing
+// shows. Listings are eventually consistent: a POST that committed late can
+// take many seconds to appear. Only once the window has passed with nothing
+// found is the order sent again. Servers in status "deleting" are ignored (a
+// released earlier attempt). Concurrent calls for one tag within the process
+// are serialised. Returns the server and whether this call ordered it.
 //
-// The residual risk is the API's own consistency: a server created by a
-// failed-looking POST that is not yet visible in the list would be ordered
-// again. The lookup waits one backoff first to narrow that window, and the
-// garbage collector can spot duplicates by the shared tag.
+// The memory of orders in flight is this process's: a controller restarted
+// inside the window orders again if the lost order has still not shown in
+// listings by then. The garbage collector's duplicate rule (one server per
+// NodeClaim, the spare policy for the others) bounds that residual risk.
 func (c *Client) CreateServer(ctx context.Context, req CreateServerRequest) (*baremetal.Server, bool, error) {
 	zone := c.zone(req.Zone)
 	if err := req.validate(); err != nil {
@@ -147,73 +160,126 @@ func (c *Client) CreateServer(ctx context.Context, req CreateServerRequest) (*ba
 	}
 	// Concurrent calls for one tag in this process queue here, so the
 	// second one finds the first one's server instead of ordering.
-	unlock := c.createLocks.lock(string(zone) + "/" + req.IdempotencyTag)
+	unlock := c.createLocks.lock(req.IdempotencyTag)
 	defer unlock()
 	if srv, err := c.findByTag(ctx, zone, req.IdempotencyTag); err != nil || srv != nil {
 		return srv, false, err
 	}
-	ambiguous := false
-	var lastErr error
-	for attempt := 1; attempt <= c.cfg.Retry.MaxAttempts; attempt++ {
-		var srv *baremetal.Server
-		// One HTTP attempt per order (only 429/refused connections, which
-		// prove the order was not taken, are retried inside call).
-		err := c.call(ctx, callSpec{op: OpCreateServer, zone: zone, resource: req.Name}, func(ctx context.Context) error {
-			var err error
-			srv, err = c.bm.CreateServer(&baremetal.CreateServerRequest{
-				Zone:        zone,
-				OfferID:     req.OfferID,
-				ProjectID:   scw.StringPtr(c.cfg.ProjectID),
-				Name:        req.Name,
-				Description: req.Description,
-				Tags:        req.Tags,
-				OptionIDs:   req.OptionIDs,
-				Install:     nil,
-			}, scw.WithContext(ctx))
-			return err
-		})
-		if err == nil {
-			c.log.Info("ordered server", "zone", string(zone), "id", srv.ID, "name", srv.Name, "offer", req.OfferID, "tag", req.IdempotencyTag)
-			return srv, true, nil
+	if p, ok := c.orders.get(req.IdempotencyTag); ok {
+		if p.zone != zone {
+			if srv, err := c.findByTag(ctx, p.zone, req.IdempotencyTag); err != nil || srv != nil {
+				if srv != nil {
+					c.orders.forget(req.IdempotencyTag)
+				}
+				return srv, srv != nil, err
+			}
 		}
-		lastErr = err
-		if !IsRetryable(err) || ctx.Err() != nil || notSent(err) {
-			// Business errors (out of stock, quota...) are final; a throttled
-			// order was already retried inside call and provably not taken.
-			return nil, false, c.markAmbiguous(err, ambiguous)
+		if waited := c.clock.Now().Sub(p.since); waited < c.cfg.OrderSettle {
+			return nil, false, &Error{Op: OpCreateServer, Zone: p.zone, Ambiguous: true, Class: Classify(p.err), redact: c.redact,
+				Err: fmt.Errorf("%w (ordered %s ago in %s, looking for it for up to %s; that order failed with: %v)",
+					ErrOrderInFlight, waited.Round(time.Second), p.zone, c.cfg.OrderSettle, c.redact(p.err.Error()))}
 		}
-		ambiguous = true
-		// The order may have been taken: wait a backoff (lets the API's list
-		// catch up), then look before ordering again.
-		select {
-		case <-ctx.Done():
-			return nil, false, c.markAmbiguous(err, ambiguous)
-		case <-c.clock.After(c.backoff(attempt, 0)):
-		}
-		srv, ferr := c.findByTag(ctx, zone, req.IdempotencyTag)
-		if ferr != nil {
-			// Cannot tell whether the order went through: never order blind.
-			return nil, false, c.markAmbiguous(fmt.Errorf("%w; looking up %s after the failed order also failed: %v", err, req.IdempotencyTag, ferr), true)
-		}
-		if srv != nil {
-			c.log.Info("order failed ambiguously but the server exists; adopting it", "zone", string(zone), "id", srv.ID, "tag", req.IdempotencyTag, "error", c.redact(err.Error()))
-			return srv, true, nil
-		}
-		c.log.Info("order failed and no server carries the tag; ordering again", "zone", string(zone), "tag", req.IdempotencyTag, "attempt", attempt, "error", c.redact(err.Error()))
+		c.log.Info("an order that failed ambiguously never showed in listings; ordering again", "zone", string(zone),
+			"tag", req.IdempotencyTag, "orderedAt", p.since, "settle", c.cfg.OrderSettle)
+		c.orders.forget(req.IdempotencyTag)
 	}
-	return nil, false, c.markAmbiguous(lastErr, false)
+	var srv *baremetal.Server
+	// One HTTP attempt (only 429/refused connections, which prove the order
+	// was not taken, are retried inside call).
+	err := c.call(ctx, callSpec{op: OpCreateServer, zone: zone, resource: req.Name}, func(ctx context.Context) error {
+		var err error
+		srv, err = c.bm.CreateServer(&baremetal.CreateServerRequest{
+			Zone:        zone,
+			OfferID:     req.OfferID,
+			ProjectID:   scw.StringPtr(c.cfg.ProjectID),
+			Name:        req.Name,
+			Description: req.Description,
+			Tags:        req.Tags,
+			OptionIDs:   req.OptionIDs,
+			Install:     nil,
+		}, scw.WithContext(ctx))
+		return err
+	})
+	if err == nil {
+		c.log.Info("ordered server", "zone", string(zone), "id", srv.ID, "name", srv.Name, "offer", req.OfferID, "tag", req.IdempotencyTag)
+		return srv, true, nil
+	}
+	if !IsRetryable(err) || notSent(err) {
+		// Business errors (out of stock, quota...) are final; a throttled
+		// order was already retried inside call and provably not taken.
+		return nil, false, err
+	}
+	// The order may have been taken: from now on only look for it.
+	c.orders.add(req.IdempotencyTag, pendingOrder{zone: zone, since: c.clock.Now(), err: err})
+	c.log.Info("order failed ambiguously; looking for its server before any new order", "zone", string(zone),
+		"tag", req.IdempotencyTag, "settle", c.cfg.OrderSettle, "error", c.redact(err.Error()))
+	// A quick look after one backoff finds an order the listing already shows.
+	select {
+	case <-ctx.Done():
+		return nil, false, c.markAmbiguous(err)
+	case <-c.clock.After(c.backoff(1, 0)):
+	}
+	found, ferr := c.findByTag(ctx, zone, req.IdempotencyTag)
+	if ferr == nil && found != nil {
+		c.orders.forget(req.IdempotencyTag)
+		c.log.Info("order failed ambiguously but the server exists; adopting it", "zone", string(zone), "id", found.ID, "tag", req.IdempotencyTag)
+		return found, true, nil
+	}
+	if ferr != nil {
+		err = fmt.Errorf("%w; looking up %s after the failed order also failed: %v", err, req.IdempotencyTag, ferr)
+	}
+	return nil, false, c.markAmbiguous(err)
 }
 
-func (c *Client) markAmbiguous(err error, ambiguous bool) error {
+// pendingOrder is an order whose answer was lost.
+type pendingOrder struct {
+	zone  scw.Zone
+	since time.Time
+	err   error
+}
+
+// pendingOrders remembers orders whose answer was lost, by idempotency tag.
+type pendingOrders struct {
+	mu sync.Mutex
+	m  map[string]pendingOrder
+}
+
+func (p *pendingOrders) add(tag string, o pendingOrder) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = map[string]pendingOrder{}
+	}
+	p.m[tag] = o
+}
+
+func (p *pendingOrders) get(tag string) (pendingOrder, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	o, ok := p.m[tag]
+	return o, ok
+}
+
+func (p *pendingOrders) forget(tag string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.m, tag)
+}
+
+// InFlightOrders is the number of orders whose outcome is still unknown.
+func (c *Client) InFlightOrders() int {
+	c.orders.mu.Lock()
+	defer c.orders.mu.Unlock()
+	return len(c.orders.m)
+}
+
+func (c *Client) markAmbiguous(err error) error {
 	var e *Error
 	if errors.As(err, &e) {
-		e.Ambiguous = e.Ambiguous || ambiguous
+		e.Ambiguous = true
 		return err
 	}
-	if ambiguous {
-		return &Error{Op: OpCreateServer, Ambiguous: true, Class: Classify(err), Err: err, redact: c.redact}
-	}
-	return err
+	return &Error{Op: OpCreateServer, Ambiguous: true, Class: Classify(err), Err: err, redact: c.redact}
 }
 
 // FindServerByTag returns the oldest non-deleting server of the zone that
@@ -280,6 +346,14 @@ func (c *Client) SetTag(ctx context.Context, zone scw.Zone, id, key, value strin
 // RemoveTag drops every "key=..." tag of the server, keeping the rest.
 func (c *Client) RemoveTag(ctx context.Context, zone scw.Zone, id, key string) (*baremetal.Server, error) {
 	return c.mutateTags(ctx, zone, id, func(tags []string) ([]string, bool) { return RemoveTagIn(tags, key) })
+}
+
+// EditTags applies edit to the server's current tags and writes the result
+// back in one update when edit reports a change: several keys change
+// together (a phase and the time it started; a spare's claim and phase).
+// The same in-process serialisation and caveat as SetTag apply.
+func (c *Client) EditTags(ctx context.Context, zone scw.Zone, id string, edit func(tags []string) ([]string, bool)) (*baremetal.Server, error) {
+	return c.mutateTags(ctx, zone, id, edit)
 }
 
 func (c *Client) mutateTags(ctx context.Context, zone scw.Zone, id string, edit func([]string) ([]string, bool)) (*baremetal.Server, error) {

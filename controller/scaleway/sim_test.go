@@ -554,39 +554,100 @@ func TestSimCreateNeverDoubled(t *testing.T) {
 			}
 		})
 	}
-	t.Run("rejected order is re-sent once", func(t *testing.T) {
-		env := startSim(t, 1, nil, nil)
-		// The API answers 500 without creating: the lookup finds nothing and
-		// the order is sent again, exactly once more.
+	t.Run("a refused order is sent again only after the settle window", func(t *testing.T) {
+		env := startSim(t, 1, nil, func(c *Config) { c.OrderSettle = time.Minute })
+		// The API answers 500 without creating anything: nothing tells the
+		// client so, and nothing shows in listings.
 		env.sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStatus, Method: "POST", Path: `/servers$`, Status: 500, Times: 1})
-		_, created, err := env.client.CreateServer(context.Background(), env.createReq("nc-e"))
-		if err != nil || !created {
-			t.Fatal(err)
+		_, _, err := env.client.CreateServer(context.Background(), env.createReq("nc-e"))
+		if err == nil || !IsAmbiguous(err) {
+			t.Fatalf("CreateServer after a 500 = %v, want an ambiguous error", err)
+		}
+		for i := 0; i < 3; i++ {
+			_, _, err = env.client.CreateServer(context.Background(), env.createReq("nc-e"))
+			if !errors.Is(err, ErrOrderInFlight) {
+				t.Fatalf("retry %d inside the settle window = %v, want ErrOrderInFlight", i, err)
+			}
+		}
+		if n := env.count(t, "POST", serversRE); n != 1 {
+			t.Fatalf("%d POSTs inside the settle window, want 1", n)
+		}
+		env.clock.advance(time.Minute)
+		if _, created, err := env.client.CreateServer(context.Background(), env.createReq("nc-e")); err != nil || !created {
+			t.Fatalf("CreateServer after the settle window: %v created=%v", err, created)
 		}
 		if n := env.count(t, "POST", serversRE); n != 2 {
 			t.Fatalf("%d POSTs, want 2", n)
 		}
-		if n := env.creates(t)["nc-e"]; n != 1 {
-			t.Fatalf("%d accepted orders", n)
+		if n := env.creates(t)["nc-e"]; n != 1 || env.client.InFlightOrders() != 0 {
+			t.Fatalf("%d accepted orders, %d still in flight", n, env.client.InFlightOrders())
 		}
 	})
 	t.Run("lookup failure never orders blind", func(t *testing.T) {
-		env := startSim(t, 1, nil, func(c *Config) { c.Retry.MaxAttempts = 2 })
+		// The order's answer is lost and every list after it fails: whether
+		// the order went through cannot be checked, so no second POST may
+		// go out, neither from this call nor from the next ones.
+		gate := &failListsAfterPOST{base: http.DefaultTransport}
+		env := startSim(t, 1, nil, func(c *Config) { c.Retry.MaxAttempts = 2; c.OrderSettle = time.Minute }, withBase(gate))
+		gate.sim = env.sim
 		env.sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStatus, Method: "POST", Path: `/servers$`, Status: 502, Times: 1})
-		_, _, err := env.client.CreateServer(context.Background(), env.createReq("nc-f"))
-		if err != nil {
-			t.Fatal(err) // sanity: first lookup, 502, lookup, order
+		for i := 0; i < 3; i++ {
+			if _, _, err := env.client.CreateServer(context.Background(), env.createReq("nc-g")); err == nil {
+				t.Fatalf("call %d: CreateServer succeeded although no lookup could succeed", i)
+			}
+			if i == 1 {
+				env.clock.advance(2 * time.Minute) // past the window: still no lookup, still no order
+			}
 		}
-		env2 := startSim(t, 1, nil, func(c *Config) { c.Retry.MaxAttempts = 2 })
-		env2.sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStatus, Method: "POST", Path: `/servers$`, Status: 502, Times: 1})
-		// Every list after the first fails: the ambiguous order cannot be
-		// checked, so CreateServer must stop, not order again.
-		env2.sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStatus, Method: "GET", Path: `/servers$`, Status: 503})
-		_, _, err = env2.client.CreateServer(context.Background(), env2.createReq("nc-g"))
-		if err == nil || env2.count(t, "POST", serversRE) != 0 {
-			t.Fatalf("ordered without a successful lookup: %v", err)
+		if n := env.count(t, "POST", serversRE); n != 1 {
+			t.Fatalf("%d POSTs: ordered again without a successful lookup", n)
+		}
+		if env.count(t, "GET", serversRE) < 2 {
+			t.Fatal("the test did not exercise a lookup before the order")
 		}
 	})
+	t.Run("late listing: one order", func(t *testing.T) {
+		// The API takes the order, the answer is lost, and the server shows
+		// in listings only seconds later: retries find it, never re-order.
+		env := startSim(t, 1, func(o *scwsim.Options) { o.ListLag = 2 * time.Second }, nil)
+		env.sim.MustInject(scwsim.Fault{Kind: scwsim.FaultAnswerLost, Method: "POST", Path: `/servers$`, Times: 1})
+		deadline := time.Now().Add(30 * time.Second)
+		var srv *baremetal.Server
+		var err error
+		for srv == nil {
+			srv, _, err = env.client.CreateServer(context.Background(), env.createReq("nc-late"))
+			if err != nil && !IsAmbiguous(err) {
+				t.Fatalf("CreateServer: %v", err)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the server never showed: %v", err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if n := env.creates(t)["nc-late"]; n != 1 {
+			t.Fatalf("%d orders, want 1", n)
+		}
+		if n := env.count(t, "POST", serversRE); n != 1 {
+			t.Fatalf("%d POSTs, want 1", n)
+		}
+	})
+}
+
+// failListsAfterPOST forwards everything and, from the first POST on, makes
+// the simulator fail every server listing.
+type failListsAfterPOST struct {
+	base http.RoundTripper
+	sim  *scwsim.Sim
+	once sync.Once
+}
+
+func (f *failListsAfterPOST) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/servers") {
+		f.once.Do(func() {
+			f.sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStatus, Method: "GET", Path: `/servers$`, Status: 503})
+		})
+	}
+	return f.base.RoundTrip(r)
 }
 
 func TestSimTagsOptionsPrivateNetworks(t *testing.T) {

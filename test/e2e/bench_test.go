@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/e2e/harness"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/world"
 )
 
@@ -20,12 +21,12 @@ import (
 func BenchmarkScale50NodeClaims(b *testing.B) {
 	const n = 50
 	for range b.N {
-		e := start(b, setup{})
-		wl := e.w.RunWorkload(namespace, "scale", n, "1", "512Mi", true)
+		e := harness.Start(b, harness.Setup{})
+		wl := e.W.RunWorkload(harness.Namespace, "scale", n, "1", "512Mi", true)
 		t0 := time.Now()
 		deadline := t0.Add(20 * time.Minute)
 		for {
-			bound, total, err := wl.Bound(e.ctx)
+			bound, total, err := wl.Bound(e.Ctx)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -33,21 +34,21 @@ func BenchmarkScale50NodeClaims(b *testing.B) {
 				break
 			}
 			if time.Now().After(deadline) {
-				b.Fatalf("after 20m: %d/%d pods bound; %s", bound, n, e.summary())
+				b.Fatalf("after 20m: %d/%d pods bound; %s", bound, n, e.Summary())
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
 		elapsed := time.Since(t0)
 		wl.Stop()
-		servers := e.w.Sim.Servers()
-		calls := len(e.w.Sim.Calls())
+		servers := e.W.Sim.Servers()
+		calls := len(e.W.Sim.Calls())
 		dups := 0
-		for _, c := range e.w.Sim.CreatesByTag(world.TagNodeClaim) {
+		for _, c := range e.W.Sim.CreatesByTag(world.TagNodeClaim) {
 			if c > 1 {
 				dups++
 			}
 		}
-		cpu, rss := procStats(b, e.c.Pid())
+		cpu, rss := procStats(b, e.C.Pid())
 		b.ReportMetric(elapsed.Seconds(), "s-to-all-bound")
 		b.ReportMetric(float64(calls)/float64(len(servers)), "api-calls/server")
 		b.ReportMetric(cpu.Seconds(), "controller-cpu-s")

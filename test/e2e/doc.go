@@ -16,6 +16,10 @@
 //	TestGarbageCollectionKeepsHealthyNodes    orphan server released, healthy nodes untouched
 //	BenchmarkScale50NodeClaims                50 nodes at once: time, calls per server, controller CPU/memory (make bench)
 //
+// The shared world setup, waits and assertions are in test/e2e/harness; the
+// slow-delivery test (real clock, more than 15 minutes) is test/e2e/slowdelivery,
+// its own package so that it runs beside this one.
+//
 // A missing binary fails the tests with the make target that builds it:
 //
 //	make build tools && go test -count=1 -v ./test/e2e/     # or: make e2e

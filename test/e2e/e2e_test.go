@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/e2e/harness"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/world"
 )
@@ -24,20 +25,20 @@ const maxCallsPerServer = 40
 // Pods of 3 CPUs fit the cheapest 4-thread offer one per node; 10 CPUs need a
 // 12-thread offer: two instance types from one NodePool.
 func TestScaleUpFromZeroThenConsolidate(t *testing.T) {
-	e := start(t, setup{})
-	small := e.run("small", 3, "3", "1Gi", true)
-	big := e.run("big", 1, "10", "4Gi", false)
-	e.waitBound("small", 3, waitLong)
-	e.waitBound("big", 1, waitLong)
+	e := harness.Start(t, harness.Setup{})
+	small := e.Run("small", 3, "3", "1Gi", true)
+	big := e.Run("big", 1, "10", "4Gi", false)
+	e.WaitBound("small", 3, harness.WaitLong)
+	e.WaitBound("big", 1, harness.WaitLong)
 
 	offers := map[string]int{}
-	for _, s := range e.w.Sim.Servers() {
+	for _, s := range e.W.Sim.Servers() {
 		offers[s.OfferName]++
 	}
 	if len(offers) < 2 {
 		t.Errorf("servers use offers %v, want at least two instance types (3-CPU and 10-CPU pods)", offers)
 	}
-	nodes := e.nodes()
+	nodes := e.Nodes()
 	for _, n := range nodes {
 		if !strings.HasPrefix(n.Spec.ProviderID, "scaleway-em://") {
 			t.Errorf("node %s providerID %q, want scaleway-em://<zone>/<id>", n.Name, n.Spec.ProviderID)
@@ -48,41 +49,41 @@ func TestScaleUpFromZeroThenConsolidate(t *testing.T) {
 			}
 		}
 	}
-	if len(nodes) != len(e.w.Sim.Servers()) {
-		t.Errorf("%d nodes for %d servers", len(nodes), len(e.w.Sim.Servers()))
+	if len(nodes) != len(e.W.Sim.Servers()) {
+		t.Errorf("%d nodes for %d servers", len(nodes), len(e.W.Sim.Servers()))
 	}
-	for _, tl := range e.track.Timelines() {
+	for _, tl := range e.Track.Timelines() {
 		t.Logf("server %s %s/%s phases %v ready after %s", tl.ID[:8], tl.Offer, tl.Zone, tl.PhaseDurations(), tl.TimeToReady().Round(time.Millisecond))
 	}
-	e.assertNoDuplicateOrders()
-	e.assertNothingLeaked()
+	e.AssertNoDuplicateOrders()
+	e.AssertNothingLeaked()
 
 	// Scale down: every node empties, Karpenter consolidates, servers go back.
-	small.scale(0)
-	big.scale(0)
-	e.waitServersGone(waitLong)
-	e.eventually("nodes deleted", waitLong, func() (bool, string) {
-		n := len(e.nodes())
+	small.ScaleTo(0)
+	big.ScaleTo(0)
+	e.WaitServersGone(harness.WaitLong)
+	e.Eventually("nodes deleted", harness.WaitLong, func() (bool, string) {
+		n := len(e.Nodes())
 		return n == 0, fmt.Sprintf("%d nodes", n)
 	})
-	e.assertNoDuplicateOrders()
-	e.assertCallsPerServer(maxCallsPerServer)
+	e.AssertNoDuplicateOrders()
+	e.AssertCallsPerServer(maxCallsPerServer)
 }
 
 // The cheapest offer has one machine left in fr-par-2: the second order gets
 // out_of_stock from the API, and the pod lands on another offer or zone.
 func TestOutOfStockFallsBackToAnotherOffering(t *testing.T) {
-	e := start(t, setup{
-		world: world.Options{Sim: func(o *scwsim.Options) {
+	e := harness.Start(t, harness.Setup{
+		World: world.Options{Sim: func(o *scwsim.Options) {
 			o.Stock = map[string]int{"fr-par-2/EM-A116X-SSD": 1, "fr-par-1/EM-A116X-SSD": 1}
 		}},
-		zones: []string{"fr-par-2", "fr-par-1"},
+		Zones: []string{"fr-par-2", "fr-par-1"},
 	})
-	e.run("spread", 3, "3", "1Gi", true)
-	e.waitBound("spread", 3, waitLong)
+	e.Run("spread", 3, "3", "1Gi", true)
+	e.WaitBound("spread", 3, harness.WaitLong)
 
 	refused := 0
-	for _, c := range e.w.Sim.Calls() {
+	for _, c := range e.W.Sim.Calls() {
 		if c.Method == "POST" && strings.HasSuffix(c.Path, "/servers") && c.Status == 412 {
 			refused++
 		}
@@ -91,8 +92,8 @@ func TestOutOfStockFallsBackToAnotherOffering(t *testing.T) {
 		t.Errorf("no order was refused out_of_stock: the test did not exercise the fallback")
 	}
 	used := map[string]int{}
-	for _, s := range e.w.Sim.Servers() {
-		used[offerOf(s)]++
+	for _, s := range e.W.Sim.Servers() {
+		used[harness.OfferOf(s)]++
 	}
 	for o, n := range used {
 		if strings.HasPrefix(o, "EM-A116X-SSD/") && n > 1 {
@@ -102,21 +103,21 @@ func TestOutOfStockFallsBackToAnotherOffering(t *testing.T) {
 	if len(used) < 2 {
 		t.Errorf("servers on %v: want another offer or zone used after the stock ran out", used)
 	}
-	e.assertNoDuplicateOrders()
-	e.assertNothingLeaked()
-	e.assertCallsPerServer(maxCallsPerServer)
+	e.AssertNoDuplicateOrders()
+	e.AssertNothingLeaked()
+	e.AssertCallsPerServer(maxCallsPerServer)
 }
 
 // A quota of zero on the only allowed offer: nothing is ordered, and the
 // NodeClaim's failure says why.
 func TestQuotaReachedIsReported(t *testing.T) {
-	e := start(t, setup{
-		world: world.Options{Sim: func(o *scwsim.Options) { o.Quotas = map[string]int{"EM-A116X-SSD": 0} }},
-		reqs:  []corev1.NodeSelectorRequirement{{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"EM-A116X-SSD"}}},
+	e := harness.Start(t, harness.Setup{
+		World: world.Options{Sim: func(o *scwsim.Options) { o.Quotas = map[string]int{"EM-A116X-SSD": 0} }},
+		Reqs:  []corev1.NodeSelectorRequirement{{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"EM-A116X-SSD"}}},
 	})
-	e.run("quota", 1, "1", "1Gi", false)
-	e.eventually("an event on a NodeClaim naming the quota", waitLong, func() (bool, string) {
-		l, err := e.w.Clientset.CoreV1().Events("").List(e.ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=NodeClaim"})
+	e.Run("quota", 1, "1", "1Gi", false)
+	e.Eventually("an event on a NodeClaim naming the quota", harness.WaitLong, func() (bool, string) {
+		l, err := e.W.Clientset.CoreV1().Events("").List(e.Ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=NodeClaim"})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -127,22 +128,22 @@ func TestQuotaReachedIsReported(t *testing.T) {
 				return true, ""
 			}
 		}
-		return false, fmt.Sprintf("events %v; %s", msgs, e.summary())
+		return false, fmt.Sprintf("events %v; %s", msgs, e.Summary())
 	})
-	if n := len(e.w.Sim.Servers()); n != 0 {
+	if n := len(e.W.Sim.Servers()); n != 0 {
 		t.Errorf("%d servers exist although the quota is 0", n)
 	}
 	// The offering is marked unavailable after a refusal: the API is not hammered.
-	posts, err := e.w.Sim.CountCalls("POST", `/servers$`)
+	posts, err := e.W.Sim.CountCalls("POST", `/servers$`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(10 * time.Second)
-	again, _ := e.w.Sim.CountCalls("POST", `/servers$`)
+	again, _ := e.W.Sim.CountCalls("POST", `/servers$`)
 	if again-posts > 1 {
 		t.Errorf("%d more orders in 10s after a quota refusal: the offering should be marked unavailable", again-posts)
 	}
-	for _, p := range e.pods("quota") {
+	for _, p := range e.Pods("quota") {
 		if p.Spec.NodeName != "" {
 			t.Errorf("pod %s bound to %s although no server could be ordered", p.Name, p.Spec.NodeName)
 		}
@@ -152,108 +153,108 @@ func TestQuotaReachedIsReported(t *testing.T) {
 // A new image in the NodeClass drifts the nodes; Karpenter replaces them and
 // every server left runs the new image.
 func TestDriftReplacesNodes(t *testing.T) {
-	e := start(t, setup{})
-	e.run("drift", 2, "3", "1Gi", true)
-	e.waitBound("drift", 2, waitLong)
-	oldImg := e.w.Images[world.DefaultTalosVersion]
+	e := harness.Start(t, harness.Setup{})
+	e.Run("drift", 2, "3", "1Gi", true)
+	e.WaitBound("drift", 2, harness.WaitLong)
+	oldImg := e.W.Images[world.DefaultTalosVersion]
 	oldServers := map[string]bool{}
-	for _, s := range e.w.Sim.Servers() {
+	for _, s := range e.W.Sim.Servers() {
 		oldServers[s.ID] = true
 		if tag := world.TagValue(s.Tags, world.TagImage); tag == "" || !strings.HasPrefix(oldImg.RawSHA256, tag) {
 			t.Errorf("server %s image tag %q, want a prefix of %s", s.ID, tag, oldImg.RawSHA256)
 		}
 	}
 
-	newImg, err := e.w.PublishImage(e.ctx, "v1.12.2")
+	newImg, err := e.W.PublishImage(e.Ctx, "v1.12.2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc := e.w.NodeClass("default")
-	if err := e.w.Kube.Client.Get(e.ctx, types.NamespacedName{Name: "default"}, nc); err != nil {
+	nc := e.W.NodeClass("default")
+	if err := e.W.Kube.Client.Get(e.Ctx, types.NamespacedName{Name: "default"}, nc); err != nil {
 		t.Fatal(err)
 	}
 	nc.Spec.Image.TalosVersion = "v1.12.2"
-	if err := e.w.Kube.Client.Update(e.ctx, nc); err != nil {
+	if err := e.W.Kube.Client.Update(e.Ctx, nc); err != nil {
 		t.Fatal(err)
 	}
-	e.eventually("drifted nodes replaced by nodes on the new image", 2*waitLong, func() (bool, string) {
-		servers := e.w.Sim.Servers()
+	e.Eventually("drifted nodes replaced by nodes on the new image", 2*harness.WaitLong, func() (bool, string) {
+		servers := e.W.Sim.Servers()
 		fresh := 0
 		for _, s := range servers {
 			if oldServers[s.ID] {
-				return false, "old servers remain; " + e.summary()
+				return false, "old servers remain; " + e.Summary()
 			}
 			if tag := world.TagValue(s.Tags, world.TagImage); tag != "" && strings.HasPrefix(newImg.RawSHA256, tag) {
 				fresh++
 			}
 		}
 		bound := 0
-		for _, p := range e.pods("drift") {
+		for _, p := range e.Pods("drift") {
 			if p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
 				bound++
 			}
 		}
-		return fresh >= 2 && bound == 2, fmt.Sprintf("%d servers on the new image, %d pods bound; %s", fresh, bound, e.summary())
+		return fresh >= 2 && bound == 2, fmt.Sprintf("%d servers on the new image, %d pods bound; %s", fresh, bound, e.Summary())
 	})
-	e.assertNoDuplicateOrders()
-	e.assertNothingLeaked()
-	e.assertCallsPerServer(maxCallsPerServer)
+	e.AssertNoDuplicateOrders()
+	e.AssertNothingLeaked()
+	e.AssertCallsPerServer(maxCallsPerServer)
 }
 
 // The controller is killed (SIGKILL) while a server is being imaged; the new
 // process resumes from the phase tag: the node comes up and no second server
 // is ordered for the NodeClaim.
 func TestControllerKilledDuringImagingResumes(t *testing.T) {
-	e := start(t, setup{})
+	e := harness.Start(t, harness.Setup{})
 	killed := make(chan string, 1)
-	tr := e.w.Track(5*time.Millisecond, func(ev world.Event) {
+	tr := e.W.Track(5*time.Millisecond, func(ev world.Event) {
 		if ev.Kind == "phase" && ev.Value == "imaging" {
 			select {
 			case killed <- ev.ServerID:
-				if err := e.c.Kill(); err != nil {
+				if err := e.C.Kill(); err != nil {
 					t.Errorf("kill controller: %v", err)
 				}
 			default:
 			}
 		}
 	})
-	e.run("resume", 1, "1", "1Gi", false)
+	e.Run("resume", 1, "1", "1Gi", false)
 	var id string
 	select {
 	case id = <-killed:
-	case <-time.After(waitLong):
-		t.Fatalf("no server reached the imaging phase; %s", e.summary())
+	case <-time.After(harness.WaitLong):
+		t.Fatalf("no server reached the imaging phase; %s", e.Summary())
 	}
 	tr.Stop()
-	if e.c.Running() {
+	if e.C.Running() {
 		t.Fatal("controller still running after Kill")
 	}
 	t.Logf("controller killed while server %s was imaging", id)
-	if err := e.c.Restart(); err != nil {
+	if err := e.C.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	e.waitBound("resume", 1, waitLong)
-	if n := len(e.w.Sim.Servers()); n != 1 {
+	e.WaitBound("resume", 1, harness.WaitLong)
+	if n := len(e.W.Sim.Servers()); n != 1 {
 		t.Errorf("%d servers, want 1 (the one being imaged when the controller died)", n)
 	}
-	if _, ok := e.w.Sim.Server(id); !ok {
+	if _, ok := e.W.Sim.Server(id); !ok {
 		t.Errorf("server %s, imaging when the controller died, is gone", id)
 	}
-	e.assertNoDuplicateOrders()
-	e.assertNothingLeaked()
-	e.assertCallsPerServer(maxCallsPerServer)
+	e.AssertNoDuplicateOrders()
+	e.AssertNothingLeaked()
+	e.AssertCallsPerServer(maxCallsPerServer)
 }
 
 // A node whose network never comes up (Ready=False) is repaired: Karpenter
 // (NodeRepair gate) deletes its NodeClaim once the provider's toleration has
 // passed, the server is released and a healthy replacement joins.
 func TestNodeNeverReadyIsRepaired(t *testing.T) {
-	e := start(t, setup{controller: world.ControllerOptions{Env: []string{"FEATURE_GATES=NodeRepair=true"}}})
-	e.w.Machines.SetNeverReady(true)
-	e.run("repair", 1, "1", "1Gi", false)
+	e := harness.Start(t, harness.Setup{Controller: world.ControllerOptions{Env: []string{"FEATURE_GATES=NodeRepair=true"}}})
+	e.W.Machines.SetNeverReady(true)
+	e.Run("repair", 1, "1", "1Gi", false)
 	var sick string
-	e.eventually("a node registered NotReady", waitLong, func() (bool, string) {
-		for _, n := range e.nodes() {
+	e.Eventually("a node registered NotReady", harness.WaitLong, func() (bool, string) {
+		for _, n := range e.Nodes() {
 			for _, c := range n.Status.Conditions {
 				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionFalse {
 					sick = n.Name
@@ -261,13 +262,13 @@ func TestNodeNeverReadyIsRepaired(t *testing.T) {
 				}
 			}
 		}
-		return false, e.summary()
+		return false, e.Summary()
 	})
-	e.w.Machines.SetNeverReady(false)
+	e.W.Machines.SetNeverReady(false)
 	// Age the condition instead of waiting the provider's toleration out:
 	// the NotReady started 2h ago as far as the node status says, and the
 	// simulated kubelet keeps the transition time while the status holds.
-	node, err := e.w.Clientset.CoreV1().Nodes().Get(e.ctx, sick, metav1.GetOptions{})
+	node, err := e.W.Clientset.CoreV1().Nodes().Get(e.Ctx, sick, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,35 +277,35 @@ func TestNodeNeverReadyIsRepaired(t *testing.T) {
 			node.Status.Conditions[i].LastTransitionTime = metav1.NewTime(time.Now().Add(-2 * time.Hour))
 		}
 	}
-	if _, err := e.w.Clientset.CoreV1().Nodes().UpdateStatus(e.ctx, node, metav1.UpdateOptions{}); err != nil {
+	if _, err := e.W.Clientset.CoreV1().Nodes().UpdateStatus(e.Ctx, node, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var sickServer string
-	for _, tl := range e.track.Timelines() {
+	for _, tl := range e.Track.Timelines() {
 		if tl.Node == sick {
 			sickServer = tl.ID
 		}
 	}
-	e.eventually("the NotReady node replaced by a Ready one", waitLong, func() (bool, string) {
-		if _, ok := e.w.Sim.Server(sickServer); ok {
-			return false, "sick server " + sickServer + " still exists; " + e.summary()
+	e.Eventually("the NotReady node replaced by a Ready one", harness.WaitLong, func() (bool, string) {
+		if _, ok := e.W.Sim.Server(sickServer); ok {
+			return false, "sick server " + sickServer + " still exists; " + e.Summary()
 		}
-		for _, n := range e.nodes() {
+		for _, n := range e.Nodes() {
 			if n.Name != sick && nodeIsReady(&n) {
 				return true, ""
 			}
 		}
-		return false, e.summary()
+		return false, e.Summary()
 	})
-	e.waitBound("repair", 1, waitLong)
-	e.assertNoDuplicateOrders()
-	e.assertNothingLeaked()
+	e.WaitBound("repair", 1, harness.WaitLong)
+	e.AssertNoDuplicateOrders()
+	e.AssertNothingLeaked()
 }
 
 // The API answers 5xx and bare 429s (as recorded) to a share of requests while
 // nodes are ordered and installed: everything still converges, once.
 func TestIntermittentAPIFailuresConverge(t *testing.T) {
-	e := start(t, setup{})
+	e := harness.Start(t, harness.Setup{})
 	faults := []scwsim.Fault{
 		{Kind: scwsim.FaultStatus, Status: 503, Path: `/servers`, Times: 8},
 		{Kind: scwsim.FaultStatus, Status: 500, Method: "PATCH", Times: 3},
@@ -313,64 +314,64 @@ func TestIntermittentAPIFailuresConverge(t *testing.T) {
 	}
 	var ids []scwsim.FaultID
 	for _, f := range faults {
-		ids = append(ids, e.w.Sim.MustInject(f))
+		ids = append(ids, e.W.Sim.MustInject(f))
 	}
-	e.run("flaky", 2, "3", "1Gi", true)
-	e.waitBound("flaky", 2, waitLong)
+	e.Run("flaky", 2, "3", "1Gi", true)
+	e.WaitBound("flaky", 2, harness.WaitLong)
 	hits := 0
 	for _, id := range ids {
-		hits += e.w.Sim.FaultHits(id)
+		hits += e.W.Sim.FaultHits(id)
 	}
 	if hits == 0 {
 		t.Fatalf("no injected fault was hit: the test did not exercise failures")
 	}
 	t.Logf("%d requests answered with an injected fault", hits)
-	e.assertNoDuplicateOrders()
-	e.assertNothingLeaked()
-	e.assertCallsPerServer(maxCallsPerServer)
+	e.AssertNoDuplicateOrders()
+	e.AssertNothingLeaked()
+	e.AssertCallsPerServer(maxCallsPerServer)
 }
 
 // Healthy nodes survive many garbage collection sweeps, while a server
 // tagged for this cluster whose NodeClaim never existed is released after
 // the grace period.
 func TestGarbageCollectionKeepsHealthyNodes(t *testing.T) {
-	e := start(t, setup{})
-	e.run("gc", 2, "3", "1Gi", true)
-	e.waitBound("gc", 2, waitLong)
-	healthy := e.w.Sim.Servers()
+	e := harness.Start(t, harness.Setup{})
+	e.Run("gc", 2, "3", "1Gi", true)
+	e.WaitBound("gc", 2, harness.WaitLong)
+	healthy := e.W.Sim.Servers()
 
-	client, err := scw.NewClient(scw.WithAPIURL(e.w.SimURL), scw.WithAuth("SCWSIMULATED00000000", e.w.Sim.SecretKey()),
-		scw.WithDefaultZone(scw.ZoneFrPar2), scw.WithDefaultProjectID(e.w.Sim.Options().ProjectID))
+	client, err := scw.NewClient(scw.WithAPIURL(e.W.SimURL), scw.WithAuth("SCWSIMULATED00000000", e.W.Sim.SecretKey()),
+		scw.WithDefaultZone(scw.ZoneFrPar2), scw.WithDefaultProjectID(e.W.Sim.Options().ProjectID))
 	if err != nil {
 		t.Fatal(err)
 	}
-	offerID, ok := e.w.Sim.OfferID("fr-par-2", "EM-A116X-SSD", "hourly")
+	offerID, ok := e.W.Sim.OfferID("fr-par-2", "EM-A116X-SSD", "hourly")
 	if !ok {
 		t.Fatal("no EM-A116X-SSD hourly offer in fr-par-2")
 	}
 	orphan, err := baremetal.NewAPI(client).CreateServer(&baremetal.CreateServerRequest{
 		Zone: scw.ZoneFrPar2, OfferID: offerID, Name: "orphan", Description: "leaked by a lost NodeClaim",
-		Tags: []string{world.TagManagedBy + "=" + e.w.ClusterName, world.TagNodeClaim + "=ghost-nodeclaim",
+		Tags: []string{world.TagManagedBy + "=" + e.W.ClusterName, world.TagNodeClaim + "=ghost-nodeclaim",
 			world.TagNodePool + "=default", "karpenter-scaleway-em/nodeclass=default"},
-	}, scw.WithContext(e.ctx))
+	}, scw.WithContext(e.Ctx))
 	if err != nil {
 		t.Fatalf("order the orphan: %v", err)
 	}
-	e.eventually("the orphan server released by the garbage collector", waitLong, func() (bool, string) {
-		_, ok := e.w.Sim.Server(orphan.ID)
-		return !ok, "orphan " + orphan.ID + " still there; " + e.summary()
+	e.Eventually("the orphan server released by the garbage collector", harness.WaitLong, func() (bool, string) {
+		_, ok := e.W.Sim.Server(orphan.ID)
+		return !ok, "orphan " + orphan.ID + " still there; " + e.Summary()
 	})
 	for _, s := range healthy {
-		if _, ok := e.w.Sim.Server(s.ID); !ok {
+		if _, ok := e.W.Sim.Server(s.ID); !ok {
 			t.Errorf("healthy server %s (%s) was deleted", s.ID, s.OfferName)
 		}
 	}
-	for _, c := range e.w.Sim.Calls() {
+	for _, c := range e.W.Sim.Calls() {
 		if c.Method == "DELETE" && c.ServerID != orphan.ID {
 			t.Errorf("DELETE of %s (%s) while no node was disrupted", c.ServerID, c.Path)
 		}
 	}
-	if n := len(e.nodes()); n != 2 {
+	if n := len(e.Nodes()); n != 2 {
 		t.Errorf("%d nodes after the sweeps, want 2", n)
 	}
 }

@@ -196,8 +196,11 @@ type BillingSpec struct {
 	// +kubebuilder:default:=1
 	// +optional
 	MonthlyCommitmentMonths int32 `json:"monthlyCommitmentMonths,omitempty"`
-	// MinimumLifetime of a monthly server: one deleted earlier is kept as a spare (stopped, untagged from its
-	// NodeClaim) and reused by the next NodeClaim of the same offer and zone instead of ordering a new one.
+	// MinimumLifetime of a monthly server: one whose NodeClaim ends (deleted, failed install, or none at all)
+	// is kept as a spare (rebooted into rescue, untagged from its NodeClaim) and reused by the next NodeClaim of
+	// the same offer and zone instead of ordering a new one, until the later of this lifetime and the end of
+	// the subscription month it is in (monthly subscriptions renew every month); it is released an hour before
+	// a renewal. Unset: one month, the period an order pays for. 0s: monthly servers are never kept.
 	// +kubebuilder:validation:Pattern=`^([0-9]+(s|m|h))+$`
 	// +kubebuilder:validation:Type="string"
 	// +optional

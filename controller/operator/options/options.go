@@ -44,6 +44,10 @@ type Options struct {
 	GCInterval       time.Duration
 	NodeClassRecheck time.Duration
 	RepairToleration time.Duration
+	// MaxConcurrentImaging bounds the images written at once.
+	MaxConcurrentImaging int
+	// ZoneSweepInterval between sweeps of every Elastic Metal zone for the cluster's servers.
+	ZoneSweepInterval time.Duration
 
 	// JoinSecretNamespaces is the comma-separated list of namespaces join
 	// Secrets may be in; empty: SystemNamespace only (see JoinNamespaces).
@@ -69,6 +73,8 @@ func (o *Options) AddFlags(fs *coreoptions.FlagSet) {
 	fs.DurationVar(&o.GCGracePeriod, "gc-grace-period", env.WithDefaultDuration("GC_GRACE_PERIOD", 10*time.Minute), "Age under which a server without a NodeClaim is never released (covers an order in flight).")
 	fs.DurationVar(&o.GCInterval, "gc-interval", env.WithDefaultDuration("GC_INTERVAL", 2*time.Minute), "Interval between garbage collection sweeps.")
 	fs.DurationVar(&o.RepairToleration, "repair-toleration", env.WithDefaultDuration("REPAIR_TOLERATION", 20*time.Minute), "How long a node may be NotReady/Unknown before Karpenter's node repair (feature gate NodeRepair) replaces it.")
+	fs.IntVar(&o.MaxConcurrentImaging, "max-concurrent-imaging", env.WithDefaultInt("MAX_CONCURRENT_IMAGING", 8), "Images written at once (each holds an SSH session and uploads em-imager); further installs wait their turn within their phase timeout.")
+	fs.DurationVar(&o.ZoneSweepInterval, "zone-sweep-interval", env.WithDefaultDuration("ZONE_SWEEP_INTERVAL", 10*time.Minute), "Interval between sweeps of every Elastic Metal zone for this cluster's servers (a zone removed from a NodeClass keeps its servers found and collected).")
 	fs.DurationVar(&o.NodeClassRecheck, "nodeclass-recheck-interval", env.WithDefaultDuration("NODECLASS_RECHECK_INTERVAL", 5*time.Minute), "Interval between checks of a Ready NodeClass (credentials, image manifest, join Secret).")
 }
 
@@ -94,10 +100,13 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: %d is not a port", name, p))
 		}
 	}
+	if o.MaxConcurrentImaging <= 0 {
+		errs = append(errs, fmt.Errorf("MAX_CONCURRENT_IMAGING: %d must be positive", o.MaxConcurrentImaging))
+	}
 	for name, d := range map[string]time.Duration{"DELIVERY_TIMEOUT": o.DeliveryTimeout, "RESCUE_TIMEOUT": o.RescueTimeout,
 		"IMAGING_TIMEOUT": o.ImagingTimeout, "BOOT_TIMEOUT": o.BootTimeout, "INSTALL_RETRY_INTERVAL": o.RetryInterval,
 		"CATALOG_REFRESH_INTERVAL": o.CatalogRefresh, "GC_INTERVAL": o.GCInterval, "NODECLASS_RECHECK_INTERVAL": o.NodeClassRecheck,
-		"REPAIR_TOLERATION": o.RepairToleration} {
+		"REPAIR_TOLERATION": o.RepairToleration, "ZONE_SWEEP_INTERVAL": o.ZoneSweepInterval} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))
 		}

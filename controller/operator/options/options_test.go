@@ -9,7 +9,8 @@ import (
 func valid() *Options {
 	return &Options{ClusterName: "c", RescueSSHPort: 22, TalosAPIPort: 50000, DeliveryTimeout: time.Minute,
 		RescueTimeout: time.Minute, ImagingTimeout: time.Minute, BootTimeout: time.Minute, RetryInterval: time.Second,
-		CatalogRefresh: time.Minute, GCInterval: time.Minute, NodeClassRecheck: time.Minute, RepairToleration: time.Minute}
+		CatalogRefresh: time.Minute, GCInterval: time.Minute, NodeClassRecheck: time.Minute, RepairToleration: time.Minute,
+		MaxConcurrentImaging: 1, ZoneSweepInterval: time.Minute}
 }
 
 func TestValidateNamesEveryBadSetting(t *testing.T) {

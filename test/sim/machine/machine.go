@@ -203,7 +203,7 @@ type host struct {
 	m          scwsim.Machine
 	dir        string
 	tree       *hardware.Tree
-	hostKey    ssh.Signer
+	hostKey    ssh.Signer // of the current rescue boot
 	neverReady *bool
 	status     Status
 
@@ -261,11 +261,7 @@ func (h *Hosts) get(id string, create bool, m scwsim.Machine) (*host, error) {
 	if !create {
 		return nil, fmt.Errorf("machine %s: unknown", id)
 	}
-	key, err := rescue.NewHostKey()
-	if err != nil {
-		return nil, err
-	}
-	x := &host{mu: make(ctxMutex, 1), m: m, dir: filepath.Join(h.opts.Dir, id), hostKey: key, status: Status{Phase: PhaseOff}}
+	x := &host{mu: make(ctxMutex, 1), m: m, dir: filepath.Join(h.opts.Dir, id), status: Status{Phase: PhaseOff}}
 	h.machines[id] = x
 	return x, nil
 }
@@ -313,6 +309,13 @@ func (h *Hosts) Boot(_ context.Context, m scwsim.Machine, mode scwsim.BootMode, 
 }
 
 func (h *Hosts) bootRescue(x *host, keys []string, log *slog.Logger) error {
+	// Rescue runs from RAM and generates its host key at boot: every rescue
+	// boot of a server shows a new key, as Scaleway's does.
+	key, err := rescue.NewHostKey()
+	if err != nil {
+		return fmt.Errorf("machine %s: rescue host key: %w", x.m.ID, err)
+	}
+	x.hostKey = key
 	home := filepath.Join(x.dir, "home")
 	if err := os.RemoveAll(home); err != nil {
 		return err
@@ -711,11 +714,17 @@ func (h *Hosts) TalosAPICalls(serverID string) ([]talosapi.Call, error) {
 	return calls, nil
 }
 
-// HostKey is the rescue system's SSH host key of the machine (stable for its life).
+// HostKey is the SSH host key of the machine's current (or last) rescue
+// boot; each rescue boot has a new one.
 func (h *Hosts) HostKey(serverID string) (ssh.PublicKey, error) {
 	x, err := h.get(serverID, false, scwsim.Machine{})
 	if err != nil {
 		return nil, err
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.hostKey == nil {
+		return nil, fmt.Errorf("machine %s: never booted into rescue", serverID)
 	}
 	return x.hostKey.PublicKey(), nil
 }

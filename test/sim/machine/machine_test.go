@@ -831,3 +831,40 @@ func TestBusyDiskRefusedByImager(t *testing.T) {
 		t.Fatalf("write to a mounted disk: exit %d %+v", code, r.Error)
 	}
 }
+
+// Each rescue boot has its own host key, as a rescue system generated in RAM
+// does: a client that pinned the first boot's key is refused by the second.
+func TestRescueHostKeyChangesPerBoot(t *testing.T) {
+	h := newHosts(t, Options{})
+	m := newMachine(t, "EM-A610R-NVME")
+	key, authorized := newKey(t)
+	if err := h.Boot(context.Background(), m, scwsim.BootRescue, []string{authorized}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := h.HostKey(m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Boot(context.Background(), m, scwsim.BootRescue, []string{authorized}); err != nil {
+		t.Fatal(err)
+	}
+	second, err := h.HostKey(m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(first.Marshal(), second.Marshal()) {
+		t.Fatal("two rescue boots showed the same host key")
+	}
+	_, err = ssh.Dial("tcp", net.JoinHostPort(m.IPv4, fmt.Sprint(h.SSHPort())), &ssh.ClientConfig{
+		User: rescue.User, Auth: []ssh.AuthMethod{ssh.PublicKeys(key)},
+		HostKeyCallback: ssh.FixedHostKey(first), Timeout: 10 * time.Second,
+	})
+	if err == nil {
+		t.Fatal("the second rescue boot accepted a client pinned to the first boot's key")
+	}
+	c, err := sshClient(t, h, m, key)
+	if err != nil {
+		t.Fatalf("the current key is refused: %v", err)
+	}
+	c.Close()
+}

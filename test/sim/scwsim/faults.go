@@ -24,6 +24,11 @@ const (
 	FaultTimeout FaultKind = "timeout"
 	// FaultDelay answers normally after Delay.
 	FaultDelay FaultKind = "delay"
+	// FaultAnswerLost lets the API act on the request (a POST creates its
+	// server) and then loses the answer: the client gets a 504 from the
+	// gateway, as when a load balancer times out on a request the backend
+	// committed. The call record keeps what the API really answered.
+	FaultAnswerLost FaultKind = "answer_lost"
 	// FaultStuck keeps matching servers in State (e.g. "delivering",
 	// "stopping") until the fault is removed; then they carry on.
 	FaultStuck FaultKind = "stuck"
@@ -90,7 +95,7 @@ func (f Fault) validate() error {
 		if f.Status != 0 && (f.Status < 400 || f.Status > 599) {
 			return fmt.Errorf("scwsim: Fault.Status: %d is not a 4xx or 5xx status", f.Status)
 		}
-	case FaultRateLimit, FaultTimeout:
+	case FaultRateLimit, FaultTimeout, FaultAnswerLost:
 	case FaultDelay:
 		if f.Delay <= 0 {
 			return fmt.Errorf("scwsim: Fault.Delay: must be positive for a %s fault", f.Kind)

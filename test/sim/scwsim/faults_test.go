@@ -293,3 +293,48 @@ func TestServerErrorFaultHitsEachServerOnce(t *testing.T) {
 	equalStrings(t, "history", e.sim.History(srv.ID), []string{"delivering", "ready", "stopping", "error",
 		"stopping", "starting", "ready"})
 }
+
+// An order the API takes but whose answer is lost: the client sees a 504, the
+// server exists, and the call record counts the order.
+func TestFaultAnswerLostStillActs(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.sim.MustInject(Fault{Kind: FaultAnswerLost, Method: "POST", Path: `/servers$`, Times: 1})
+	_, err := e.bm.CreateServer(&baremetal.CreateServerRequest{OfferID: e.offerID(t, offerB112), Name: "lost",
+		Tags: []string{"karpenter.sh/nodeclaim=lost"}})
+	if re := mustAs[*scw.ResponseError](t, err); re.StatusCode != http.StatusGatewayTimeout {
+		t.Fatalf("lost answer: %+v", re)
+	}
+	if e.sim.FaultHits(id) != 1 {
+		t.Fatalf("hits %d", e.sim.FaultHits(id))
+	}
+	if n := len(e.sim.Servers()); n != 1 {
+		t.Fatalf("%d servers after an order whose answer was lost, want 1", n)
+	}
+	if c := e.sim.CreatesByTag("karpenter.sh/nodeclaim"); c["lost"] != 1 {
+		t.Fatalf("the taken order is not counted: %v", c)
+	}
+}
+
+// ListLag hides a new server from listings for a while; GetServer sees it.
+func TestListLagHidesNewServersFromListings(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.ListLag = 3 * time.Second })
+	srv := e.create(t, offerB112)
+	list, err := e.bm.ListServers(&baremetal.ListServersRequest{})
+	if err != nil || len(list.Servers) != 0 {
+		t.Fatalf("a server created just now is listed: %d, %v", len(list.Servers), err)
+	}
+	if _, err := e.bm.GetServer(&baremetal.GetServerRequest{ServerID: srv.ID}); err != nil {
+		t.Fatalf("GetServer of a server not yet listed: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		list, err = e.bm.ListServers(&baremetal.ListServersRequest{})
+		if err == nil && len(list.Servers) == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server never showed in listings: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -114,6 +114,11 @@ type Options struct {
 	DefaultPageSize int
 	MaxPageSize     int
 
+	// ListLag, when positive, hides a new server from ListServers for this
+	// long after its creation (scaled like Delays): listings are eventually
+	// consistent, while GetServer by ID sees it at once.
+	ListLag time.Duration
+
 	// RateLimit, when positive, is the sustained requests per second the
 	// key may make (all paths together); beyond RateBurst, requests get 429
 	// as a throttled Scaleway key does (shaped by RateLimited).
@@ -266,6 +271,9 @@ func (o Options) Validate() error {
 		if f.v < 0 {
 			return fmt.Errorf("scwsim: Options.%s: %d is negative", f.name, f.v)
 		}
+	}
+	if o.ListLag < 0 {
+		return fmt.Errorf("scwsim: Options.ListLag: %v is negative", o.ListLag)
 	}
 	if o.RateLimit < 0 || o.RateBurst < 0 {
 		return fmt.Errorf("scwsim: Options.RateLimit/RateBurst: %v/%d is negative", o.RateLimit, o.RateBurst)

@@ -724,8 +724,9 @@ func (s *Sim) listServers(rec *statusRecorder, r *http.Request) (any, *apiError)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var match []*server
+	listed := s.now().Add(-s.opts.scaled(s.opts.ListLag))
 	for _, sv := range s.servers {
-		if sv.zone != zone || !serverMatches(sv, q) {
+		if sv.zone != zone || !serverMatches(sv, q) || sv.createdAt.After(listed) {
 			continue
 		}
 		match = append(match, sv)

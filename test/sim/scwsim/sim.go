@@ -269,6 +269,11 @@ func (s *Sim) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if f != nil && f.Kind == FaultAnswerLost {
+		// The handler's answer goes nowhere; the client gets the gateway's.
+		rec.ResponseWriter = discardWriter{header: http.Header{}}
+		defer writeGatewayTimeout(w)
+	}
 	token := r.Header.Get("X-Auth-Token")
 	switch {
 	case token == "":
@@ -435,3 +440,18 @@ func (s *Sim) delay(d time.Duration) time.Duration {
 }
 
 func (s *Sim) logf(format string, args ...any) { s.opts.Logf("scwsim: "+format, args...) }
+
+// discardWriter swallows an answer that is lost on its way to the client.
+type discardWriter struct{ header http.Header }
+
+func (d discardWriter) Header() http.Header         { return d.header }
+func (d discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (d discardWriter) WriteHeader(int)             {}
+
+// writeGatewayTimeout is what a load balancer answers when the backend's
+// answer did not reach it in time (an HTML page, not the API's JSON).
+func writeGatewayTimeout(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/html")
+	w.WriteHeader(http.StatusGatewayTimeout)
+	_, _ = w.Write([]byte("<html><body><h1>504 Gateway Time-out</h1></body></html>"))
+}

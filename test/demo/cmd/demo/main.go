@@ -3,9 +3,11 @@
 // holding a published Talos-like image, the Elastic Metal API simulator with
 // its rescue hosts and Talos API, then bin/karpenter-scaleway-em as a
 // deployment would run it; applies examples/general-purpose.yaml, creates
-// pending pods, follows every server through its phases until the pods are
-// bound, removes the pods and follows the servers back to Scaleway. It ends
-// with a summary table and exits 0 only if all of that happened.
+// pending pods, then a second wave of pods as soon as the first wave's
+// NodeClaims are launched (their servers still installing), follows every
+// server through its phases until the pods are bound, removes the pods and
+// follows the servers back to Scaleway. It ends with a summary table and
+// exits 0 only if all of that happened, the second wave included.
 //
 //	make demo                          # fast delays (seconds)
 //	DEMO_PROFILE=realistic make demo   # Scaleway-like delays (minutes)
@@ -174,12 +176,38 @@ func (d *demo) run(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeCla
 	d.printf("workload: 3 pods 'web' (6 CPU, 2Gi, one per node) + 1 pod 'batch' (20 CPU, 8Gi) pending; no node exists yet")
 
 	t0 := time.Now()
-	if err := d.waitPods(ctx, timeout, web, batch); err != nil {
+	// Create returns once a server is ordered; the installs run afterwards,
+	// so Karpenter keeps scheduling: a second wave gets its NodeClaims while
+	// the first wave's servers are still being delivered and installed.
+	first, err := d.waitLaunched(ctx, 1, timeout)
+	if err != nil {
+		return err
+	}
+	d.printf("first wave: %d NodeClaims launched %s after the pods (servers ordered; their installs run in the background)", first, time.Since(t0).Round(100*time.Millisecond))
+	api := w.RunWorkload("default", "api", 2, "6", "2Gi", true)
+	defer api.Stop()
+	t2 := time.Now()
+	d.printf("second wave: 2 pods 'api' (6 CPU, 2Gi, one per node) pending")
+	all, err := d.waitLaunched(ctx, first+1, timeout)
+	if err != nil {
+		return err
+	}
+	installing := 0
+	for _, s := range w.Sim.Servers() {
+		if p := world.TagValue(s.Tags, world.TagPhase); p != "joined" {
+			installing++
+		}
+	}
+	d.printf("second wave: %d NodeClaims launched %s after its pods, while %d servers are still installing", all-first, time.Since(t2).Round(100*time.Millisecond), installing)
+	if installing == 0 {
+		return errors.New("the second wave waited for the first wave's installs")
+	}
+	if err := d.waitPods(ctx, timeout, web, batch, api); err != nil {
 		return err
 	}
 	upTook := time.Since(t0)
 	nodes, _ := w.Clientset.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	d.printf("scale-up complete in %s: %d nodes, all 4 pods bound", upTook.Round(100*time.Millisecond), len(nodes.Items))
+	d.printf("scale-up complete in %s: %d nodes, all 6 pods bound", upTook.Round(100*time.Millisecond), len(nodes.Items))
 
 	d.printf("removing the workload: nodes become empty, Karpenter consolidates them")
 	t1 := time.Now()
@@ -187,6 +215,9 @@ func (d *demo) run(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeCla
 		return err
 	}
 	if err := batch.Scale(ctx, 0); err != nil {
+		return err
+	}
+	if err := api.Scale(ctx, 0); err != nil {
 		return err
 	}
 	if err := d.waitReleased(ctx, timeout); err != nil {
@@ -309,6 +340,36 @@ func (d *demo) waitPods(ctx context.Context, timeout time.Duration, wls ...*worl
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// waitLaunched waits until there are at least min NodeClaims and all of
+// them have a provider ID (Create returned); Karpenter makes the NodeClaims
+// of one scheduling decision together. It returns how many there are.
+func (d *demo) waitLaunched(ctx context.Context, min int, timeout time.Duration) (int, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		var ncs karpv1.NodeClaimList
+		if err := d.w.Kube.Client.List(ctx, &ncs); err != nil {
+			return 0, err
+		}
+		launched := 0
+		for _, nc := range ncs.Items {
+			if nc.Status.ProviderID != "" {
+				launched++
+			}
+		}
+		if len(ncs.Items) >= min && launched == len(ncs.Items) {
+			return launched, nil
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("%d of %d NodeClaims launched after %s", launched, len(ncs.Items), timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }

@@ -1,0 +1,146 @@
+package cloudprovider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+	"github.com/scaleway/scaleway-sdk-go/scw"
+	corev1 "k8s.io/api/core/v1"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+	"sigs.k8s.io/karpenter/pkg/cloudprovider"
+	"sigs.k8s.io/karpenter/pkg/scheduling"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+)
+
+// order gives the NodeClaim a server: a spare monthly server of the
+// cheapest fitting offering, or a new order, trying offerings cheapest
+// first while they turn out out of stock or over quota.
+func (c *CloudProvider) order(ctx context.Context, claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalNodeClass) (*baremetal.Server, error) {
+	reqs := scheduling.NewNodeSelectorRequirementsWithMinValues(claim.Spec.Requirements...)
+	f, ok := c.filter(nc, reqs)
+	if !ok {
+		return nil, cloudprovider.NewInsufficientCapacityError(fmt.Errorf("nodeclass %s allows no billing period the nodeclaim accepts", nc.Name))
+	}
+	its, err := c.Catalog.InstanceTypes(ctx, f)
+	if err != nil {
+		return nil, fmt.Errorf("listing instance types: %w", err)
+	}
+	candidates := cheapestFirst(its, reqs)
+	if len(candidates) == 0 {
+		return nil, cloudprovider.NewInsufficientCapacityError(fmt.Errorf("no available Elastic Metal offering matches the nodeclaim's requirements"))
+	}
+	claimTag := scaleway.Tag(scaleway.TagNodeClaim, claim.Name)
+	var lastErr error
+	for _, cand := range candidates {
+		zone, billing := offeringZone(cand.offering), offeringBilling(cand.offering)
+		offer, ok := c.Catalog.Offer(zone, cand.it.Name, billing)
+		if !ok {
+			continue
+		}
+		if billing == catalog.BillingMonthly {
+			srv, err := c.Spares.Take(ctx, scw.Zone(zone), offer.Name, nc, claim.Name, claim.Labels[karpv1.NodePoolLabelKey])
+			if err != nil {
+				return nil, err
+			}
+			if srv != nil {
+				c.publish(claim, corev1.EventTypeNormal, "ReusedSpare", fmt.Sprintf("reusing spare monthly server %s (%s) in %s", srv.ID, srv.OfferName, zone))
+				return srv, nil
+			}
+		}
+		srv, _, err := c.API.CreateServer(ctx, scaleway.CreateServerRequest{
+			Zone:           scw.Zone(zone),
+			OfferID:        offer.ID,
+			Name:           claim.Name,
+			Description:    fmt.Sprintf("Karpenter node of cluster %s (nodepool %s)", c.opts.ClusterName, claim.Labels[karpv1.NodePoolLabelKey]),
+			Tags:           c.serverTags(claim, nc),
+			IdempotencyTag: claimTag,
+		})
+		if err == nil {
+			c.publish(claim, corev1.EventTypeNormal, "Ordered", fmt.Sprintf("ordered %s (%s) in %s: server %s", offer.Name, billing, zone, srv.ID))
+			return srv, nil
+		}
+		switch {
+		case scaleway.IsOutOfStock(err):
+			c.Catalog.MarkUnavailable(zone, offer.Name, billing, catalog.ReasonOutOfStock)
+		case scaleway.IsQuotaExceeded(err):
+			c.Catalog.MarkUnavailable(zone, offer.Name, billing, catalog.ReasonQuota)
+		case scaleway.IsOrderRefused(err):
+			// One refused order per Create: set the offering aside and let Karpenter pick again.
+			c.Catalog.MarkUnavailable(zone, offer.Name, billing, catalog.ReasonRefused)
+			c.publish(claim, corev1.EventTypeWarning, "OrderRefused", fmt.Sprintf("%s (%s) in %s: %v", offer.Name, billing, zone, err))
+			return nil, cloudprovider.NewInsufficientCapacityError(fmt.Errorf("ordering %s in %s was refused: %w", offer.Name, zone, err))
+		default:
+			// Among these, an order whose answer was lost (ErrOrderInFlight
+			// on the next tries): no other offering is tried while it may
+			// have been taken. Karpenter retries Create.
+			if errors.Is(err, scaleway.ErrOrderInFlight) || scaleway.IsAmbiguous(err) {
+				c.publish(claim, corev1.EventTypeWarning, "OrderInFlight", fmt.Sprintf("the order of %s in %s may have been taken; looking for its server before any new order", offer.Name, zone))
+			}
+			return nil, fmt.Errorf("ordering %s in %s: %w", offer.Name, zone, err)
+		}
+		c.log.Info("offering unavailable, trying the next one", "offer", offer.Name, "zone", zone, "billing", billing, "error", err.Error())
+		c.publish(claim, corev1.EventTypeWarning, "OfferingUnavailable", fmt.Sprintf("%s (%s) in %s: %s", offer.Name, billing, zone, scaleway.Classify(err)))
+		lastErr = err
+	}
+	if lastErr == nil {
+		lastErr = errors.New("no offering of the catalogue matches")
+	}
+	return nil, cloudprovider.NewInsufficientCapacityError(fmt.Errorf("every compatible offering is out of stock or over quota: %w", lastErr))
+}
+
+// serverTags are an order's tags. The image tag is not among them: it says
+// what the disk holds, and is written after imaging.
+func (c *CloudProvider) serverTags(claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalNodeClass) []string {
+	tags := []string{
+		scaleway.Tag(scaleway.TagManagedBy, c.opts.ClusterName),
+		scaleway.Tag(scaleway.TagNodePool, claim.Labels[karpv1.NodePoolLabelKey]),
+		scaleway.Tag(scaleway.TagNodeClaim, claim.Name),
+		scaleway.Tag(scaleway.TagNodeClass, nc.Name),
+	}
+	tags = install.SetPhaseIn(tags, install.PhaseOrdered, time.Now())
+	return append(tags, nc.Spec.Tags...)
+}
+
+type candidate struct {
+	it       *cloudprovider.InstanceType
+	offering *cloudprovider.Offering
+}
+
+// cheapestFirst lists every available offering compatible with reqs, cheapest first.
+func cheapestFirst(its []*cloudprovider.InstanceType, reqs scheduling.Requirements) []candidate {
+	var out []candidate
+	for _, it := range its {
+		if err := reqs.Compatible(it.Requirements, scheduling.AllowUndefinedWellKnownLabels); err != nil {
+			continue
+		}
+		for _, of := range it.Offerings.Available().Compatible(reqs) {
+			out = append(out, candidate{it: it, offering: of})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].offering.Price != out[j].offering.Price {
+			return out[i].offering.Price < out[j].offering.Price
+		}
+		return out[i].it.Name < out[j].it.Name
+	})
+	return out
+}
+
+func offeringZone(of *cloudprovider.Offering) string {
+	return of.Requirements.Get(corev1.LabelTopologyZone).Any()
+}
+
+func offeringBilling(of *cloudprovider.Offering) catalog.BillingPeriod {
+	if r := of.Requirements.Get(catalog.LabelBillingPeriod); r.Len() == 1 {
+		return catalog.BillingPeriod(r.Any())
+	}
+	return catalog.BillingHourly
+}

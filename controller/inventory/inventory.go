@@ -1,0 +1,190 @@
+// Package inventory knows where this cluster's servers are and finds them:
+// the default zone, every zone a NodeClass names, and every zone where a
+// server of the cluster was seen. A sweep over every Elastic Metal zone, at
+// the first use and then periodically, feeds the last set, so a zone removed
+// from a NodeClass keeps its servers found (a retried Create resumes them),
+// listed (Karpenter does not forget them) and collected (nothing leaks).
+package inventory
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+	"github.com/scaleway/scaleway-sdk-go/scw"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+)
+
+// DefaultSweepInterval is the default of Inventory.SweepInterval.
+const DefaultSweepInterval = 10 * time.Minute
+
+// API is what the inventory needs of the Scaleway API (*scaleway.Client).
+type API interface {
+	ListServers(ctx context.Context, zone scw.Zone, tags []string) ([]*baremetal.Server, error)
+}
+
+// Inventory is safe for concurrent use.
+type Inventory struct {
+	API         API
+	Kube        client.Reader // NodeClasses
+	ClusterName string
+	DefaultZone string
+	// AllZones are every Elastic Metal zone (the catalogue's); zones the
+	// credentials cannot list are skipped by the sweep.
+	AllZones []string
+	// SweepInterval between sweeps of AllZones (default DefaultSweepInterval).
+	SweepInterval time.Duration
+	Clock         clock.Clock
+	Log           logr.Logger
+
+	sweepMu sync.Mutex // one sweep at a time
+	mu      sync.Mutex
+	seen    map[string]bool
+	sweptAt time.Time
+}
+
+func (i *Inventory) managedBy() string { return scaleway.Tag(scaleway.TagManagedBy, i.ClusterName) }
+
+func (i *Inventory) clock() clock.Clock {
+	if i.Clock == nil {
+		return clock.RealClock{}
+	}
+	return i.Clock
+}
+
+// Saw records that the cluster has a server in zone.
+func (i *Inventory) Saw(zone string) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.seen == nil {
+		i.seen = map[string]bool{}
+	}
+	i.seen[zone] = true
+}
+
+// Zones are the zones the cluster may have servers in, sorted. The first
+// call sweeps every zone first.
+func (i *Inventory) Zones(ctx context.Context) ([]string, error) {
+	i.sweepIfDue(ctx)
+	set := map[string]bool{i.DefaultZone: true}
+	list := &v1alpha1.ScalewayElasticMetalNodeClassList{}
+	if err := i.Kube.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("listing nodeclasses: %w", err)
+	}
+	for n := range list.Items {
+		for _, z := range list.Items[n].Spec.Zones {
+			set[z] = true
+		}
+	}
+	i.mu.Lock()
+	for z := range i.seen {
+		set[z] = true
+	}
+	i.mu.Unlock()
+	zones := make([]string, 0, len(set))
+	for z := range set {
+		if z != "" {
+			zones = append(zones, z)
+		}
+	}
+	sort.Strings(zones)
+	return zones, nil
+}
+
+func (i *Inventory) sweepIfDue(ctx context.Context) {
+	interval := i.SweepInterval
+	if interval <= 0 {
+		interval = DefaultSweepInterval
+	}
+	i.mu.Lock()
+	due := i.sweptAt.IsZero() || i.clock().Since(i.sweptAt) >= interval
+	i.mu.Unlock()
+	if due {
+		i.Sweep(ctx)
+	}
+}
+
+// Sweep lists the cluster's servers in every Elastic Metal zone and records
+// the zones that have some. A zone that cannot be listed is skipped (and
+// logged); the next sweep tries it again.
+func (i *Inventory) Sweep(ctx context.Context) {
+	i.sweepMu.Lock()
+	defer i.sweepMu.Unlock()
+	for _, z := range i.AllZones {
+		srvs, err := i.API.ListServers(ctx, scw.Zone(z), []string{i.managedBy()})
+		if err != nil {
+			i.Log.V(1).Info("zone sweep: cannot list servers", "zone", z, "error", err.Error())
+			continue
+		}
+		if len(srvs) > 0 {
+			i.Saw(z)
+		}
+	}
+	i.mu.Lock()
+	i.sweptAt = i.clock().Now()
+	i.mu.Unlock()
+}
+
+// ServerOf finds NodeClaim claim's server (the oldest live one tagged for
+// it) in every zone the cluster may have servers in. Any zone that cannot be
+// listed is an error: "none" must be certain before anyone orders.
+func (i *Inventory) ServerOf(ctx context.Context, claim string) (*baremetal.Server, error) {
+	zones, err := i.Zones(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var found []*baremetal.Server
+	for _, z := range zones {
+		srvs, err := i.API.ListServers(ctx, scw.Zone(z), []string{i.managedBy(), scaleway.Tag(scaleway.TagNodeClaim, claim)})
+		if err != nil {
+			return nil, fmt.Errorf("looking for the server of nodeclaim %s in %s: %w", claim, z, err)
+		}
+		for _, s := range srvs {
+			if s.Status != baremetal.ServerStatusDeleting {
+				found = append(found, s)
+			}
+		}
+	}
+	if len(found) == 0 {
+		return nil, nil
+	}
+	slices.SortStableFunc(found, func(a, b *baremetal.Server) int { return created(a).Compare(created(b)) })
+	return found[0], nil
+}
+
+// Servers lists every server of the cluster in every zone it may have
+// servers in. Any failure is an error, never a shorter list.
+func (i *Inventory) Servers(ctx context.Context) ([]*baremetal.Server, error) {
+	zones, err := i.Zones(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []*baremetal.Server
+	for _, z := range zones {
+		srvs, err := i.API.ListServers(ctx, scw.Zone(z), []string{i.managedBy()})
+		if err != nil {
+			return nil, fmt.Errorf("listing servers in %s: %w", z, err)
+		}
+		if len(srvs) > 0 {
+			i.Saw(z)
+		}
+		out = append(out, srvs...)
+	}
+	return out, nil
+}
+
+func created(s *baremetal.Server) time.Time {
+	if s.CreatedAt == nil {
+		return time.Time{}
+	}
+	return *s.CreatedAt
+}

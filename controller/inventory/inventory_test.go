@@ -1,0 +1,69 @@
+package inventory
+
+import (
+	"context"
+	"testing"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/scaleway/scaleway-sdk-go/scw"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/simapi"
+)
+
+func setup(t *testing.T) (*Inventory, *scaleway.Client, *scwsim.Sim) {
+	t.Helper()
+	sim, api := simapi.Start(t, "fr-par-2")
+	_ = v1alpha1.SchemeGroupVersion
+	nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
+	nc.Name, nc.Spec.Zones = "nc", []string{"fr-par-2"}
+	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc).Build()
+	// pl-waw-2 is an Elastic Metal zone the simulator does not serve: the sweep skips it.
+	inv := &Inventory{API: api, Kube: kube, ClusterName: "c1", DefaultZone: "fr-par-2",
+		AllZones: []string{"fr-par-1", "fr-par-2", "nl-ams-1", "pl-waw-2"}, Log: testr.New(t)}
+	return inv, api, sim
+}
+
+func order(t *testing.T, sim *scwsim.Sim, api *scaleway.Client, zone, claim string) string {
+	t.Helper()
+	offerID, ok := sim.OfferID(zone, "EM-A116X-SSD", "hourly")
+	if !ok {
+		t.Fatalf("no offer in %s", zone)
+	}
+	tag := scaleway.Tag(scaleway.TagNodeClaim, claim)
+	srv, _, err := api.CreateServer(context.Background(), scaleway.CreateServerRequest{Zone: scw.Zone(zone), OfferID: offerID, Name: claim,
+		Tags: []string{scaleway.Tag(scaleway.TagManagedBy, "c1"), tag}, IdempotencyTag: tag})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv.ID
+}
+
+// A server in a zone no NodeClass names is found through the first sweep;
+// a zone that cannot be listed is skipped by the sweep but fails a lookup.
+func TestServerOfFindsServersInEveryZoneTheClusterUses(t *testing.T) {
+	inv, api, sim := setup(t)
+	id := order(t, sim, api, "nl-ams-1", "far")
+	srv, err := inv.ServerOf(context.Background(), "far")
+	if err != nil || srv == nil || srv.ID != id {
+		t.Fatalf("ServerOf = %v, %v; want %s", srv, err, id)
+	}
+	zones, err := inv.Zones(context.Background())
+	if err != nil || len(zones) != 2 || zones[0] != "fr-par-2" || zones[1] != "nl-ams-1" {
+		t.Fatalf("zones %v, %v: want the nodeclass's and the swept one", zones, err)
+	}
+	if srv, err := inv.ServerOf(context.Background(), "nobody"); err != nil || srv != nil {
+		t.Fatalf("ServerOf a claim without a server = %v, %v", srv, err)
+	}
+	sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStatus, Method: "GET", Path: `/zones/nl-ams-1/servers$`, Status: 503})
+	if srv, err := inv.ServerOf(context.Background(), "nobody"); err == nil {
+		t.Fatalf("ServerOf with a zone failing = %v and no error: a caller would order blind", srv)
+	}
+	if _, err := inv.Servers(context.Background()); err == nil {
+		t.Fatal("Servers with a zone failing returned a shorter list")
+	}
+}

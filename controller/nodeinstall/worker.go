@@ -1,0 +1,320 @@
+package nodeinstall
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeclass"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/report"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/talosgen"
+)
+
+// worker runs one NodeClaim's install.
+type worker struct {
+	c          *Controller
+	uid        types.UID
+	name       string
+	providerID string
+	cancel     context.CancelFunc
+	done       chan struct{}
+	log        logr.Logger
+
+	mu    sync.Mutex
+	phase install.Phase
+	since time.Time
+	over  bool
+}
+
+// state is the phase the install is in and when it started ("" before the
+// server was read).
+func (w *worker) state() (install.Phase, time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.phase, w.since
+}
+
+func (w *worker) setState(p install.Phase, since time.Time) {
+	w.mu.Lock()
+	w.phase, w.since = p, since
+	w.mu.Unlock()
+}
+
+func (w *worker) finished() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.over
+}
+
+func (w *worker) run(ctx context.Context) {
+	c := w.c
+	c.Metrics.started()
+	defer func() {
+		w.mu.Lock()
+		w.over = true
+		w.mu.Unlock()
+		c.Metrics.stopped()
+		c.forget(w)
+		close(w.done)
+	}()
+	for attempt := 0; ; attempt++ {
+		done, err := w.attempt(ctx)
+		if done || ctx.Err() != nil {
+			return
+		}
+		wait := min(5*time.Second<<min(attempt, 4), time.Minute)
+		w.log.Error(err, "install cannot go on yet; retrying", "wait", wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.clock().After(wait):
+		}
+	}
+}
+
+// attempt reads what the install needs and runs it; done is false when it
+// should be tried again (something could not be read).
+func (w *worker) attempt(ctx context.Context) (done bool, err error) {
+	c := w.c
+	zone, id, err := scaleway.ParseProviderID(w.providerID)
+	if err != nil {
+		return true, nil // not a server of ours
+	}
+	srv, err := c.API.GetServer(ctx, zone, id)
+	if scaleway.IsNotFound(err) {
+		w.fail(ctx, nil, errors.New("the server is gone"))
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	tags := scaleway.ParseTags(srv.Tags)
+	switch {
+	case tags[scaleway.TagNodeClaim] != w.name:
+		w.fail(ctx, srv, fmt.Errorf("server %s is no longer this nodeclaim's (phase %s)", srv.ID, install.PhaseOf(srv)))
+		return true, nil
+	case srv.Status == baremetal.ServerStatusDeleting:
+		w.fail(ctx, srv, fmt.Errorf("server %s is being released", srv.ID))
+		return true, nil
+	}
+	w.setState(install.PhaseOf(srv), install.PhaseSince(srv))
+	if install.PhaseOf(srv) == install.PhaseJoined {
+		return true, nil // the node is joining; core's registration window decides
+	}
+	claim, err := c.getClaim(ctx, w.name)
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	nc, err := nodeclass.Get(ctx, c.Kube, claim.Spec.NodeClassRef)
+	if apierrors.IsNotFound(err) {
+		w.fail(ctx, srv, fmt.Errorf("nodeclass %s is gone", claim.Spec.NodeClassRef.Name))
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	keys, err := c.Keys(ctx)
+	if err != nil {
+		return false, fmt.Errorf("rescue SSH key: %w", err)
+	}
+	final, err := c.Installer.Run(ctx, w.job(claim, nc, srv, keys))
+	if ctx.Err() != nil {
+		return true, nil // stopped: Delete, or the process ends
+	}
+	if err != nil {
+		w.fail(ctx, final, err)
+		return true, nil
+	}
+	c.Metrics.finished(install.PhaseJoined, "joined")
+	return true, nil
+}
+
+func (w *worker) job(claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalNodeClass, srv *baremetal.Server, keys []string) *install.Job {
+	c := w.c
+	return &install.Job{
+		Server:            srv,
+		SSHKeyIDs:         keys,
+		PrivateNetworkIDs: nc.Spec.PrivateNetworkIDs,
+		// The image and the config follow the NodeClass as it is when they
+		// are needed, not as it was when the install started.
+		Image: func(ctx context.Context) (install.Image, error) {
+			nc, err := w.nodeClass(ctx, claim)
+			if err != nil {
+				return install.Image{}, err
+			}
+			img, err := c.Images.Resolve(ctx, nodeclass.ImageSettings(nc))
+			if err != nil {
+				return install.Image{}, err
+			}
+			return install.Image{URL: img.URL, SHA256: img.RawSHA256, Format: img.Format, RawSize: img.RawSize,
+				Disk: nc.Spec.Rescue.Disk, VerifyReadback: nc.Spec.Rescue.VerifyReadback,
+				TalosVersion: img.TalosVersion, SchematicID: img.SchematicID}, nil
+		},
+		Imaged: func(ctx context.Context, img install.Image) error { return w.recordImage(ctx, img) },
+		Render: func(ctx context.Context, hw *report.Report, network talosgen.Network) ([]byte, error) {
+			nc, err := w.nodeClass(ctx, claim)
+			if err != nil {
+				return nil, err
+			}
+			return c.Config.Render(ctx, claim, nc, srv, hw, network)
+		},
+		Progress: func(p install.Phase, msg string) {
+			c.publish(claim, corev1.EventTypeNormal, "Install"+title(string(p)), msg)
+		},
+		Phase: func(p install.Phase, since time.Time) {
+			w.setState(p, since)
+			w.holdWindow(p, since)
+		},
+		Joined: func(ctx context.Context) (bool, error) { return c.nodeRegistered(ctx, w.providerID) },
+	}
+}
+
+// nodeClass reads the claim's NodeClass now.
+func (w *worker) nodeClass(ctx context.Context, claim *karpv1.NodeClaim) (*v1alpha1.ScalewayElasticMetalNodeClass, error) {
+	nc, err := nodeclass.Get(ctx, w.c.Kube, claim.Spec.NodeClassRef)
+	if err != nil {
+		return nil, fmt.Errorf("nodeclass %s: %w", claim.Spec.NodeClassRef.Name, err)
+	}
+	return nc, nil
+}
+
+// holdWindow moves the registration window at once when a phase begins
+// (Reconcile keeps it up to date after that).
+func (w *worker) holdWindow(p install.Phase, since time.Time) {
+	c := w.c
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	claim, err := c.getClaim(ctx, w.name)
+	if apierrors.IsNotFound(err) {
+		// Deleted without Delete (its finalizer removed by hand): stop; the
+		// garbage collector ends the server's use.
+		w.log.Info("the nodeclaim is gone; stopping its install")
+		w.cancel()
+		return
+	}
+	if err != nil {
+		return
+	}
+	if p == install.PhaseBooting {
+		_, err = c.Window.Booting(ctx, claim, since)
+	} else {
+		_, err = c.Window.Installing(ctx, claim, since.Add(c.Installer.Timeouts.Of(p)))
+	}
+	if err != nil && !isConflict(err) {
+		w.log.Error(err, "holding the registration window")
+	}
+}
+
+// recordImage puts what was written on the NodeClaim: drift compares it with
+// the NodeClass's image.
+func (w *worker) recordImage(ctx context.Context, img install.Image) error {
+	claim, err := w.c.getClaim(ctx, w.name)
+	if err != nil {
+		return err
+	}
+	stored := claim.DeepCopy()
+	if claim.Annotations == nil {
+		claim.Annotations = map[string]string{}
+	}
+	claim.Annotations[v1alpha1.AnnotationImageSHA256] = img.SHA256
+	claim.Annotations[v1alpha1.AnnotationTalosVersion] = img.TalosVersion
+	claim.Annotations[v1alpha1.AnnotationSchematicID] = img.SchematicID
+	if err := w.c.Kube.Patch(ctx, claim, client.MergeFrom(stored)); err != nil {
+		return err
+	}
+	stored = claim.DeepCopy()
+	claim.Status.ImageID = img.SHA256
+	return w.c.Kube.Status().Patch(ctx, claim, client.MergeFrom(stored))
+}
+
+// fail ends an install for good: the server goes back under the spare
+// policy (read fresh), the NodeClaim gets an event and is deleted, so
+// Karpenter replaces it. srv is nil when the server is gone.
+func (w *worker) fail(ctx context.Context, srv *baremetal.Server, cause error) {
+	c := w.c
+	claim, err := c.getClaim(ctx, w.name)
+	if err != nil {
+		return // deleted already: Delete takes care of the server
+	}
+	phase := install.Phase("")
+	outcome := "the server is gone"
+	if srv != nil {
+		phase = install.PhaseOf(srv)
+		outcome = w.release(ctx, claim, srv)
+	}
+	var pe *install.PhaseError
+	if errors.As(cause, &pe) {
+		phase, cause = pe.Phase, pe.Err
+	}
+	msg := fmt.Sprintf("install failed in phase %s: %v; %s; deleting the nodeclaim so that Karpenter replaces it", phase, cause, outcome)
+	w.log.Info("install failed for good", "phase", phase, "error", cause.Error(), "server", outcome)
+	c.publish(claim, corev1.EventTypeWarning, "InstallFailed", truncate(msg, 1000))
+	c.Metrics.finished(phase, "failed")
+	if err := c.Kube.Delete(ctx, claim); client.IgnoreNotFound(err) != nil {
+		w.log.Error(err, "deleting the nodeclaim of a failed install")
+	}
+}
+
+// release gives the server back and says what happened to it.
+func (w *worker) release(ctx context.Context, claim *karpv1.NodeClaim, srv *baremetal.Server) string {
+	c := w.c
+	fresh, err := c.API.GetServer(ctx, srv.Zone, srv.ID)
+	if err == nil && fresh.Status == baremetal.ServerStatusOutOfStock {
+		// Ordered, then never delivered: the next order must go elsewhere.
+		billing := catalog.BillingHourly
+		if spare.Monthly(c.Offerings, fresh) {
+			billing = catalog.BillingMonthly
+		}
+		c.Offerings.MarkUnavailable(string(fresh.Zone), fresh.OfferName, billing, catalog.ReasonOutOfStock)
+	}
+	nc, _ := nodeclass.Get(ctx, c.Kube, claim.Spec.NodeClassRef) // nil when gone: no policy, release
+	outcome, d, err := c.Spares.Release(ctx, srv.Zone, srv.ID, w.name, nc)
+	if err != nil {
+		// Core's termination calls Delete, which tries again.
+		return fmt.Sprintf("releasing server %s failed (retried on delete): %v", srv.ID, err)
+	}
+	switch outcome {
+	case spare.Kept:
+		return fmt.Sprintf("server %s kept as a spare (%s)", srv.ID, d.Reason)
+	case spare.Released:
+		return fmt.Sprintf("server %s released (%s)", srv.ID, d.Reason)
+	case spare.NotOwned:
+		return fmt.Sprintf("server %s left alone (not this nodeclaim's)", srv.ID)
+	}
+	return fmt.Sprintf("server %s is gone", srv.ID)
+}
+
+func title(s string) string {
+	if s == "" {
+		return ""
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+func isConflict(err error) bool { return apierrors.IsConflict(err) }

@@ -1,0 +1,260 @@
+// Package spare is the one policy for servers whose use ends (a NodeClaim
+// deleted, an install that failed for good, a server the garbage collector
+// finds without a NodeClaim): an hourly server is released; a server ordered
+// with a monthly subscription is paid for the month whether it runs or not,
+// so it is kept as a spare instead, rebooted into rescue (the old node is
+// gone) and untagged from its NodeClaim, until keeping it would cost a new
+// month; the next NodeClaim of the same NodeClass, offer and zone takes it
+// instead of ordering. Every decision reads the server's current state
+// first: a broken server is never kept.
+package spare
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+	"github.com/scaleway/scaleway-sdk-go/scw"
+	"k8s.io/utils/clock"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+)
+
+// Month is Scaleway's billing month; a monthly subscription renews every Month.
+const Month = catalog.HoursPerMonth * time.Hour
+
+// RenewalMargin: a spare is released this long before its subscription
+// renews, so that no sweep interval or slow API call costs another month.
+const RenewalMargin = time.Hour
+
+// Offers is what the policy needs of the catalogue (*catalog.Catalog).
+type Offers interface {
+	Offer(zone, offerName string, billing catalog.BillingPeriod) (*baremetal.Offer, bool)
+}
+
+// Monthly reports whether srv was ordered with its offer's monthly subscription.
+func Monthly(offers Offers, srv *baremetal.Server) bool {
+	o, ok := offers.Offer(string(srv.Zone), srv.OfferName, catalog.BillingMonthly)
+	return ok && o.ID == srv.OfferID
+}
+
+// MinimumLifetime is the NodeClass's billing.minimumLifetime, by default one
+// month: the period the order paid for.
+func MinimumLifetime(nc *v1alpha1.ScalewayElasticMetalNodeClass) time.Duration {
+	if nc != nil && nc.Spec.Billing.MinimumLifetime != nil {
+		return nc.Spec.Billing.MinimumLifetime.Duration
+	}
+	return Month
+}
+
+// KeepUntil is until when keeping srv costs nothing more: the later of its
+// minimum lifetime and the end of the subscription month it is in at now,
+// less RenewalMargin. Zero when it must go now (a minimumLifetime of 0
+// disables spares).
+func KeepUntil(srv *baremetal.Server, nc *v1alpha1.ScalewayElasticMetalNodeClass, now time.Time) time.Time {
+	lifetime := MinimumLifetime(nc)
+	if srv.CreatedAt == nil || lifetime <= 0 {
+		return time.Time{}
+	}
+	created := *srv.CreatedAt
+	months := int64(now.Sub(created)/Month) + 1
+	end := created.Add(time.Duration(months) * Month)
+	if min := created.Add(lifetime); min.After(end) {
+		end = min
+	}
+	return end.Add(-RenewalMargin)
+}
+
+// Decision says whether a server no NodeClaim uses any more is kept.
+type Decision struct {
+	Keep   bool
+	Until  time.Time
+	Reason string
+}
+
+// Decide applies the policy to srv as it is now (read it fresh). nc is the
+// NodeClass that built it (nil when it is gone: no policy, release).
+func Decide(offers Offers, srv *baremetal.Server, nc *v1alpha1.ScalewayElasticMetalNodeClass, now time.Time) Decision {
+	switch {
+	case !Monthly(offers, srv):
+		return Decision{Reason: "billed by the hour"}
+	case srv.Status == baremetal.ServerStatusError:
+		return Decision{Reason: "the server is in error"}
+	case srv.Status == baremetal.ServerStatusOutOfStock:
+		return Decision{Reason: "the order was never delivered (out of stock)"}
+	case nc == nil:
+		return Decision{Reason: "its NodeClass is gone"}
+	}
+	until := KeepUntil(srv, nc, now)
+	if !now.Before(until) {
+		return Decision{Reason: "its paid period ends"}
+	}
+	return Decision{Keep: true, Until: until, Reason: fmt.Sprintf("monthly server paid until %s", until.Add(RenewalMargin).UTC().Format(time.RFC3339))}
+}
+
+// API is what the Keeper needs of the Scaleway API (*scaleway.Client).
+type API interface {
+	rescue.Rebooter
+	GetServer(ctx context.Context, zone scw.Zone, id string) (*baremetal.Server, error)
+	DeleteServer(ctx context.Context, zone scw.Zone, id string) (*baremetal.Server, error)
+	ListServers(ctx context.Context, zone scw.Zone, tags []string) ([]*baremetal.Server, error)
+	EditTags(ctx context.Context, zone scw.Zone, id string, edit func([]string) ([]string, bool)) (*baremetal.Server, error)
+}
+
+// Outcome of Keeper.Release.
+type Outcome string
+
+const (
+	Released Outcome = "released"  // deleted (or being deleted)
+	Kept     Outcome = "kept"      // a spare
+	Gone     Outcome = "gone"      // no such server
+	NotOwned Outcome = "not_owned" // the server is not (any more) the owner's: left alone
+)
+
+// Keeper acts on the policy.
+type Keeper struct {
+	API         API
+	Offers      Offers
+	Rescue      *rescue.Dialer
+	Keys        func(ctx context.Context) ([]string, error)
+	ClusterName string
+	Clock       clock.Clock
+	Log         logr.Logger
+
+	// mu serialises takes and keeps in this process: two NodeClaims never
+	// take one spare, and a spare is never taken while being kept.
+	mu sync.Mutex
+}
+
+// Release ends owner's use of server zone/id: it reads the server, leaves it
+// alone unless it is this cluster's and tagged for owner (owner "" is the
+// garbage collector's: whoever), then keeps it as a spare or deletes it.
+func (k *Keeper) Release(ctx context.Context, zone scw.Zone, id, owner string, nc *v1alpha1.ScalewayElasticMetalNodeClass) (Outcome, Decision, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	srv, err := k.API.GetServer(ctx, zone, id)
+	if scaleway.IsNotFound(err) {
+		return Gone, Decision{}, nil
+	}
+	if err != nil {
+		return "", Decision{}, err
+	}
+	tags := scaleway.ParseTags(srv.Tags)
+	if tags[scaleway.TagManagedBy] != k.ClusterName || (owner != "" && tags[scaleway.TagNodeClaim] != owner) {
+		return NotOwned, Decision{}, nil
+	}
+	if srv.Status == baremetal.ServerStatusDeleting {
+		return Released, Decision{Reason: "already being deleted"}, nil
+	}
+	d := Decide(k.Offers, srv, nc, k.clock().Now())
+	if d.Keep {
+		if install.PhaseOf(srv) == install.PhaseSpare {
+			return Kept, d, nil
+		}
+		if err := k.keep(ctx, srv, owner); err != nil {
+			return "", d, err
+		}
+		return Kept, d, nil
+	}
+	if _, err := k.API.DeleteServer(ctx, srv.Zone, srv.ID); err != nil {
+		if scaleway.IsNotFound(err) {
+			return Gone, d, nil
+		}
+		return "", d, fmt.Errorf("releasing server %s: %w", srv.ID, err)
+	}
+	k.Log.Info("released server", "server", srv.ID, "zone", string(srv.Zone), "offer", srv.OfferName, "nodeclaim", tags[scaleway.TagNodeClaim], "why", d.Reason)
+	return Released, d, nil
+}
+
+// keep tags srv as a spare (no NodeClaim, phase spare) and reboots it into
+// rescue, so the node it ran stops and cannot come back.
+func (k *Keeper) keep(ctx context.Context, srv *baremetal.Server, owner string) error {
+	now := k.clock().Now()
+	lost := false
+	kept, err := k.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
+		if owner != "" && !scaleway.HasTags(tags, scaleway.Tag(scaleway.TagNodeClaim, owner)) {
+			lost = true // taken meanwhile by another writer
+			return tags, false
+		}
+		tags, _ = scaleway.RemoveTagIn(tags, scaleway.TagNodeClaim)
+		tags, _ = scaleway.RemoveTagIn(tags, scaleway.TagNodePool)
+		return install.SetPhaseIn(tags, install.PhaseSpare, now), true
+	})
+	if err != nil {
+		return fmt.Errorf("keeping server %s as a spare: %w", srv.ID, err)
+	}
+	if lost {
+		return fmt.Errorf("server %s is no longer tagged for nodeclaim %s", srv.ID, owner)
+	}
+	if kept.Status == baremetal.ServerStatusReady {
+		keys, err := k.Keys(ctx)
+		if err == nil {
+			_, err = k.Rescue.RebootIntoRescue(ctx, k.API, kept, keys)
+		}
+		if err != nil {
+			// The tags already say spare; whoever takes it reboots it into rescue anyway.
+			k.Log.Error(err, "rebooting a spare server into rescue", "server", srv.ID)
+		}
+	}
+	k.Log.Info("kept monthly server as a spare", "server", srv.ID, "zone", string(srv.Zone), "offer", srv.OfferName)
+	return nil
+}
+
+// Take gives NodeClaim claim (of nodePool) a spare of offerName in zone that
+// NodeClass nc built, if there is one: it is tagged for the claim and starts
+// its install over (phase ordered; the disk is written again).
+func (k *Keeper) Take(ctx context.Context, zone scw.Zone, offerName string, nc *v1alpha1.ScalewayElasticMetalNodeClass, claim, nodePool string) (*baremetal.Server, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	spares, err := k.API.ListServers(ctx, zone, []string{
+		scaleway.Tag(scaleway.TagManagedBy, k.ClusterName), scaleway.Tag(scaleway.TagPhase, string(install.PhaseSpare)),
+		scaleway.Tag(scaleway.TagNodeClass, nc.Name),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("looking for spare servers: %w", err)
+	}
+	now := k.clock().Now()
+	for _, s := range spares {
+		if s.OfferName != offerName || s.Status == baremetal.ServerStatusDeleting || s.Status == baremetal.ServerStatusError {
+			continue
+		}
+		taken := false
+		updated, err := k.API.EditTags(ctx, s.Zone, s.ID, func(tags []string) ([]string, bool) {
+			if install.PhaseOf(&baremetal.Server{Tags: tags}) != install.PhaseSpare {
+				return tags, false // released or taken meanwhile
+			}
+			taken = true
+			tags, _ = scaleway.SetTagIn(tags, scaleway.TagNodeClaim, claim)
+			tags, _ = scaleway.SetTagIn(tags, scaleway.TagNodePool, nodePool)
+			for _, key := range install.InstallTags {
+				tags, _ = scaleway.RemoveTagIn(tags, key)
+			}
+			return install.SetPhaseIn(tags, install.PhaseOrdered, now), true
+		})
+		if scaleway.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("taking spare server %s: %w", s.ID, err)
+		}
+		if taken {
+			k.Log.Info("took a spare server", "server", s.ID, "zone", string(zone), "offer", offerName, "nodeclaim", claim)
+			return updated, nil
+		}
+	}
+	return nil, nil
+}
+
+func (k *Keeper) clock() clock.Clock {
+	if k.Clock == nil {
+		return clock.RealClock{}
+	}
+	return k.Clock
+}

@@ -1,0 +1,280 @@
+// Package harness runs the end-to-end suites' worlds: a simulated world
+// (test/world) with bin/karpenter-scaleway-em running against it, a
+// NodeClass and a NodePool applied, and the waits and assertions the suites
+// share (no duplicate order, nothing leaked, calls per server bounded).
+package harness
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/world"
+)
+
+const (
+	// Namespace of the workloads.
+	Namespace = "default"
+	// WaitLong bounds one convergence in the "test" delay profile: orders,
+	// reboots and imaging take milliseconds, Karpenter's batching and
+	// disruption loops take seconds.
+	WaitLong = 4 * time.Minute
+)
+
+// Env is one test's world with a running controller.
+type Env struct {
+	T     testing.TB
+	Ctx   context.Context
+	W     *world.World
+	C     *world.Controller
+	Track *world.Tracker
+}
+
+type Setup struct {
+	World      world.Options
+	Controller world.ControllerOptions
+	Zones      []string
+	Reqs       []corev1.NodeSelectorRequirement
+	// NoNodePool: the test applies its own.
+	NoNodePool bool
+	// Timeout bounds the test's context (default 15 minutes).
+	Timeout time.Duration
+}
+
+// Start builds a world, starts the controller and applies a NodeClass
+// "default" and a NodePool "default" on it.
+func Start(t testing.TB, s Setup) *Env {
+	t.Helper()
+	// Binaries first, so a missing one fails with its make target at once.
+	if _, err := world.FindBinary(world.BinController); err != nil {
+		t.Fatalf("%v", err)
+	}
+	timeout := s.Timeout
+	if timeout == 0 {
+		timeout = 15 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	w := world.Start(t, s.World)
+	e := &Env{T: t, Ctx: ctx, W: w}
+	e.C = world.StartController(t, w, s.Controller)
+	hctx, hcancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer hcancel()
+	if err := e.C.WaitHealthy(hctx); err != nil {
+		t.Fatalf("%v", err)
+	}
+	e.Track = w.Track(100*time.Millisecond, nil)
+	t.Cleanup(func() {
+		e.Track.Stop()
+		if t.Failed() {
+			t.Logf("servers seen:\n%s", e.DescribeServers())
+		}
+	})
+	nc := w.NodeClass("default", s.Zones...)
+	if err := w.Apply(ctx, nc); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitNodeClassReady("default")
+	if !s.NoNodePool {
+		if err := w.Apply(ctx, w.NodePool("default", "default", s.Reqs...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+// Eventually polls cond every 100ms until it holds or timeout passes; the
+// failure names what was awaited and the last state cond reported.
+func (e *Env) Eventually(what string, timeout time.Duration, cond func() (bool, string)) {
+	e.T.Helper()
+	deadline := time.Now().Add(timeout)
+	var last string
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		if time.Now().After(deadline) || e.Ctx.Err() != nil {
+			e.T.Fatalf("timed out after %s waiting for %s; last state: %s", timeout, what, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// WaitNodeClassReady waits until the NodeClass is Ready.
+func (e *Env) WaitNodeClassReady(name string) {
+	e.T.Helper()
+	e.Eventually("NodeClass "+name+" Ready", WaitLong, func() (bool, string) {
+		nc := e.W.NodeClass(name)
+		if err := e.W.Kube.Client.Get(e.Ctx, types.NamespacedName{Name: name}, nc); err != nil {
+			return false, err.Error()
+		}
+		for _, c := range nc.Status.Conditions {
+			if c.Type == "Ready" {
+				return c.Status == metav1.ConditionTrue, fmt.Sprintf("Ready=%s %s: %s", c.Status, c.Reason, c.Message)
+			}
+		}
+		return false, "no Ready condition"
+	})
+}
+
+// Pods of app.
+func (e *Env) Pods(app string) []corev1.Pod {
+	l, err := e.W.Clientset.CoreV1().Pods(Namespace).List(e.Ctx, metav1.ListOptions{LabelSelector: "app=" + app})
+	if err != nil {
+		e.T.Fatalf("list pods: %v", err)
+	}
+	return l.Items
+}
+
+// WaitBound waits until n pods of app are bound to nodes.
+func (e *Env) WaitBound(app string, n int, timeout time.Duration) {
+	e.T.Helper()
+	e.Eventually(fmt.Sprintf("%d pods of %s bound", n, app), timeout, func() (bool, string) {
+		bound := 0
+		pods := e.Pods(app)
+		for _, p := range pods {
+			if p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
+				bound++
+			}
+		}
+		return bound >= n, fmt.Sprintf("%d/%d bound (%d pods); %s", bound, n, len(pods), e.Summary())
+	})
+}
+
+// Nodes of the cluster.
+func (e *Env) Nodes() []corev1.Node {
+	l, err := e.W.Clientset.CoreV1().Nodes().List(e.Ctx, metav1.ListOptions{})
+	if err != nil {
+		e.T.Fatalf("list nodes: %v", err)
+	}
+	return l.Items
+}
+
+// NodeClaims of the cluster.
+func (e *Env) NodeClaims() []karpv1.NodeClaim {
+	var l karpv1.NodeClaimList
+	if err := e.W.Kube.Client.List(e.Ctx, &l); err != nil {
+		e.T.Fatalf("list nodeclaims: %v", err)
+	}
+	return l.Items
+}
+
+// Summary is a one-line state of the world for failure messages.
+func (e *Env) Summary() string {
+	var ncs []string
+	for _, nc := range e.NodeClaims() {
+		var conds []string
+		for _, c := range nc.Status.Conditions {
+			if c.Status != metav1.ConditionTrue {
+				conds = append(conds, fmt.Sprintf("%s=%s(%s: %.80s)", c.Type, c.Status, c.Reason, c.Message))
+			}
+		}
+		ncs = append(ncs, fmt.Sprintf("%s[%s]", nc.Name, strings.Join(conds, ",")))
+	}
+	var srv []string
+	for _, s := range e.W.Sim.Servers() {
+		srv = append(srv, fmt.Sprintf("%s/%s/%s/%s", s.OfferName, s.Zone, s.Status, world.TagValue(s.Tags, world.TagPhase)))
+	}
+	return fmt.Sprintf("nodeclaims %v; servers %v; nodes %d", ncs, srv, len(e.Nodes()))
+}
+
+// DescribeServers is one line per server the tracker saw.
+func (e *Env) DescribeServers() string {
+	var b strings.Builder
+	for _, tl := range e.Track.Timelines() {
+		var st, ph []string
+		for _, s := range tl.Statuses {
+			st = append(st, s.Value)
+		}
+		for _, p := range tl.Phases {
+			ph = append(ph, p.Value)
+		}
+		fmt.Fprintf(&b, "  %s %s %s nodeclaim=%s statuses=%v phases=%v node=%s gone=%v\n", tl.ID, tl.Offer, tl.Zone,
+			tl.NodeClaim, st, ph, tl.Node, !tl.Gone.IsZero())
+	}
+	return b.String()
+}
+
+// Run keeps n pods of app (see world.Workload) until the test ends.
+func (e *Env) Run(app string, n int, cpu, memory string, spread bool) *Workload {
+	wl := e.W.RunWorkload(Namespace, app, n, cpu, memory, spread)
+	e.T.Cleanup(wl.Stop)
+	return &Workload{Workload: wl, e: e}
+}
+
+// Workload is a running world.Workload that fails the test on errors.
+type Workload struct {
+	*world.Workload
+	e *Env
+}
+
+// ScaleTo scales the workload to n pods.
+func (wl *Workload) ScaleTo(n int) {
+	wl.e.T.Helper()
+	if err := wl.Scale(wl.e.Ctx, n); err != nil {
+		wl.e.T.Fatal(err)
+	}
+}
+
+// AssertNoDuplicateOrders fails if any NodeClaim got more than one server.
+func (e *Env) AssertNoDuplicateOrders() {
+	e.T.Helper()
+	for nc, n := range e.W.Sim.CreatesByTag(world.TagNodeClaim) {
+		if n > 1 {
+			e.T.Errorf("NodeClaim %s: %d servers ordered (CreateServer calls with its tag), want 1", nc, n)
+		}
+	}
+}
+
+// AssertCallsPerServer fails if a server was the subject of more API calls
+// than max (polling must be batched and bounded, not per-second per node).
+func (e *Env) AssertCallsPerServer(max int) {
+	e.T.Helper()
+	var worst []string
+	for _, tl := range e.Track.Timelines() {
+		n := len(e.W.Sim.CallsForServer(tl.ID))
+		worst = append(worst, fmt.Sprintf("%s:%d", tl.ID[:8], n))
+		if n > max {
+			e.T.Errorf("server %s (%s): %d API calls about it, want at most %d", tl.ID, tl.Offer, n, max)
+		}
+	}
+	sort.Strings(worst)
+	e.T.Logf("API calls per server: %v; all calls: %d", worst, len(e.W.Sim.Calls()))
+}
+
+// AssertNothingLeaked: every server still in the API backs a live NodeClaim.
+func (e *Env) AssertNothingLeaked() {
+	e.T.Helper()
+	live := map[string]bool{}
+	for _, nc := range e.NodeClaims() {
+		live[nc.Name] = true
+	}
+	for _, s := range e.W.Sim.Servers() {
+		if nc := world.TagValue(s.Tags, world.TagNodeClaim); !live[nc] {
+			e.T.Errorf("server %s (%s, %s) leaked: its NodeClaim %q is gone", s.ID, s.OfferName, s.Status, nc)
+		}
+	}
+}
+
+// WaitServersGone waits until no server is left in the API and every
+// machine released its disks.
+func (e *Env) WaitServersGone(timeout time.Duration) {
+	e.T.Helper()
+	e.Eventually("every server deleted", timeout, func() (bool, string) {
+		return len(e.W.Sim.Servers()) == 0 && len(e.W.Machines.Alive()) == 0 && len(e.NodeClaims()) == 0, e.Summary()
+	})
+}
+
+// OfferOf is "offer/zone" of a server.
+func OfferOf(s scwsim.ServerState) string { return s.OfferName + "/" + s.Zone }

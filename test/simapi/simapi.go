@@ -1,0 +1,36 @@
+// Package simapi starts the simulated Scaleway API (scwsim, test profile) for
+// one test, with the provider's own API client on it.
+package simapi
+
+import (
+	"testing"
+
+	"github.com/scaleway/scaleway-sdk-go/scw"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
+)
+
+// Start serves a simulator until the test ends and returns it with a client
+// whose default zone is zone.
+func Start(t testing.TB, zone scw.Zone) (*scwsim.Sim, *scaleway.Client) {
+	t.Helper()
+	opts, err := scwsim.Profile(scwsim.ProfileTest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim := scwsim.New(opts)
+	url, err := sim.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sim.Close)
+	api, err := scaleway.New(scaleway.Config{
+		AccessKey: "SCWSIMULATED00000000", SecretKey: sim.SecretKey(), ProjectID: opts.ProjectID,
+		OrganizationID: opts.OrganizationID, APIURL: url, DefaultZone: zone,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sim, api
+}
