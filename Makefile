@@ -1,13 +1,4 @@
-# karpenter-scaleway-em
-#
-#   make build   static bin/em-imager and bin/karpenter-scaleway-em (em-imager embedded)
-#   make test    unit, integration and end-to-end suites (builds the test tools into bin/ once)
-#   make bench   performance figures (em-imager vs curl|xz|dd, scale test)
-#   make licenses  the licence of every Go module built with, from the module cache
-#   make demo    the whole provider against the simulated Scaleway world
-#   make image   the container images as OCI layouts in bin/image (no Docker engine; build/ociimage)
-#   make image-push REGISTRY=ghcr.io/me   push them
-#   make smoke-live  read-only checks of a real Scaleway account (credentials from the environment; not in make test)
+# karpenter-scaleway-em: `make help` lists the targets (the "## " comment after each target).
 #
 # Every tool comes from the Go module proxy or Debian packages; bin/ is reused across runs.
 
@@ -29,13 +20,16 @@ export TEST_ASSET_KUBE_SCHEDULER := $(BIN)/kube-scheduler
 export TEST_ASSET_VERSITYGW := $(BIN)/versitygw
 export TEST_ASSET_EM_IMAGER := $(BIN)/em-imager
 
-.PHONY: all build image image-push test bench demo e2e tools deps vet fmt-check tidy-check clean chart-crds docs catalog-snapshot licenses smoke-live
+.PHONY: all help build imager-binaries image image-push test bench demo e2e tools deps vet fmt-check tidy-check clean chart-crds docs dashboards catalog-snapshot licenses smoke-live
 
 all: build
 
+help: ## this list
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
 ## ---- build ---------------------------------------------------------------
 
-build: $(BIN)/em-imager $(BIN)/karpenter-scaleway-em
+build: $(BIN)/em-imager $(BIN)/karpenter-scaleway-em ## static bin/em-imager and bin/karpenter-scaleway-em (em-imager embedded)
 
 $(BIN)/em-imager: FORCE
 	@mkdir -p $(BIN)
@@ -49,6 +43,14 @@ $(BIN)/karpenter-scaleway-em: $(BIN)/em-imager FORCE
 
 FORCE:
 
+# em-imager for both server architectures, static: publish uploads them into the bucket
+# (<prefix>/tools/em-imager-linux-<arch>) for operators in a rescue shell (imager/README.md).
+imager-binaries: $(BIN)/em-imager-linux-amd64 $(BIN)/em-imager-linux-arm64 ## bin/em-imager-linux-{amd64,arm64}, for `em-imager publish --imager-binary`
+
+$(BIN)/em-imager-linux-%: FORCE
+	@mkdir -p $(BIN)
+	CGO_ENABLED=0 GOOS=linux GOARCH=$* $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $@ ./imager/cmd/em-imager
+
 # The two container images (controller with em-imager embedded; em-imager), linux/amd64 and
 # linux/arm64, as OCI layouts and archives in bin/image, built by build/ociimage without a
 # container engine. Tagged with the chart's appVersion unless IMAGE_VERSION is set; REGISTRY
@@ -56,23 +58,23 @@ FORCE:
 # the commit's time, so a commit always gives the same digests.
 IMAGE_OUT ?= bin/image
 IMAGE_FLAGS = -out $(IMAGE_OUT)$(if $(IMAGE_VERSION), -version $(IMAGE_VERSION))$(if $(REGISTRY), -registry $(REGISTRY))
-image: deps
+image: deps ## the container images as OCI layouts and archives in bin/image (no Docker engine)
 	$(GO) run ./build/ociimage/cmd/ociimage build $(IMAGE_FLAGS)
 
 # Push both images to REGISTRY (e.g. ghcr.io/me) with the credentials of docker/podman/crane login.
-image-push: image
+image-push: image ## push both images: make image-push REGISTRY=ghcr.io/me
 	@test -n "$(REGISTRY)" || { echo "image-push needs REGISTRY=<registry>/<namespace>, e.g. REGISTRY=ghcr.io/karpenter-scaleway-em"; exit 1; }
 	$(GO) run ./build/ociimage/cmd/ociimage push -out $(IMAGE_OUT) -registry $(REGISTRY)
 
 ## ---- checks --------------------------------------------------------------
 
-vet:
+vet: ## go vet ./...
 	$(GO) vet ./...
 
-fmt-check:
+fmt-check: ## fail on files gofmt would change
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-tidy-check:
+tidy-check: ## fail when go mod tidy would change go.mod or go.sum
 	@cp go.mod /tmp/go.mod.bak; cp go.sum /tmp/go.sum.bak; $(GO) mod tidy; \
 	 if ! diff -q go.mod /tmp/go.mod.bak >/dev/null || ! diff -q go.sum /tmp/go.sum.bak >/dev/null; then \
 	   cp /tmp/go.mod.bak go.mod; cp /tmp/go.sum.bak go.sum; echo "go mod tidy is not clean"; exit 1; fi
@@ -82,24 +84,28 @@ tidy-check:
 # Debian packages the tests use (xz and zstd build real Talos-like images; sgdisk
 # cross-checks the GPT images; mtools and fsck.fat the metal-iso FAT partition; binutils the test UKIs;
 # qemu-user runs the images' other-arch binaries; losetup, partx, mkfs.ext4 and unshare set up the real loop
-# devices em-imager's tests write, as root; blkid, wipefs, sfdisk, mkswap, mkfs.vfat and mkfs.xfs lay out and check
-# the disks --wipe-other-disks erases) and make image uses (ca-certificates' certificates go into the images).
-deps:
+# devices em-imager's tests write, as root; mkfs.xfs, mkfs.vfat, mkswap and sfdisk make the earlier installs
+# imager/diskprobe must recognise and lay out the disks --wipe-other-disks erases, blkid and wipefs check them; tmux is
+# the real terminal em-imager's terminal tests type into; prometheus gives promtool, which checks and unit-tests the
+# chart's alerts, and the Prometheus that scrapes the controller in test/monitoring) and make image uses
+# (ca-certificates' certificates go into the images).
+deps: ## install the Debian packages the tests and make image use
 	@missing=""; for c in xz:xz-utils zstd:zstd curl:curl sgdisk:gdisk mtype:mtools fsck.fat:dosfstools objdump:binutils \
 		qemu-aarch64:qemu-user qemu-x86_64:qemu-user losetup:mount partx:util-linux unshare:util-linux mkfs.ext4:e2fsprogs \
-		blkid:util-linux wipefs:util-linux mkswap:util-linux sfdisk:fdisk mkfs.vfat:dosfstools mkfs.xfs:xfsprogs; do \
+		mkfs.xfs:xfsprogs mkfs.vfat:dosfstools mkswap:util-linux sfdisk:fdisk blkid:util-linux wipefs:util-linux \
+		tmux:tmux sha256sum:coreutils prometheus:prometheus promtool:prometheus; do \
 		command -v $${c%%:*} >/dev/null || missing="$$missing $${c##*:}"; done; \
 	[ -d /usr/share/ca-certificates/mozilla ] || missing="$$missing ca-certificates"; \
 	missing=$$(printf '%s\n' $$missing | sort -u | xargs); \
 	if [ -n "$$missing" ]; then echo "installing $$missing"; \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null; fi
 
-test: deps fmt-check vet build tools
+test: deps fmt-check vet build tools ## unit, integration and end-to-end suites (what CI runs)
 	$(GO) test $(GOTEST_FLAGS) ./...
 
 # em-imager: builds (once, cached in .cache/imager-bench) a 1.4 GiB Talos-like image, compresses it like
 # Talos, serves it over loopback and prints MB/s vs curl|xz|dd, curl|zstd|dd and dd, plus peak RSS.
-bench: deps build tools
+bench: deps build tools ## performance figures (em-imager vs curl|xz|dd, API calls at scale, catalogue)
 	$(GO) run ./imager/bench -imager $(BIN)/em-imager -cache $(ROOT)/.cache/imager-bench
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./imager/...
 	$(GO) test -run '^$$' -bench Scale -benchtime 1x -timeout 30m ./test/e2e/
@@ -108,27 +114,27 @@ bench: deps build tools
 # Every module the project builds or tests with and its licence (github.com/google/licenseclassifier/v2 on
 # the module cache); exits 1 when one has none. test/licenses runs the same audit, and the check that no
 # file here carries another author's copyright or licence, in `make test`.
-licenses:
+licenses: ## the licence of every Go module built with, from the module cache (exit 1 when one has none)
 	$(GO) run ./test/licenses/cmd/licenses
 
 # Read-only checks of a real Scaleway account for the API shapes the provider relies on (offers per zone, servers
 # by the cluster's tag, IAM SSH keys); orders nothing. Never part of `make test`: it needs credentials, from the
 # environment only (SCW_ACCESS_KEY, SCW_SECRET_KEY, SCW_DEFAULT_PROJECT_ID; CLUSTER_NAME to check its servers).
 # SMOKE_FLAGS='-zones fr-par-2' narrows it. See docs/troubleshooting.md.
-smoke-live:
+smoke-live: ## read-only checks of a real Scaleway account (credentials from the environment; not in make test)
 	$(GO) run ./test/live/cmd/smoke-live $(SMOKE_FLAGS)
 
 # Regenerate the embedded EM offer snapshot from the recorded API exchanges (catalog/snapshot/README.md).
-catalog-snapshot:
+catalog-snapshot: ## regenerate the embedded offer snapshot from the recorded API exchanges
 	$(GO) generate ./catalog/
 
 # The whole provider against the simulated world (test/demo); DEMO_PROFILE=realistic for Scaleway-like delays.
-demo: deps build tools
+demo: deps build tools ## the whole provider against the simulated world (DEMO_PROFILE=realistic for real delays)
 	$(GO) build -o $(BIN)/demo ./test/demo/cmd/demo
 	$(BIN)/demo
 
 # The end-to-end suite alone (it also runs in `make test`).
-e2e: deps build tools
+e2e: deps build tools ## the end-to-end suite alone
 	$(GO) test -count=1 -timeout 30m -v ./test/e2e/
 
 ## ---- charts and docs -----------------------------------------------------
@@ -138,18 +144,24 @@ e2e: deps build tools
 # chart's crds/ (test/chart checks they stay in sync).
 KARPENTER_CRDS = $(shell $(GO) list -m -f '{{.Dir}}' sigs.k8s.io/karpenter)/pkg/apis/crds
 CHART_CRD_DIRS := charts/karpenter-scaleway-em-crd/templates charts/karpenter-scaleway-em/crds
-chart-crds:
+chart-crds: ## copy the provider's and Karpenter's CRDs into both charts
 	@test -d "$(KARPENTER_CRDS)" || { echo "sigs.k8s.io/karpenter not in the module cache: run go mod download"; exit 1; }
 	@for d in $(CHART_CRD_DIRS); do \
 		mkdir -p $$d && rm -f $$d/*.yaml && \
 		install -m 0644 controller/apis/crds/*.yaml $(KARPENTER_CRDS)/*.yaml $$d/ && echo "synced $$d"; done
 
-# docs regenerates docs/nodeclass-reference.md from the NodeClass CRD's schema
-# (test/chart checks the committed file is current).
-docs:
+# docs regenerates what is generated from the code: docs/nodeclass-reference.md from the NodeClass CRD's
+# schema, docs/settings.md from the flags and environment variables, docs/instance-type-labels.md from the
+# catalogue, the chart README's values table from values.yaml's comments, and the dashboard (test/chart and
+# monitoring/dashboard check they are current).
+docs: dashboards ## regenerate the generated references (NodeClass, settings, labels, chart values, dashboard)
 	$(GO) run ./test/chart/crdref/cmd/gen-crdref -crd controller/apis/crds/karpenter-scaleway-em.io_scalewayelasticmetalnodeclasses.yaml -out docs/nodeclass-reference.md
+	$(GO) run ./test/chart/refdocs/cmd/gen-refdocs -root .
 
-clean:
+dashboards: ## regenerate the Grafana dashboard JSON the chart ships (monitoring/dashboard)
+	$(GO) generate ./monitoring/...
+
+clean: ## remove bin/ (the test tools take 15+ minutes to build again)
 	rm -rf $(BIN)
 
 include test/tools/tools.mk

@@ -18,6 +18,7 @@ import (
 	"github.com/scaleway/scaleway-sdk-go/scw"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog/snapshot"
@@ -175,6 +176,12 @@ func New(opts Options) *Catalog {
 		c.zones[zone] = newZoneState(origin, zo.Hourly, zo.Monthly)
 	}
 	c.dataChangedLocked()
+	// Series at zero from the start: a graph of hidden offerings and increase() over marks see the first one.
+	c.updateUnavailableGaugeLocked()
+	for _, r := range unavailableReasons {
+		c.metrics.marks.WithLabelValues(string(r))
+		c.metrics.expiries.WithLabelValues(string(r))
+	}
 	c.mu.Unlock()
 	return c
 }
@@ -228,9 +235,17 @@ func (c *Catalog) dataChangedLocked() {
 	c.gen++
 	c.metrics.offers.Reset()
 	c.metrics.zoneOrigin.Reset()
+	c.metrics.priceEstimate.Reset()
 	for zone, zs := range c.zones {
 		c.metrics.zoneOrigin.WithLabelValues(zone, zs.origin).Set(1)
 		for period, offers := range zs.offers {
+			for name, o := range offers {
+				// As Karpenter compares it for a NodeClass with the default
+				// monthlyCommitmentMonths (1).
+				if price, ok := hourlyPrice(o, period, 1); ok {
+					c.metrics.priceEstimate.WithLabelValues(name, karpv1.CapacityTypeOnDemand, zone, string(period)).Set(price)
+				}
+			}
 			for _, stock := range baremetal.OfferStock("").Values() {
 				c.metrics.offers.WithLabelValues(zone, string(period), string(stock)).Set(0)
 			}

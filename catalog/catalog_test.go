@@ -834,6 +834,23 @@ func TestStartWithoutClientWaitsForContext(t *testing.T) {
 	<-done
 }
 
+// Before any mark, each reason's unavailable series exist at zero, so a
+// dashboard graphs zero rather than nothing and increase() sees the first mark.
+func TestUnavailableSeriesStartAtZero(t *testing.T) {
+	e := newEnv(t, false)
+	for name, c := range map[string]prometheus.Collector{"unavailable_offerings": e.cat.metrics.unavailable,
+		"unavailable_marks_total": e.cat.metrics.marks, "unavailable_expiries_total": e.cat.metrics.expiries} {
+		if n := testutil.CollectAndCount(c); n != 3 {
+			t.Errorf("%s: %d series before any mark, want 3 (out_of_stock, quota, refused)", name, n)
+		}
+	}
+	for _, r := range []string{"out_of_stock", "quota", "refused"} {
+		if got := testutil.ToFloat64(e.cat.metrics.unavailable.WithLabelValues(r)); got != 0 {
+			t.Errorf("unavailable_offerings{reason=%s} = %v, want 0", r, got)
+		}
+	}
+}
+
 // An offer has the same ID in every zone (recorded): the catalogue keys offerings by zone and offer, so
 // what happens to an offer in one zone never leaks into another.
 func TestSharedOfferIDsStayPerZone(t *testing.T) {

@@ -57,7 +57,9 @@
 // karpenter_scaleway_em_catalog_refresh_total{zone,billing_period,result},
 // _refresh_duration_seconds{result}, _last_successful_refresh_timestamp_seconds{zone},
 // _unavailable_marks_total{reason}, _unavailable_expiries_total{reason}, _unavailable_offerings{reason},
-// _offers{zone,billing_period,stock}, _zone_data_origin{zone,origin}, _instance_type_builds_total.
+// _offers{zone,billing_period,stock}, _zone_data_origin{zone,origin}, _instance_type_builds_total, and
+// karpenter_cloudprovider_instance_type_offering_price_estimate{instance_type,capacity_type,zone,billing_period}
+// (karpenter-provider-aws's metric, plus billing_period).
 //
 // Tests: go test -count=1 -race ./catalog/...   Benchmarks: go test -run '^$' -bench . ./catalog/
 package catalog

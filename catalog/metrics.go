@@ -8,6 +8,12 @@ import (
 
 const metricPrefix = "karpenter_scaleway_em_catalog_"
 
+// MetricOfferingPriceEstimate has the name and labels of
+// karpenter-provider-aws's metric (instance_type, capacity_type, zone), so
+// dashboards made for it work, plus billing_period: an Elastic Metal offer
+// has an hourly and a monthly price.
+const MetricOfferingPriceEstimate = "karpenter_cloudprovider_instance_type_offering_price_estimate"
+
 type metrics struct {
 	refreshes      *prometheus.CounterVec   // zone, billing_period, result
 	refreshSeconds *prometheus.HistogramVec // result
@@ -18,6 +24,7 @@ type metrics struct {
 	offers         *prometheus.GaugeVec     // zone, billing_period, stock
 	zoneOrigin     *prometheus.GaugeVec     // zone, origin
 	builds         prometheus.Counter
+	priceEstimate  *prometheus.GaugeVec // instance_type, capacity_type, zone, billing_period
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -55,6 +62,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: metricPrefix + "zone_data_origin",
 			Help: "1 for the origin of each zone's current data: live, recorded or derived (snapshot).",
 		}, []string{"zone", "origin"}),
+		priceEstimate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: MetricOfferingPriceEstimate,
+			Help: "Instance type offering estimated hourly price (EUR) used when making informed decisions on node cost calculation, based on instance type, capacity type, zone and billing period. Monthly: the price per month over 730 h plus the setup fee spread over one month.",
+		}, []string{"instance_type", "capacity_type", "zone", "billing_period"}),
 		builds: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: metricPrefix + "instance_type_builds_total",
 			Help: "Instance type lists built (cache misses of InstanceTypes).",
@@ -69,6 +80,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.offers = register(reg, m.offers)
 	m.zoneOrigin = register(reg, m.zoneOrigin)
 	m.builds = register(reg, m.builds)
+	m.priceEstimate = register(reg, m.priceEstimate)
 	return m
 }
 

@@ -84,8 +84,14 @@ func (c *Catalog) expireLocked(now time.Time) {
 	}
 }
 
+// unavailableReasons are every UnavailableReason: each has its series from the start.
+var unavailableReasons = []UnavailableReason{ReasonOutOfStock, ReasonQuota, ReasonRefused}
+
 func (c *Catalog) updateUnavailableGaugeLocked() {
-	counts := map[UnavailableReason]int{ReasonOutOfStock: 0, ReasonQuota: 0, ReasonRefused: 0}
+	counts := map[UnavailableReason]int{}
+	for _, r := range unavailableReasons {
+		counts[r] = 0
+	}
 	for _, e := range c.unavailable {
 		counts[e.reason]++
 	}

@@ -406,7 +406,7 @@ func TestNodeClassNotReadyReasons(t *testing.T) {
 		}, v1alpha1.ConditionTypeImageReady, "ImageManifestMissing"},
 		{"another project", func(nc *v1alpha1.ScalewayElasticMetalNodeClass) {
 			nc.Spec.ProjectID = "11111111-1111-1111-1111-111111111111"
-		}, v1alpha1.ConditionTypeCredentialsReady, "ProjectMismatch"},
+		}, v1alpha1.ConditionTypeProjectReady, "ProjectMismatch"},
 		{"bad config patch", func(nc *v1alpha1.ScalewayElasticMetalNodeClass) {
 			nc.Spec.Talos.ConfigPatches = []string{"machine: [this is not a machine config"}
 		}, v1alpha1.ConditionTypeJoinConfigReady, "JoinConfigInvalid"},

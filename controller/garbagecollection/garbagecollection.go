@@ -69,6 +69,10 @@ func NewCollectedCounter(reg prometheus.Registerer) *prometheus.CounterVec {
 		Name: "karpenter_scaleway_em_leaked_servers_collected_total",
 		Help: "Servers released by the provider's garbage collection, by reason.",
 	}, []string{"reason"})
+	// At zero from the start, so that increase() sees the first release.
+	for _, r := range []string{ReasonNoNodeClaim, ReasonDuplicate, ReasonUntagged, ReasonSpareExpired, ReasonSpareOrphaned} {
+		c.WithLabelValues(r)
+	}
 	if reg != nil {
 		reg.MustRegister(c)
 	}

@@ -33,6 +33,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Raw image bytes em-imager wrote and verified.",
 		}),
 	}
+	// Every series exists from the start, at zero: increase() cannot see a
+	// counter's first step when the series is born with it, so the first
+	// failure of a phase would otherwise never reach an alert.
+	for _, p := range []Phase{PhaseOrdered, PhaseRescue, PhaseImaging, PhaseBooting} {
+		for _, result := range []string{"ok", "error"} {
+			m.phaseSeconds.WithLabelValues(string(p), result)
+		}
+	}
 	if reg != nil {
 		reg.MustRegister(m.phaseSeconds, m.imagerMBps, m.imagerBytes)
 	}

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+	"sigs.k8s.io/karpenter/pkg/events"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagesource"
@@ -57,6 +58,8 @@ type StatusController struct {
 	// Interval between checks of a Ready NodeClass (a NodeClass that is not
 	// Ready is checked sooner).
 	Interval time.Duration
+	// Recorder receives an event for each condition that changes (nil: none).
+	Recorder events.Recorder
 }
 
 // Reconcile implements reconcile.ObjectReconciler.
@@ -77,21 +80,20 @@ func (c *StatusController) Reconcile(ctx context.Context, nc *v1alpha1.ScalewayE
 	conds := nc.StatusConditions()
 	nc.Status.Zones = nc.ZonesOr(c.DefaultZone)
 
-	credErr, credReason := error(nil), "ScalewayAPIUnavailable"
+	var projectErr error
 	if p := nc.Spec.ProjectID; p != "" && c.ProjectID != "" && p != c.ProjectID {
-		credReason = "ProjectMismatch"
-		credErr = fmt.Errorf("spec.projectID %s is not the controller's project %s (SCW_DEFAULT_PROJECT_ID): one controller serves one project", p, c.ProjectID)
+		projectErr = fmt.Errorf("spec.projectID %s is not the controller's project %s (SCW_DEFAULT_PROJECT_ID): one controller serves one project; leave spec.projectID empty or run a controller per project", p, c.ProjectID)
 	}
+	setCondition(conds, v1alpha1.ConditionTypeProjectReady, ReasonProjectMismatch, projectErr)
+
+	var credErr error
 	for _, z := range nc.Status.Zones {
-		if credErr != nil {
-			break
-		}
 		if err := c.Credentials.CheckCredentials(ctx, scw.Zone(z)); err != nil {
 			credErr = fmt.Errorf("zone %s: %w", z, err)
 			break
 		}
 	}
-	setCondition(conds, v1alpha1.ConditionTypeCredentialsReady, credReason, credErr)
+	setCondition(conds, v1alpha1.ConditionTypeCredentialsReady, ReasonScalewayAPIUnavailable, credErr)
 
 	img, imgErr := c.Images.Resolve(ctx, ImageSettings(nc))
 	if imgErr == nil {
@@ -109,6 +111,9 @@ func (c *StatusController) Reconcile(ctx context.Context, nc *v1alpha1.ScalewayE
 		if err := c.Kube.Status().Patch(ctx, nc, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})); err != nil {
 			return reconcile.Result{}, client.IgnoreNotFound(err)
 		}
+		// Only once the new status is stored: a conflict retries the
+		// reconcile, which would announce the same change twice.
+		c.publishTransitions(stored, nc)
 	}
 	interval := c.Interval
 	if interval == 0 {

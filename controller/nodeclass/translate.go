@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+	"sigs.k8s.io/karpenter/pkg/scheduling"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
@@ -31,12 +32,20 @@ func Get(ctx context.Context, kube client.Reader, ref *karpv1.NodeClassReference
 	return nc, nil
 }
 
-// Filter is the catalog filter of a NodeClass.
+// Filter is the catalog filter of a NodeClass. It offers only offers of the
+// image's architecture: a NodePool without a kubernetes.io/arch requirement
+// would otherwise get the cheapest offer of any architecture (a RISC-V board),
+// which em-imager cannot install, and pay for a server per attempt.
 func Filter(nc *v1alpha1.ScalewayElasticMetalNodeClass, defaultZone string) catalog.Filter {
+	arch := nc.Spec.Image.Architecture
+	if arch == "" {
+		arch = "amd64"
+	}
 	f := catalog.Filter{
 		Zones:            nc.ZonesOr(defaultZone),
 		CommitmentMonths: int(nc.Spec.Billing.MonthlyCommitmentMonths),
 		LocalDisks:       localdisks.Policy(nc.Spec.LocalDisks),
+		Requirements:     scheduling.NewRequirements(scheduling.NewRequirement(corev1.LabelArchStable, corev1.NodeSelectorOpIn, arch)),
 	}
 	for _, p := range nc.Spec.Billing.Periods {
 		f.BillingPeriods = append(f.BillingPeriods, catalog.BillingPeriod(p))

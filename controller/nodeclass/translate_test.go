@@ -1,48 +1,44 @@
-package nodeclass
+package nodeclass_test
 
 import (
+	"context"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/localdisks"
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/talosgen"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeclass"
 )
 
-// The local-disk policy reaches both the catalogue (prediction) and talosgen
-// (the node), and only a real change of policy drifts nodes.
-func TestLocalDisksTranslation(t *testing.T) {
-	nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
-	before := nc.Hash()
-
-	nc.Spec.LocalDisks = "Unused"
-	if nc.Hash() != before {
-		t.Error("writing the default Unused changed the hash: every node of the NodeClass would drift")
-	}
-
-	nc.Spec.LocalDisks = "Ephemeral"
-	if nc.Hash() == before {
-		t.Error("Ephemeral hashes like Unused: nodes would keep EPHEMERAL on the system disk")
-	}
-	if f := Filter(nc, "fr-par-2"); f.LocalDisks != localdisks.Ephemeral {
-		t.Errorf("catalog filter local disks %q, want Ephemeral", f.LocalDisks)
-	}
-	if s := Settings(nc); s.LocalDisks != "Ephemeral" {
-		t.Errorf("talosgen settings local disks %q, want Ephemeral", s.LocalDisks)
-	}
-}
-
-// The NodeClass's config check renders every policy: a NodeClass asking for
-// Ephemeral is not reported broken because the sample node has one disk.
-func TestJoinConfigCheckUnderEveryPolicy(t *testing.T) {
-	join, err := talosgen.NewClusterJoinMaterial("https://k8s.example.test:6443", "c")
+// A NodePool that names no architecture still only gets offers em-imager can
+// install: the catalogue's cheapest offer is a RISC-V board.
+func TestFilterOffersOnlyTheImagesArchitecture(t *testing.T) {
+	cat := catalog.New(catalog.Options{})
+	all, err := cat.InstanceTypes(context.Background(), catalog.Filter{Zones: []string{"fr-par-2"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range localdisks.Policies {
-		nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
-		nc.Spec.LocalDisks = string(p)
-		if _, err := talosgen.Render(join, sampleNodeClaim(nc), Settings(nc), sampleReport(), talosgen.Network{}); err != nil {
-			t.Errorf("%s: %v", p, err)
+	riscv := 0
+	for _, it := range all {
+		if it.Requirements.Get(corev1.LabelArchStable).Has(catalog.ArchitectureRiscv64) {
+			riscv++
+		}
+	}
+	if riscv == 0 {
+		t.Fatal("no riscv64 offer in fr-par-2: the test shows nothing")
+	}
+	nc := &v1alpha1.ScalewayElasticMetalNodeClass{Spec: v1alpha1.ScalewayElasticMetalNodeClassSpec{Zones: []string{"fr-par-2"}}}
+	its, err := cat.InstanceTypes(context.Background(), nodeclass.Filter(nc, "fr-par-2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(its) == 0 || len(its) != len(all)-riscv {
+		t.Errorf("%d instance types for the NodeClass, want the %d amd64 ones of %d", len(its), len(all)-riscv, len(all))
+	}
+	for _, it := range its {
+		if a := it.Requirements.Get(corev1.LabelArchStable).Any(); a != "amd64" {
+			t.Errorf("%s (%s) offered for an amd64 image", it.Name, a)
 		}
 	}
 }

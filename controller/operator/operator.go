@@ -44,6 +44,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescuekey"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spend"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/talosapi"
 )
 
@@ -73,7 +74,7 @@ func Run() error {
 	op.
 		WithControllers(ctx, controllers.NewControllers(ctx, op.Manager, op.Clock, op.GetClient(), op.EventRecorder,
 			decorated, p.CloudProvider, clusterState, op.InstanceTypeStore)...).
-		WithControllers(ctx, p.NodeClassStatus, p.GarbageCollection, p.Installs,
+		WithControllers(ctx, p.NodeClassStatus, p.GarbageCollection, p.Installs, p.Spend,
 			&capacity.Controller{Kube: op.GetClient(), Catalog: p.Catalog, Interval: opts.CatalogRefresh}).
 		Start(ctx)
 	return nil
@@ -93,6 +94,7 @@ type Provider struct {
 	CloudProvider     *cloudprovider.CloudProvider
 	NodeClassStatus   *nodeclass.StatusController
 	GarbageCollection *garbagecollection.Controller
+	Spend             *spend.Controller
 }
 
 // NewProvider builds the provider. kube may be cached; direct must not be
@@ -181,6 +183,7 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 			Kube: kube, Secrets: joinSecrets, Images: images,
 			Credentials: credentialsChecker{api: api, keys: keys, cluster: opts.ClusterName},
 			DefaultZone: string(scwCfg.DefaultZone), ProjectID: scwCfg.ProjectID, Interval: opts.NodeClassRecheck,
+			Recorder: recorder,
 		},
 		GarbageCollection: &garbagecollection.Controller{
 			Kube: kube, Servers: inv.Servers, Spares: spares,
@@ -188,6 +191,10 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 			Log: logger.WithName("garbagecollection"), Collected: garbagecollection.NewCollectedCounter(reg),
 			Tokens: tokens,
 		},
+		// Every GC interval: the same listing cadence, so the gauges lag
+		// the servers by no more than a GC sweep does.
+		Spend: &spend.Controller{API: api, Offers: cat, ClusterName: opts.ClusterName, Zones: inv.Zones,
+			Interval: opts.GCInterval, Gauges: spend.NewGauges(reg)},
 	}, nil
 }
 

@@ -86,7 +86,7 @@
 //	poller := c.NewPoller(scaleway.Tag(scaleway.TagManagedBy, clusterName)) // one per process
 //	srv, err = poller.WaitFor(ctx, zone, srv.ID, scaleway.StatusIs(baremetal.ServerStatusReady))
 //	_, err = c.SetTag(ctx, zone, srv.ID, scaleway.TagPhase, "rescue")
-//	keyID, err := c.EnsureSSHKey(ctx, "karpenter-"+clusterName, authorizedKeyLine)
+//	keyID, err := c.EnsureSSHKey(ctx, "karpenter-scaleway-em-"+clusterName, authorizedKeyLine)
 //	_, err = c.RebootServer(ctx, zone, srv.ID, baremetal.ServerBootTypeRescue, []string{keyID})
 //
 // Optional tuning variables: KARPENTER_SCALEWAY_EM_API_RATE_LIMIT (req/s),

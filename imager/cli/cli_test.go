@@ -127,6 +127,12 @@ func (s *server) handle(w http.ResponseWriter, req *http.Request) {
 		if mode == "etag-change" {
 			etag = `"v2"`
 		}
+	case "slow":
+		// About 2 MB/s, so that a terminal shows the run's progress for a
+		// few seconds.
+		w.Header().Set("ETag", etag)
+		http.ServeContent(&throttled{ResponseWriter: w}, req, "img", time.Time{}, bytes.NewReader(data))
+		return
 	case "norange":
 		// A server that ignores Range: the whole file, every time.
 		w.Header().Set("Content-Length", fmt.Sprint(len(data)))
@@ -156,6 +162,24 @@ func (s *server) handle(w http.ResponseWriter, req *http.Request) {
 	}
 	w.Header().Set("ETag", etag)
 	http.ServeContent(w, req, "img", time.Time{}, bytes.NewReader(data))
+}
+
+// throttled writes 64 KiB every 30 ms.
+type throttled struct{ http.ResponseWriter }
+
+func (t *throttled) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		k, err := t.ResponseWriter.Write(p[:min(len(p), 64<<10)])
+		n += k
+		if err != nil {
+			return n, err
+		}
+		p = p[k:]
+		t.ResponseWriter.(http.Flusher).Flush()
+		time.Sleep(30 * time.Millisecond)
+	}
+	return n, nil
 }
 
 // host builds a fake rescue host: a fast NVMe disk, a bigger spinning disk,
@@ -216,7 +240,7 @@ func writeCtx(ctx context.Context, t *testing.T, root string, args ...string) ru
 	t.Helper()
 	var out, errb bytes.Buffer
 	full := append([]string{"write", "--sysroot", root, "--progress", "json", "--stall-timeout", "2s", "--connect-timeout", "2s", "--retries", "2"}, args...)
-	code := Main(ctx, full, &out, &errb)
+	code := Main(ctx, full, nil, &out, &errb)
 	r := run{code: code, stdout: out.String(), stderr: errb.String()}
 	rep, err := report.Parse(out.Bytes())
 	if err != nil {
@@ -465,7 +489,7 @@ func TestInterrupted(t *testing.T) {
 func TestInspect(t *testing.T) {
 	root := host(t)
 	var out, errb bytes.Buffer
-	code := Main(context.Background(), []string{"inspect", "--sysroot", root, "--image-size", fmt.Sprint(imageSize)}, &out, &errb)
+	code := Main(context.Background(), []string{"inspect", "--sysroot", root, "--image-size", fmt.Sprint(imageSize)}, nil, &out, &errb)
 	rep, err := report.Parse(out.Bytes())
 	if err != nil || code != 0 || !rep.OK || rep.Command != "inspect" {
 		t.Fatalf("code %d err %v: %s", code, err, out.String())
@@ -478,7 +502,7 @@ func TestInspect(t *testing.T) {
 		t.Fatal("inspect wrote to a disk")
 	}
 	out.Reset()
-	code = Main(context.Background(), []string{"inspect", "--sysroot", root, "--disk", "/dev/nvme5n1"}, &out, &errb)
+	code = Main(context.Background(), []string{"inspect", "--sysroot", root, "--disk", "/dev/nvme5n1"}, nil, &out, &errb)
 	rep, _ = report.Parse(out.Bytes())
 	if code != 5 || rep.Error == nil || rep.Error.Code != report.CodeDiskNotFound {
 		t.Fatalf("inspect of a missing disk: %d %s", code, out.String())
@@ -487,13 +511,13 @@ func TestInspect(t *testing.T) {
 
 func TestVersionAndUsage(t *testing.T) {
 	var out, errb bytes.Buffer
-	if Main(context.Background(), []string{"version"}, &out, &errb) != 0 || !strings.HasPrefix(out.String(), "em-imager ") {
+	if Main(context.Background(), []string{"version"}, nil, &out, &errb) != 0 || !strings.HasPrefix(out.String(), "em-imager ") {
 		t.Fatalf("version: %q", out.String())
 	}
-	if Main(context.Background(), []string{"frobnicate"}, &out, &errb) != 2 || !strings.Contains(errb.String(), "unknown command") {
+	if Main(context.Background(), []string{"frobnicate"}, nil, &out, &errb) != 2 || !strings.Contains(errb.String(), "unknown command") {
 		t.Fatal("unknown command accepted")
 	}
-	if Main(context.Background(), nil, &out, &errb) != 2 {
+	if Main(context.Background(), nil, nil, &out, &errb) != 2 {
 		t.Fatal("no command accepted")
 	}
 }

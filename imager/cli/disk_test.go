@@ -32,7 +32,7 @@ func buildHost(t *testing.T, h faketree.Host) string {
 func inspect(t *testing.T, root string, args ...string) *report.Report {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := Main(context.Background(), append([]string{"inspect", "--sysroot", root}, args...), &out, &errb)
+	code := Main(context.Background(), append([]string{"inspect", "--sysroot", root}, args...), nil, &out, &errb)
 	rep, err := report.Parse(out.Bytes())
 	if err != nil {
 		t.Fatalf("inspect: %v\n%s", err, out.String())

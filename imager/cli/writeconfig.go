@@ -6,15 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/blockdev"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/configpart"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/hostroot"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/report"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/terminal"
 )
 
 // WriteConfigUsage is printed for `em-imager write-config -h`.
@@ -28,36 +26,29 @@ from stdin only, never from arguments or files; the report carries its
 sha256, never its content. Running it again replaces the content.
 `
 
-// WriteConfig runs `em-imager write-config`. Unlike Main it takes stdin: the
-// config (bootstrap token, cluster CAs) never travels in argv or a file.
-func WriteConfig(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	for _, a := range args {
-		if a == "-h" || a == "-help" || a == "--help" {
-			fmt.Fprint(stdout, WriteConfigUsage)
-			return 0
-		}
-	}
-	return emit(stdout, runWriteConfig(ctx, args, stdin))
+func newWriteConfigFlagSet() (fs *flag.FlagSet, disk, sysroot *string, allowVirtual *bool) {
+	fs = flag.NewFlagSet("em-imager write-config", flag.ContinueOnError)
+	disk = fs.String("disk", "", "the disk `PATH` that em-imager write imaged: a block device or a regular file")
+	sysroot = fs.String("sysroot", "", "read /sys, /dev and /proc under DIR (env "+hostroot.EnvVar+")")
+	allowVirtual = fs.Bool("allow-virtual", false, "accept a loop, nbd, dm, md or RAM device named by --disk")
+	return fs, disk, sysroot, allowVirtual
 }
 
+// runWriteConfig is `em-imager write-config`: the config (bootstrap token,
+// cluster CAs) comes on stdin, never in argv or a file.
 func runWriteConfig(ctx context.Context, args []string, stdin io.Reader) *report.Report {
 	started := time.Now()
 	r := &report.Report{Command: "write-config", Timings: &report.Timings{StartedAt: started.UTC()}}
 	defer func() { r.Timings.TotalSeconds = time.Since(started).Seconds() }()
-	fs := flag.NewFlagSet("em-imager write-config", flag.ContinueOnError)
-	disk := fs.String("disk", "", "the disk `em-imager write` imaged: a block device or a regular file")
-	sysroot := fs.String("sysroot", "", "read /sys, /dev and /proc under DIR (env "+hostroot.EnvVar+")")
-	allowVirtual := fs.Bool("allow-virtual", false, "accept a loop, nbd, dm, md or RAM device named by --disk")
+	fs, disk, sysroot, allowVirtual := newWriteConfigFlagSet()
 	if err := parseFlags(fs, args); err != nil {
 		return fail(r, report.CodeInvalidArgument, "%v", err)
 	}
 	if *disk == "" || *disk == "auto" {
 		return fail(r, report.CodeInvalidArgument, "--disk is required: the disk `em-imager write` reported")
 	}
-	if f, ok := stdin.(*os.File); ok {
-		if _, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS); err == nil {
-			return fail(r, report.CodeInvalidArgument, "the config is read from stdin: pipe it in (em-imager write-config --disk %s < config.yaml)", *disk)
-		}
+	if terminal.Is(stdin) {
+		return fail(r, report.CodeInvalidArgument, "the config is read from stdin: pipe it in (em-imager write-config --disk %s < config.yaml)", *disk)
 	}
 	config, err := io.ReadAll(io.LimitReader(stdin, configpart.MaxConfigSize+1))
 	if err != nil {

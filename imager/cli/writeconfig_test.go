@@ -41,9 +41,9 @@ func writeConfigRun(t *testing.T, stdin *os.File, cfg []byte, args ...string) ru
 	var out, errb bytes.Buffer
 	var code int
 	if stdin != nil {
-		code = WriteConfig(context.Background(), args, stdin, &out, &errb)
+		code = Main(context.Background(), append([]string{"write-config"}, args...), stdin, &out, &errb)
 	} else {
-		code = WriteConfig(context.Background(), args, bytes.NewReader(cfg), &out, &errb)
+		code = Main(context.Background(), append([]string{"write-config"}, args...), bytes.NewReader(cfg), &out, &errb)
 	}
 	r := run{code: code, stdout: out.String(), stderr: errb.String()}
 	rep, err := report.Parse(out.Bytes())

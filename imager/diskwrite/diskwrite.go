@@ -129,6 +129,61 @@ func alignedBuf(n int) []byte {
 	return b[off : off+n : off+n]
 }
 
+func expectedDigest(s string) ([]byte, error) {
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != sha256.Size {
+		return nil, fmt.Errorf("expected SHA-256 %q is not 64 hex digits", s)
+	}
+	return b, nil
+}
+
+// Needs is what an image's first MiB asks of the disk.
+type Needs struct {
+	// Bytes is how far the image reaches: its GPT's backup header or
+	// last usable LBA, or the declared image size, whichever is larger.
+	Bytes int64
+	// SectorSize is the sector size its GPT is laid out for; 0 when the
+	// first MiB holds no GPT.
+	SectorSize int
+}
+
+// Target is the disk as the device itself describes it.
+type Target struct {
+	Capacity    int64
+	SectorSize  int
+	BlockDevice bool
+	// DirectIO: the disk accepted O_DIRECT.
+	DirectIO bool
+}
+
+// Check makes every check Write makes before its first byte, on head (the
+// image's first MiB, or all of a smaller image), and writes nothing: it
+// opens the disk the way Write does (exclusively, for writing), asks the
+// device its size and sector size, and compares them with what head's GPT
+// and o.ImageSize need. A nil error means Write would start writing.
+func Check(head []byte, o Options) (Target, Needs, error) {
+	if o.SectorSize <= 0 {
+		o.SectorSize = 512
+	}
+	if o.Log == nil {
+		o.Log = func(string, ...any) {}
+	}
+	if _, err := expectedDigest(o.ExpectedSHA256); err != nil {
+		return Target{}, Needs{}, err
+	}
+	t, err := openTarget(o)
+	if err != nil {
+		return Target{}, Needs{}, err
+	}
+	defer t.f.Close()
+	tg := Target{Capacity: t.capacity, SectorSize: t.sector, BlockDevice: t.blockDev, DirectIO: !t.fellBack}
+	if len(head) > HeadSize {
+		head = head[:HeadSize]
+	}
+	n, err := imageNeeds(head, o.ImageSize, t.sector, t.capacity)
+	return tg, n, err
+}
+
 // Write copies the raw image read from r onto the disk. It opens the disk
 // exclusively and reads the image's first MiB before writing anything: a
 // disk that is busy, too small or of the wrong sector size is refused as it
@@ -152,9 +207,9 @@ func Write(ctx context.Context, r io.Reader, o Options) (res Result, err error) 
 	if o.Log == nil {
 		o.Log = func(string, ...any) {}
 	}
-	want, err := hex.DecodeString(o.ExpectedSHA256)
-	if err != nil || len(want) != sha256.Size {
-		return res, fmt.Errorf("expected SHA-256 %q is not 64 hex digits", o.ExpectedSHA256)
+	want, err := expectedDigest(o.ExpectedSHA256)
+	if err != nil {
+		return res, err
 	}
 	t, err := openTarget(o)
 	if err != nil {
@@ -579,6 +634,12 @@ func parseGPTHeader(b []byte, sector int64) (gptHeader, bool) {
 // (at byte 512 for 512-byte sectors, 4096 for 4 KiB ones) and how far the
 // image reaches (its backup header's LBA); the caller may know the raw size.
 func checkImage(head []byte, imageSize int64, diskSector int, capacity int64) error {
+	_, err := imageNeeds(head, imageSize, diskSector, capacity)
+	return err
+}
+
+// imageNeeds is checkImage that also says what the image needs.
+func imageNeeds(head []byte, imageSize int64, diskSector int, capacity int64) (Needs, error) {
 	imgSector := int64(0)
 	need := imageSize
 	for _, s := range []int64{512, 4096} {
@@ -591,13 +652,14 @@ func checkImage(head []byte, imageSize int64, diskSector int, capacity int64) er
 		}
 		break
 	}
+	n := Needs{Bytes: need, SectorSize: int(imgSector)}
 	if imgSector != 0 && imgSector != int64(diskSector) {
-		return fmt.Errorf("%w: the image's GPT is laid out for %d-byte sectors, the disk has %d-byte logical sectors", ErrSectorSize, imgSector, diskSector)
+		return n, fmt.Errorf("%w: the image's GPT is laid out for %d-byte sectors, the disk has %d-byte logical sectors", ErrSectorSize, imgSector, diskSector)
 	}
 	if need > capacity {
-		return fmt.Errorf("%w: the image needs %d bytes (its GPT or its declared size), the disk has %d", ErrTooSmall, need, capacity)
+		return n, fmt.Errorf("%w: the image needs %d bytes (its GPT or its declared size), the disk has %d", ErrTooSmall, need, capacity)
 	}
-	return nil
+	return n, nil
 }
 
 // RereadPartitions asks the kernel to read the disk's partition table again

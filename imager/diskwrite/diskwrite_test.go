@@ -327,3 +327,51 @@ func TestResultOnFailure(t *testing.T) {
 		t.Fatalf("result %+v", res)
 	}
 }
+
+// TestCheckPredictsWrite: Check refuses exactly what Write refuses before
+// its first byte, accepts what Write writes, and never changes the disk.
+func TestCheckPredictsWrite(t *testing.T) {
+	old, _ := talosImage(t, 16<<20, 512, 11)
+	img512, sum512 := talosImage(t, 8<<20, 512, 12)
+	img4k, sum4k := talosImage(t, 12<<20, 4096, 14)
+	big, sumBig := talosImage(t, 24<<20, 512, 13)
+	for _, c := range []struct {
+		name   string
+		img    []byte
+		o      Options
+		target error // nil: accepted
+	}{
+		{"fits", img512, Options{ExpectedSHA256: sum512, ImageSize: 8 << 20}, nil},
+		{"4Kn image on a 4Kn disk", img4k, Options{SectorSize: 4096, ExpectedSHA256: sum4k}, nil},
+		{"512-byte image on a 4Kn disk", img512, Options{SectorSize: 4096, ExpectedSHA256: sum512}, ErrSectorSize},
+		{"image larger than the disk", big, Options{ExpectedSHA256: sumBig}, ErrTooSmall},
+		{"declared size larger than the disk", img512, Options{ImageSize: 17 << 20, ExpectedSHA256: sum512}, ErrTooSmall},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			disk := newDisk(t, 16<<20, 0)
+			os.WriteFile(disk, old, 0o644)
+			o := c.o
+			o.Path, o.Capacity = disk, 16<<20
+			tg, needs, err := Check(c.img[:HeadSize], o)
+			if (c.target == nil) != (err == nil) || (c.target != nil && !errors.Is(err, c.target)) {
+				t.Fatalf("Check = %v, want %v", err, c.target)
+			}
+			if tg.Capacity != 16<<20 || tg.BlockDevice || needs.Bytes < int64(min(len(c.img), 16<<20)) {
+				t.Fatalf("target %+v needs %+v", tg, needs)
+			}
+			if !bytes.Equal(readDisk(t, disk), old) {
+				t.Fatal("Check changed the disk")
+			}
+			res, werr := Write(context.Background(), bytes.NewReader(c.img), o)
+			if (werr == nil) != (err == nil) || (c.target != nil && (!errors.Is(werr, c.target) || res.Written)) {
+				t.Fatalf("Write = %v (written %v), Check said %v", werr, res.Written, err)
+			}
+		})
+	}
+	if _, _, err := Check(img512, Options{Path: filepath.Join(t.TempDir(), "none"), ExpectedSHA256: sum512}); !errors.Is(err, ErrWrite) {
+		t.Fatalf("missing disk: %v", err)
+	}
+	if _, _, err := Check(img512, Options{Path: newDisk(t, 1<<20, 0), ExpectedSHA256: "abc"}); err == nil {
+		t.Fatal("short digest accepted")
+	}
+}

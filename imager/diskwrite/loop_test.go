@@ -19,6 +19,10 @@ func TestBlockDevice(t *testing.T) {
 	d := loopdev.Attach(t, 32<<20, 4096)
 	before := d.Bytes(t)
 	img512, sum512 := talosImage(t, 12<<20, 512, 41)
+	tg, _, err := Check(img512[:HeadSize], Options{Path: d.Path, Capacity: 1 << 30, SectorSize: 512, ExpectedSHA256: sum512})
+	if !errors.Is(err, ErrSectorSize) || tg.SectorSize != 4096 || tg.Capacity != 32<<20 || !tg.BlockDevice {
+		t.Fatalf("Check of a 512-byte image on a 4Kn device: %v, %+v", err, tg)
+	}
 	res, err := Write(context.Background(), bytes.NewReader(img512), Options{Path: d.Path, Capacity: 1 << 30, SectorSize: 512, ExpectedSHA256: sum512})
 	if !errors.Is(err, ErrSectorSize) || res.Written || !res.BlockDevice {
 		t.Fatalf("512-byte image on a 4Kn device: %v, %+v", err, res)
@@ -55,6 +59,9 @@ func TestExclusiveOpen(t *testing.T) {
 	loopdev.Mount(t, d.Path)
 	before := d.Ends(t)
 	img, sum := talosImage(t, 12<<20, 512, 51)
+	if _, _, err := Check(img[:HeadSize], Options{Path: d.Path, Capacity: 32 << 20, ExpectedSHA256: sum}); !errors.Is(err, ErrBusy) {
+		t.Fatalf("Check of a mounted device: %v", err)
+	}
 	res, err := Write(context.Background(), bytes.NewReader(img), Options{Path: d.Path, Capacity: 32 << 20, ExpectedSHA256: sum})
 	if !errors.Is(err, ErrBusy) || res.Written {
 		t.Fatalf("mounted device: %v, %+v", err, res)

@@ -39,5 +39,16 @@
 //	l := manifest.Layout{Prefix: "talos", SchematicID: id, TalosVersion: "v1.12.0", Arch: "amd64"}
 //	key, _ := l.ImageKey(manifest.FormatZstd)
 //
+// Reading one over the network (em-imager --manifest; the controller's
+// image source can use the same rules):
+//
+//	f, err := manifest.Fetch(ctx, url, manifest.FetchOptions{SHA256: pin})
+//	// https, or plain http only with the manifest's own sha256 pinned;
+//	// at most MaxSize bytes, DefaultFetchTimeout, redirects only to the
+//	// same host and never from https to http. Errors wrap ErrInsecure,
+//	// ErrPinMismatch, ErrRedirect, ErrRejected, ErrUnreachable or ErrInvalid.
+//	file, _ := f.Pick(manifest.PreferredFormats) // zstd, else xz
+//	imageURL := f.FileURL(file.Name)               // beside the manifest, no query
+//
 // Tests: go test -count=1 ./imager/manifest/...
 package manifest

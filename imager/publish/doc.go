@@ -24,6 +24,16 @@
 //     same files. Publishing the same image twice uploads nothing. A manifest
 //     describing a different raw image is not replaced without --force.
 //
+// It also uploads em-imager itself, one static build per architecture, for
+// operators who run it by hand in a rescue shell (tools.go):
+// <prefix>/tools/em-imager-linux-<arch> and a sha256sum file beside it. By
+// default the running binary goes up for its own architecture;
+// --imager-binary FILE (repeatable; `make imager-binaries` builds both) names
+// the builds instead, --no-imager uploads none. Each file must be a Linux
+// em-imager main package built without cgo (read from its Go build info and
+// ELF headers) before anything is uploaded. The summary's tools[] and
+// manifestSha256 give the digests an operator checks the downloads against.
+//
 // Re-encoding (see encode.go): zstd as independent frames of --block-size raw
 // bytes, encoded in parallel with klauspost/compress; xz with Debian's
 // `xz -T<n> --block-size` when an xz binary is on PATH (block headers carry

@@ -43,15 +43,19 @@ type Options struct {
 	KernelArgs   string   // the image's kernel command line, when it cannot be read from the image (else checked against it)
 	Force        bool     // overwrite a manifest describing another raw image
 	VerifyOutput bool     // decode every file publish wrote before uploading
-	XZEncoder    string   // auto | external | go
-	Concurrency  int      // 0: GOMAXPROCS
-	WorkDir      string   // where compressed files are staged ("" = os.TempDir)
-	S3           S3Config
-	HTTPClient   *http.Client // input downloads (nil: imager/source's client with timeouts)
+	// ImagerBinaries are em-imager builds (one per architecture) uploaded
+	// under <prefix>/tools/ for operators in a rescue shell (tools.go).
+	ImagerBinaries []string
+	XZEncoder      string // auto | external | go
+	Concurrency    int    // 0: GOMAXPROCS
+	WorkDir        string // where compressed files are staged ("" = os.TempDir)
+	S3             S3Config
+	HTTPClient     *http.Client // input downloads (nil: imager/source's client with timeouts)
 	// Now stamps the manifest (tests); nil = time.Now.
 	Now func() time.Time
 
 	xzBin string
+	tools []Tool
 }
 
 // Object is one uploaded (or already present) image file.
@@ -65,18 +69,23 @@ type Object struct {
 
 // Summary is the JSON object publish prints on stdout.
 type Summary struct {
-	OK             bool               `json:"ok"`
-	Error          *SummaryError      `json:"error,omitempty"`
-	Endpoint       string             `json:"endpoint,omitempty"`
-	Bucket         string             `json:"bucket,omitempty"`
-	InputFormat    string             `json:"inputFormat,omitempty"`
-	InputSize      int64              `json:"inputSize,omitempty"`
-	InputSHA256    string             `json:"inputSHA256,omitempty"`
-	Objects        []Object           `json:"objects,omitempty"`
-	ManifestKey    string             `json:"manifestKey,omitempty"`
-	ManifestAction string             `json:"manifestAction,omitempty"` // uploaded | skipped
+	OK             bool          `json:"ok"`
+	Error          *SummaryError `json:"error,omitempty"`
+	Endpoint       string        `json:"endpoint,omitempty"`
+	Bucket         string        `json:"bucket,omitempty"`
+	InputFormat    string        `json:"inputFormat,omitempty"`
+	InputSize      int64         `json:"inputSize,omitempty"`
+	InputSHA256    string        `json:"inputSHA256,omitempty"`
+	Objects        []Object      `json:"objects,omitempty"`
+	ManifestKey    string        `json:"manifestKey,omitempty"`
+	ManifestAction string        `json:"manifestAction,omitempty"` // uploaded | skipped
+	// ManifestSHA256 is the digest of manifest.json as stored: what
+	// em-imager --manifest-sha256 pins (plain http needs it).
+	ManifestSHA256 string             `json:"manifestSha256,omitempty"`
 	Manifest       *manifest.Manifest `json:"manifest,omitempty"`
-	DurationMS     int64              `json:"durationMs"`
+	// Tools are the em-imager builds in the bucket, with their digests.
+	Tools      []Tool `json:"tools,omitempty"`
+	DurationMS int64  `json:"durationMs"`
 }
 
 // SummaryError is the failure in a Summary.
@@ -86,15 +95,23 @@ type SummaryError struct {
 }
 
 // Main runs `em-imager publish args...` and returns the exit status.
+// Unless told otherwise, it uploads the running em-imager itself as the
+// build for its architecture.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return mainEnv(ctx, args, stdout, stderr, os.Getenv)
+	self, err := os.Executable()
+	if err != nil {
+		self = ""
+	}
+	return mainEnv(ctx, args, stdout, stderr, os.Getenv, self)
 }
 
-func mainEnv(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+// mainEnv is Main with the environment and the running binary's path
+// (self, "" for none) given.
+func mainEnv(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string, self string) int {
 	start := time.Now()
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	sum := &Summary{}
-	o, err := parseFlags(args, stderr, getenv)
+	o, err := parseFlags(args, stderr, getenv, self)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -127,7 +144,7 @@ func mainEnv(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	return 0
 }
 
-func parseFlags(args []string, stderr io.Writer, getenv func(string) string) (*Options, error) {
+func parseFlags(args []string, stderr io.Writer, getenv func(string) string, self string) (*Options, error) {
 	fs := flag.NewFlagSet("em-imager publish", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -136,7 +153,9 @@ func parseFlags(args []string, stderr io.Writer, getenv func(string) string) (*O
 Verifies a Talos metal image (raw, .raw.xz or .raw.zst), computes its digests,
 uploads the compressed files and then manifest.json to
   <prefix>/<schematic>/<talos-version>/metal-<arch>.raw.{zst,xz}
-Publishing the same image again uploads nothing.
+Publishing the same image again uploads nothing. em-imager itself goes to
+  <prefix>/tools/em-imager-linux-<arch> and its .sha256 file
+(this binary, or the builds --imager-binary names: make imager-binaries).
 
 Environment: %s (http://host:port), %s, %s (default %s),
              %s, %s, %s (optional)
@@ -166,6 +185,11 @@ Flags:
 	fs.StringVar(&o.WorkDir, "workdir", "", "directory for staged files (default: system temp dir)")
 	fs.StringVar(&bucket, "bucket", "", "bucket (default $"+EnvBucket+")")
 	fs.StringVar(&endpoint, "endpoint", "", "S3 endpoint URL (default $"+EnvEndpoint+")")
+	fs.Func("imager-binary", "a static em-imager build `FILE` to upload under <prefix>/tools/ for its architecture (repeat for amd64 and arm64; default: this em-imager)", func(p string) error {
+		o.ImagerBinaries = append(o.ImagerBinaries, p)
+		return nil
+	})
+	noImager := fs.Bool("no-imager", false, "upload no em-imager build")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
@@ -174,6 +198,12 @@ Flags:
 	}
 	if fs.NArg() > 0 {
 		return nil, &Error{Code: CodeInvalidArgument, Err: fmt.Errorf("unexpected arguments %q", fs.Args())}
+	}
+	switch {
+	case *noImager && len(o.ImagerBinaries) > 0:
+		return nil, &Error{Code: CodeInvalidArgument, Err: errors.New("--no-imager and --imager-binary contradict each other")}
+	case !*noImager && len(o.ImagerBinaries) == 0 && self != "":
+		o.ImagerBinaries = []string{self}
 	}
 	o.S3 = S3ConfigFromEnv(getenv)
 	if bucket != "" {
@@ -239,6 +269,10 @@ func (o *Options) validate() error {
 	if o.Concurrency < 0 {
 		errs = append(errs, fmt.Errorf("--concurrency: %d: want >= 0", o.Concurrency))
 	}
+	var err error
+	if o.tools, err = checkImagerBinaries(o.ImagerBinaries); err != nil {
+		errs = append(errs, err)
+	}
 	bin, err := findXZ(o.XZEncoder)
 	if err != nil {
 		errs = append(errs, err)
@@ -286,7 +320,7 @@ func Run(ctx context.Context, o *Options, log *slog.Logger) (*Summary, error) {
 		return sum, &Error{Code: CodeInvalidArgument, Err: err}
 	}
 	// Check the bucket and the credentials before spending minutes encoding.
-	existing, err := readManifest(ctx, client, o.S3.Bucket, sum.ManifestKey)
+	existing, existingBytes, err := readManifest(ctx, client, o.S3.Bucket, sum.ManifestKey)
 	if err != nil {
 		return sum, err
 	}
@@ -367,6 +401,7 @@ func Run(ctx context.Context, o *Options, log *slog.Logger) (*Summary, error) {
 	sum.Manifest = m
 	if existing != nil && manifest.SameImage(existing, m) {
 		sum.ManifestAction = "skipped"
+		sum.ManifestSHA256 = digest(existingBytes)
 		log.Info("manifest unchanged", "key", sum.ManifestKey)
 	} else {
 		// Last, so a reader never sees a manifest whose files are incomplete.
@@ -378,32 +413,36 @@ func Run(ctx context.Context, o *Options, log *slog.Logger) (*Summary, error) {
 			return sum, s3Error("uploading "+sum.ManifestKey, err)
 		}
 		sum.ManifestAction = "uploaded"
+		sum.ManifestSHA256 = digest(body)
 		log.Info("manifest uploaded", "key", sum.ManifestKey)
+	}
+	if sum.Tools, err = putTools(ctx, client, o.S3.Bucket, o.Prefix, o.tools, log); err != nil {
+		return sum, err
 	}
 	sum.OK = true
 	return sum, nil
 }
 
-// readManifest returns the manifest at key, nil when there is none (or it is
-// unreadable, which publish then replaces).
-func readManifest(ctx context.Context, c *minio.Client, bucket, key string) (*manifest.Manifest, error) {
+// readManifest returns the manifest at key and its bytes, nil when there is
+// none (or it is unreadable, which publish then replaces).
+func readManifest(ctx context.Context, c *minio.Client, bucket, key string) (*manifest.Manifest, []byte, error) {
 	obj, err := c.GetObject(ctx, bucket, key, minio.GetObjectOptions{})
 	if err != nil {
-		return nil, s3Error("reading "+key, err)
+		return nil, nil, s3Error("reading "+key, err)
 	}
 	defer obj.Close()
 	data, err := io.ReadAll(io.LimitReader(obj, manifest.MaxSize+1))
 	if err != nil {
 		if minio.ToErrorResponse(err).Code == "NoSuchKey" {
-			return nil, nil
+			return nil, nil, nil
 		}
-		return nil, s3Error("reading "+key, err)
+		return nil, nil, s3Error("reading "+key, err)
 	}
 	m, err := manifest.Parse(data)
 	if err != nil {
-		return nil, nil
+		return nil, nil, nil
 	}
-	return m, nil
+	return m, data, nil
 }
 
 // putFile uploads a staged file unless the object already has the same size

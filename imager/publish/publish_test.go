@@ -94,7 +94,7 @@ func (e *s3env) env(over map[string]string) func(string) string {
 func publish(t *testing.T, getenv func(string) string, args ...string) result {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := mainEnv(context.Background(), args, &out, &errb, getenv)
+	code := mainEnv(context.Background(), args, &out, &errb, getenv, "")
 	r := result{code: code, stdout: out.String(), stderr: errb.String()}
 	dec := json.NewDecoder(bytes.NewReader(out.Bytes()))
 	if err := dec.Decode(&r.sum); err != nil {
@@ -492,7 +492,7 @@ func TestPublishInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	var out, errb bytes.Buffer
-	code := mainEnv(ctx, baseArgs(in), &out, &errb, s3.env(nil))
+	code := mainEnv(ctx, baseArgs(in), &out, &errb, s3.env(nil), "")
 	var s Summary
 	if err := json.Unmarshal(out.Bytes(), &s); err != nil {
 		t.Fatal(err)

@@ -37,9 +37,15 @@ const (
 	CodeDiskNotImaged = "disk_not_imaged"
 	// CodeWipeFailed: write --wipe-other-disks could not wipe another disk
 	// (in use, or a write error); the image itself may be verified.
-	CodeWipeFailed  = "wipe_failed"
-	CodeInterrupted = "interrupted"
-	CodeInternal    = "internal"
+	CodeWipeFailed = "wipe_failed"
+	// CodeManifestInvalid: the --manifest document is not a valid manifest,
+	// or is for another architecture.
+	CodeManifestInvalid = "manifest_invalid"
+	// CodeNotConfirmed: at a terminal, the operator did not answer yes to
+	// the question naming the disk; nothing was written.
+	CodeNotConfirmed = "not_confirmed"
+	CodeInterrupted  = "interrupted"
+	CodeInternal     = "internal"
 )
 
 // ExitCode maps an error code to the process exit status, so shell users get
@@ -52,12 +58,14 @@ func ExitCode(code string) int {
 		return 2
 	case CodeSourceUnreachable, CodeSourceRejected, CodeSourceChanged, CodeStalled:
 		return 3
-	case CodeDigestMismatch, CodeTruncatedInput, CodeCorruptInput, CodeUnsupportedFormat:
+	case CodeDigestMismatch, CodeTruncatedInput, CodeCorruptInput, CodeUnsupportedFormat, CodeManifestInvalid:
 		return 4
 	case CodeDiskTooSmall, CodeDiskNotFound, CodeDiskBusy, CodeDiskUnsuitable, CodeDiskNotImaged:
 		return 5
 	case CodeWriteFailed, CodeVerifyFailed, CodeWipeFailed:
 		return 6
+	case CodeNotConfirmed:
+		return 7
 	case CodeInterrupted:
 		return 130
 	default:
@@ -83,6 +91,9 @@ type Report struct {
 	Error   *Error `json:"error,omitempty"`
 	// Imager is the em-imager build that wrote the report.
 	Imager string `json:"imager"`
+	// DryRun: write --dry-run made every check of a real run up to its
+	// first byte and wrote nothing; OK says the real run would start.
+	DryRun bool `json:"dryRun,omitempty"`
 
 	Disk          *Disk          `json:"disk,omitempty"`
 	RejectedDisks []RejectedDisk `json:"rejectedDisks,omitempty"`
@@ -191,7 +202,11 @@ func (n NIC) HardwareMAC() string {
 
 // Image describes what was (or was to be) written.
 type Image struct {
-	URL              string `json:"url"` // query string removed: presigned URLs carry credentials
+	URL string `json:"url"` // query string removed: presigned URLs carry credentials
+	// Manifest is the --manifest the URL, format, raw size and digest came
+	// from (query string removed), with its own sha256.
+	Manifest         string `json:"manifest,omitempty"`
+	ManifestSHA256   string `json:"manifestSha256,omitempty"`
 	Format           string `json:"format"`
 	CompressedBytes  int64  `json:"compressedBytes"`
 	RawBytes         int64  `json:"rawBytes"`

@@ -29,7 +29,7 @@ import (
 func TestAgainstAPIServer(t *testing.T) {
 	k := testenv.StartKube(t, testenv.KubeOptions{
 		NoKarpenterCRDs: true,
-		CRDPaths:        []string{repoPath(t, crdChart+"/templates"), "testdata/servicemonitor-crd.yaml"},
+		CRDPaths:        []string{repoPath(t, crdChart+"/templates"), "testdata/servicemonitor-crd.yaml", "testdata/prometheusrule-crd.yaml"},
 	})
 	ctx := t.Context()
 	for _, ns := range []string{releaseNS, "team-a", "team-b", "kube-system", "kube-node-lease"} {
@@ -46,6 +46,8 @@ func TestAgainstAPIServer(t *testing.T) {
 			"everything": minimalValues + `
 imageBucket: {endpoint: "http://garage:3900", bucket: talos, presignEndpoint: "https://s3.example.com", credentials: {accessKeyID: GK1, secretAccessKey: k}}
 serviceMonitor: {enabled: true, endpointConfig: {interval: 30s}}
+prometheusRule: {enabled: true, alertLabels: {team: platform}}
+dashboards: {enabled: true, annotations: {grafana_folder: Karpenter}}
 rbac: {joinSecretNamespaces: [team-a, team-b], additionalClusterRoleRules: [{apiGroups: [""], resources: [configmaps], verbs: [get]}]}
 podAnnotations: {example.com/a: b}
 additionalLabels: {team: platform}

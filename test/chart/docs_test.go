@@ -11,7 +11,7 @@ import (
 )
 
 var (
-	metricLiteral = regexp.MustCompile(`"(karpenter_scaleway_em_[a-z0-9_]+)"`)
+	metricLiteral = regexp.MustCompile(`"(karpenter_(?:scaleway_em|cloudprovider)_[a-z0-9_]+)"`)
 	prefixConst   = regexp.MustCompile(`metricPrefix\s*=\s*"(karpenter_scaleway_em_[a-z0-9_]*)"`)
 	prefixUse     = regexp.MustCompile(`metricPrefix\s*\+\s*"([a-z0-9_]+)"`)
 )
@@ -55,18 +55,31 @@ func providerMetrics(t *testing.T) []string {
 func TestMetricsReferenceCoversEveryMetric(t *testing.T) {
 	names := providerMetrics(t)
 	// The scan itself must find the families the docs describe.
-	for _, family := range []string{"karpenter_scaleway_em_api_", "karpenter_scaleway_em_catalog_", "karpenter_scaleway_em_install_", "karpenter_scaleway_em_leaked_"} {
+	for _, family := range []string{"karpenter_scaleway_em_api_", "karpenter_scaleway_em_catalog_", "karpenter_scaleway_em_install_",
+		"karpenter_scaleway_em_leaked_", "karpenter_scaleway_em_spend_", "karpenter_cloudprovider_instance_type_offering_price_estimate"} {
 		if !slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, family) }) {
 			t.Errorf("no %s* metric found in the code; the scan is broken", family)
 		}
 	}
-	doc, err := os.ReadFile(repoPath(t, "docs/metrics.md"))
+	docLists(t, "docs/metrics.md", names, func(n string) string { return "`" + n + "`" }, nil)
+}
+
+// docLists fails for every name whose mark (e.g. the name in backticks) the
+// document lacks; where, if set, says where the code uses the name.
+func docLists(t *testing.T, doc string, names []string, mark func(string) string, where func(string) string) {
+	t.Helper()
+	b, err := os.ReadFile(repoPath(t, doc))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range names {
-		if !strings.Contains(string(doc), "`"+n+"`") {
-			t.Errorf("docs/metrics.md does not describe %s", n)
+		if strings.Contains(string(b), mark(n)) {
+			continue
+		}
+		if where != nil {
+			t.Errorf("%s does not list %s (%s)", doc, n, where(n))
+		} else {
+			t.Errorf("%s does not list %s, which the code has", doc, n)
 		}
 	}
 }

@@ -1,9 +1,6 @@
 package chart
 
 import (
-	"bytes"
-	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,10 +10,9 @@ import (
 	helmchart "helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/engine"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/chart/helmrender"
 )
 
 // kubeVersion is the Kubernetes release the charts are rendered for (as the
@@ -74,39 +70,10 @@ func loadChart(t testing.TB, rel string) *helmchart.Chart {
 // It returns the objects in file order.
 func render(t testing.TB, c *helmchart.Chart, valuesYAML string) ([]*unstructured.Unstructured, error) {
 	t.Helper()
-	vals, err := chartutil.ReadValues([]byte(valuesYAML))
-	if err != nil {
+	if _, err := chartutil.ReadValues([]byte(valuesYAML)); err != nil {
 		t.Fatalf("test values are not YAML: %v", err)
 	}
-	if c.Metadata.KubeVersion != "" && !chartutil.IsCompatibleRange(c.Metadata.KubeVersion, kubeVersion) {
-		return nil, errors.New("chart requires kubeVersion " + c.Metadata.KubeVersion)
-	}
-	caps := chartutil.DefaultCapabilities.Copy()
-	caps.KubeVersion = chartutil.KubeVersion{Version: kubeVersion, Major: "1", Minor: "35"}
-	top, err := chartutil.ToRenderValues(c, vals, chartutil.ReleaseOptions{Name: releaseName, Namespace: releaseNS, IsInstall: true, Revision: 1}, caps)
-	if err != nil {
-		return nil, err
-	}
-	files, err := engine.Render(c, top)
-	if err != nil {
-		return nil, err
-	}
-	names := make([]string, 0, len(files))
-	for n := range files {
-		if strings.HasSuffix(n, ".yaml") {
-			names = append(names, n)
-		}
-	}
-	slices.Sort(names)
-	var objs []*unstructured.Unstructured
-	for _, n := range names {
-		docs, err := decodeObjects([]byte(files[n]))
-		if err != nil {
-			t.Fatalf("%s renders invalid YAML: %v\n%s", n, err, files[n])
-		}
-		objs = append(objs, docs...)
-	}
-	return objs, nil
+	return helmrender.Render(c, []byte(valuesYAML), helmrender.Release{Name: releaseName, Namespace: releaseNS, KubeVersion: kubeVersion})
 }
 
 func mustRender(t testing.TB, c *helmchart.Chart, valuesYAML string) []*unstructured.Unstructured {
@@ -120,28 +87,7 @@ func mustRender(t testing.TB, c *helmchart.Chart, valuesYAML string) []*unstruct
 
 // decodeObjects reads a multi-document YAML stream; empty documents are skipped.
 func decodeObjects(data []byte) ([]*unstructured.Unstructured, error) {
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	var out []*unstructured.Unstructured
-	for {
-		var raw runtime.RawExtension
-		if err := dec.Decode(&raw); err != nil {
-			if errors.Is(err, io.EOF) {
-				return out, nil
-			}
-			return nil, err
-		}
-		trimmed := bytes.TrimSpace(raw.Raw)
-		if len(trimmed) == 0 || string(trimmed) == "null" || string(trimmed) == "{}" {
-			continue
-		}
-		// UnmarshalJSON keeps integers as int64 (a plain json decode makes
-		// them float64) and fails on a missing kind.
-		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(raw.Raw); err != nil {
-			return nil, err
-		}
-		out = append(out, u)
-	}
+	return helmrender.Objects(data)
 }
 
 func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {

@@ -29,7 +29,7 @@ KUBE_LDFLAGS := \
 TOOLS_BINARIES := $(BIN)/versitygw $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kube-scheduler $(BIN)/controller-gen
 
 .PHONY: tools $(patsubst $(BIN)/%,bin/%,$(TOOLS_BINARIES))
-tools: $(TOOLS_BINARIES)
+tools: $(TOOLS_BINARIES) ## the test tools in bin/ (kube-apiserver, etcd, kube-scheduler, versitygw, controller-gen)
 
 # `make bin/etcd` etc. from the repository root: the real targets are absolute.
 $(patsubst $(BIN)/%,bin/%,$(TOOLS_BINARIES)): bin/%: $(BIN)/%

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +19,8 @@ type Workload struct {
 	w                           *World
 	Namespace, App, CPU, Memory string
 	Spread                      bool
+	// NodeSelector of the pods (nil: none).
+	NodeSelector map[string]string
 
 	mu     sync.Mutex
 	want   int
@@ -29,9 +32,18 @@ type Workload struct {
 // RunWorkload starts keeping n pods of app requesting cpu and memory each
 // (one per node when spread) in namespace; Stop ends the loop.
 func (w *World) RunWorkload(namespace, app string, n int, cpu, memory string, spread bool) *Workload {
+	return w.run(&Workload{Namespace: namespace, App: app, CPU: cpu, Memory: memory, Spread: spread, want: n})
+}
+
+// RunWorkloadOn is RunWorkload for pods with a node selector, e.g. one
+// NodePool's nodes ({karpenter.sh/nodepool: name}).
+func (w *World) RunWorkloadOn(namespace, app string, n int, cpu, memory string, nodeSelector map[string]string) *Workload {
+	return w.run(&Workload{Namespace: namespace, App: app, CPU: cpu, Memory: memory, NodeSelector: nodeSelector, want: n})
+}
+
+func (w *World) run(wl *Workload) *Workload {
 	ctx, cancel := context.WithCancel(context.Background())
-	wl := &Workload{w: w, Namespace: namespace, App: app, CPU: cpu, Memory: memory, Spread: spread, want: n,
-		cancel: cancel, done: make(chan struct{})}
+	wl.w, wl.cancel, wl.done = w, cancel, make(chan struct{})
 	go func() {
 		defer close(wl.done)
 		for ctx.Err() == nil {
@@ -67,6 +79,7 @@ func (wl *Workload) reconcile(ctx context.Context) {
 	want := wl.want
 	wl.mu.Unlock()
 	d := Deployment(wl.Namespace, wl.App, int32(want), wl.CPU, wl.Memory, wl.Spread)
+	d.Spec.Template.Spec.NodeSelector = wl.NodeSelector
 	for ; alive < want; alive++ {
 		wl.mu.Lock()
 		wl.seq++
@@ -122,4 +135,24 @@ func (wl *Workload) Bound(ctx context.Context) (bound, total int, err error) {
 		}
 	}
 	return bound, total, nil
+}
+
+// Eventually polls cond every 100ms until it holds or timeout passes (or
+// ctx ends); the failure names what was awaited and the last state cond
+// reported.
+func Eventually(ctx context.Context, t testing.TB, what string, timeout time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last string
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("timed out after %s waiting for %s; last state: %s", timeout, what, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -6,7 +6,7 @@ import (
 
 // ScalewayElasticMetalNodeClassSpec says how servers for a NodePool are ordered,
 // installed and joined.
-// +kubebuilder:validation:XValidation:message="spec.image needs either manifestURL, or bucket with schematicID and talosVersion",rule="has(self.image.manifestURL) || (has(self.image.bucket) && has(self.image.schematicID) && has(self.image.talosVersion))"
+// +kubebuilder:validation:XValidation:message="spec.image needs either manifestURL, or schematicID and talosVersion (bucket defaults to the controller's S3_BUCKET, chart value imageBucket.bucket)",rule="has(self.image.manifestURL) || (has(self.image.schematicID) && has(self.image.talosVersion))"
 type ScalewayElasticMetalNodeClassSpec struct {
 	// Zones where servers may be ordered. Empty means the controller's default zone.
 	// +kubebuilder:validation:items:Enum:={fr-par-1,fr-par-2,nl-ams-1,nl-ams-2,pl-waw-2,pl-waw-3}
@@ -75,9 +75,11 @@ type ScalewayElasticMetalNodeClassSpec struct {
 const LocalDisksUnused = "Unused"
 
 // ImageSpec points at a Talos image published with `em-imager publish`.
-// +kubebuilder:validation:XValidation:message="spec.image.manifestURL must be https unless spec.image.manifestSHA256 pins the manifest (the manifest carries the digests the image is verified with)",rule="!has(self.manifestURL) || self.manifestURL.startsWith('https://') || has(self.manifestSHA256)"
+// +kubebuilder:validation:XValidation:message="spec.image.manifestURL must be https or s3 unless spec.image.manifestSHA256 pins the manifest (the manifest carries the digests the image is verified with)",rule="!has(self.manifestURL) || self.manifestURL.startsWith('https://') || self.manifestURL.startsWith('s3://') || has(self.manifestSHA256)"
 type ImageSpec struct {
-	// Bucket holding the images (S3 endpoint and credentials come from the controller's environment).
+	// Bucket holding the images (S3 endpoint and credentials come from the controller's environment). Empty: the
+	// controller's default bucket (S3_BUCKET, chart value imageBucket.bucket); the NodeClass is not Ready when
+	// neither is set.
 	// +optional
 	Bucket string `json:"bucket,omitempty"`
 	// Prefix of the image tree in the bucket: <prefix>/<schematicID>/<talosVersion>/.
@@ -91,9 +93,10 @@ type ImageSpec struct {
 	// +kubebuilder:validation:Pattern=`^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`
 	// +optional
 	TalosVersion string `json:"talosVersion,omitempty"`
-	// ManifestURL is an https URL of a manifest.json, instead of bucket/prefix/schematic/version. Plain http is
-	// accepted only with manifestSHA256.
-	// +kubebuilder:validation:Pattern=`^https?://`
+	// ManifestURL names a manifest.json instead of bucket/prefix/schematic/version: an https URL of a publicly
+	// readable manifest (its images are fetched from beside it without presigning), or s3://bucket/key read with
+	// the controller's S3 credentials. Plain http is accepted only with manifestSHA256.
+	// +kubebuilder:validation:Pattern=`^(https?|s3)://`
 	// +optional
 	ManifestURL string `json:"manifestURL,omitempty"`
 	// ManifestSHA256 pins the manifest (sha256 of its bytes, as `sha256sum manifest.json` prints): a manifest with
@@ -107,8 +110,9 @@ type ImageSpec struct {
 	// +kubebuilder:default:={zst,xz}
 	// +optional
 	Formats []string `json:"formats,omitempty"`
-	// Architecture of the image.
-	// +kubebuilder:validation:Enum:={amd64,arm64}
+	// Architecture of the image: amd64, the only one that works (em-imager runs in Scaleway's amd64 rescue
+	// system, and no Elastic Metal offer is arm64).
+	// +kubebuilder:validation:XValidation:message="only amd64 is supported: em-imager runs in Scaleway's amd64 rescue system and no Elastic Metal offer is arm64",rule="self == 'amd64'"
 	// +kubebuilder:default:=amd64
 	// +optional
 	Architecture string `json:"architecture,omitempty"`
@@ -224,7 +228,7 @@ type RescueSpec struct {
 // +kubebuilder:resource:path=scalewayelasticmetalnodeclasses,scope=Cluster,categories=karpenter,shortName={emnc,emncs}
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].status"
-// +kubebuilder:printcolumn:name="Zones",type="string",JSONPath=".spec.zones"
+// +kubebuilder:printcolumn:name="Zones",type="string",JSONPath=".status.zones"
 // +kubebuilder:printcolumn:name="Talos",type="string",JSONPath=".status.image.talosVersion"
 // +kubebuilder:printcolumn:name="Image",type="string",JSONPath=".status.image.rawSHA256",priority=1
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"

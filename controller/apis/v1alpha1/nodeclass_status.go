@@ -11,6 +11,9 @@ import (
 const (
 	// ConditionTypeCredentialsReady: the Scaleway API answers with the controller's credentials.
 	ConditionTypeCredentialsReady = "CredentialsReady"
+	// ConditionTypeProjectReady: spec.projectID is empty or the controller's project (one controller serves
+	// one project: it lists and orders in SCW_DEFAULT_PROJECT_ID only).
+	ConditionTypeProjectReady = "ProjectReady"
 	// ConditionTypeImageReady: the image manifest resolves and is valid for the architecture.
 	ConditionTypeImageReady = "ImageReady"
 	// ConditionTypeJoinConfigReady: the join Secret renders a valid machine config.
@@ -45,7 +48,8 @@ type ScalewayElasticMetalNodeClassStatus struct {
 	// Image is the resolved image manifest.
 	// +optional
 	Image *ResolvedImage `json:"image,omitempty"`
-	// Zones the NodeClass resolves to.
+	// Zones the NodeClass resolves to: spec.zones, or the controller's default zone (SCW_DEFAULT_ZONE) when
+	// spec.zones is empty. The ZONES column shows them.
 	// +optional
 	Zones []string `json:"zones,omitempty"`
 	// Conditions contains signals for health and readiness.
@@ -69,6 +73,7 @@ type ResolvedImage struct {
 func (in *ScalewayElasticMetalNodeClass) StatusConditions(opts ...status.ForOption) status.ConditionSet {
 	return status.NewReadyConditions(
 		ConditionTypeCredentialsReady,
+		ConditionTypeProjectReady,
 		ConditionTypeImageReady,
 		ConditionTypeJoinConfigReady,
 	).For(in, opts...)

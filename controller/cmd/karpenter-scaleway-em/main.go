@@ -19,6 +19,13 @@ func main() {
 		fmt.Println(versionLine())
 		return
 	}
+	// Karpenter's parser would print "Usage of karpenter" and only the flags.
+	for _, a := range os.Args[1:] {
+		if a == "-h" || a == "-help" || a == "--help" {
+			operator.Usage(os.Stdout)
+			return
+		}
+	}
 	if err := operator.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "karpenter-scaleway-em:", err)
 		os.Exit(1)

@@ -11,6 +11,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	coreoptions "sigs.k8s.io/karpenter/pkg/operator/options"
@@ -70,7 +72,7 @@ func (o *Options) AddFlags(fs *coreoptions.FlagSet) {
 	fs.DurationVar(&o.BootTimeout, "boot-timeout", env.WithDefaultDuration("BOOT_TIMEOUT", 15*time.Minute), "How long the reboot into Talos and the config apply may take.")
 	fs.DurationVar(&o.RetryInterval, "install-retry-interval", env.WithDefaultDuration("INSTALL_RETRY_INTERVAL", 5*time.Second), "Interval between SSH/Talos API connection attempts.")
 	fs.DurationVar(&o.CatalogRefresh, "catalog-refresh-interval", env.WithDefaultDuration("CATALOG_REFRESH_INTERVAL", 5*time.Minute), "Interval between refreshes of the offer catalogue (stock, prices).")
-	fs.DurationVar(&o.GCGracePeriod, "gc-grace-period", env.WithDefaultDuration("GC_GRACE_PERIOD", 10*time.Minute), "Age under which a server without a NodeClaim is never released (covers an order in flight).")
+	fs.DurationVar(&o.GCGracePeriod, "gc-grace-period", env.WithDefaultDuration("GC_GRACE_PERIOD", 10*time.Minute), "Age under which a server without a NodeClaim is never released (covers an order in flight); at least 30s.")
 	fs.DurationVar(&o.GCInterval, "gc-interval", env.WithDefaultDuration("GC_INTERVAL", 2*time.Minute), "Interval between garbage collection sweeps.")
 	fs.DurationVar(&o.RepairToleration, "repair-toleration", env.WithDefaultDuration("REPAIR_TOLERATION", 20*time.Minute), "How long a node may be NotReady/Unknown before Karpenter's node repair (feature gate NodeRepair) replaces it.")
 	fs.IntVar(&o.MaxConcurrentImaging, "max-concurrent-imaging", env.WithDefaultInt("MAX_CONCURRENT_IMAGING", 8), "Images written at once (each holds an SSH session and uploads em-imager); further installs wait their turn within their phase timeout.")
@@ -86,7 +88,59 @@ func (o *Options) Parse(fs *coreoptions.FlagSet, args ...string) error {
 		}
 		return fmt.Errorf("parsing flags, %w", err)
 	}
-	return o.Validate()
+	return errors.Join(CheckEnv(fs.FlagSet, os.LookupEnv), o.Validate())
+}
+
+// MinGCGracePeriod is the floor of GC_GRACE_PERIOD: a server younger than
+// the grace period may be an order whose NodeClaim the controller's cache
+// or the API's eventually consistent listing does not show yet.
+const MinGCGracePeriod = 30 * time.Second
+
+// EnvName is the environment variable that sets a flag's default, by the
+// convention every flag of Karpenter core and of the provider follows
+// (--gc-grace-period: GC_GRACE_PERIOD).
+func EnvName(flagName string) string {
+	return strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// CheckEnv refuses an environment variable that sets a flag's default but
+// does not parse as the flag's type: Karpenter's env helpers would silently
+// keep the default (DELIVERY_TIMEOUT=30, without a unit, would mean 30m).
+func CheckEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := EnvName(f.Name)
+		v, ok := lookup(name)
+		if !ok {
+			return
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			// Karpenter's BoolVarWithEnv flags have no Getter.
+			if _, err := strconv.ParseBool(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q is not a valid bool (flag --%s)", name, v, f.Name))
+			}
+			return
+		}
+		g, ok := f.Value.(flag.Getter)
+		if !ok {
+			return
+		}
+		var err error
+		switch g.Get().(type) {
+		case time.Duration:
+			_, err = time.ParseDuration(v)
+		case int, int64:
+			_, err = strconv.ParseInt(v, 10, 64)
+		case float64:
+			_, err = strconv.ParseFloat(v, 64)
+		case bool:
+			_, err = strconv.ParseBool(v)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q is not a valid %T (flag --%s)", name, v, g.Get(), f.Name))
+		}
+	})
+	return errors.Join(errs...)
 }
 
 // Validate checks the options.
@@ -110,6 +164,9 @@ func (o *Options) Validate() error {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))
 		}
+	}
+	if o.GCGracePeriod < MinGCGracePeriod {
+		errs = append(errs, fmt.Errorf("GC_GRACE_PERIOD (--gc-grace-period) %s is below the floor of %s: a younger server may be an order whose NodeClaim is not visible yet, and must never be released", o.GCGracePeriod, MinGCGracePeriod))
 	}
 	if _, err := joinsecret.ParseNamespaces(o.JoinSecretNamespaces); err != nil {
 		errs = append(errs, fmt.Errorf("JOIN_SECRET_NAMESPACES: %w", err))

@@ -30,31 +30,24 @@ func main() {
 	// says "interrupted" (exit 130).
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	sub := ""
-	if len(os.Args) > 1 {
-		sub = os.Args[1]
+	args := os.Args[1:]
+	if len(args) == 2 && args[0] == "help" && args[1] == "publish" {
+		args = []string{"publish", "-h"}
 	}
-	switch sub {
-	case "publish":
-		code := publish.Main(ctx, os.Args[2:], os.Stdout, os.Stderr)
-		stop()
-		os.Exit(code)
-	case "write-config":
-		// The config comes on stdin, so this one is not in cli.Main.
-		code := cli.WriteConfig(ctx, os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
-		stop()
-		os.Exit(code)
-	default:
-		// write/inspect only: publish runs elsewhere, with encoders that
-		// want more memory.
-		if os.Getenv("GOMEMLIMIT") == "" {
-			debug.SetMemoryLimit(memoryLimit)
-		}
-		if os.Getenv("GOGC") == "" {
-			debug.SetGCPercent(gcPercent)
-		}
-		code := cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	if len(args) > 0 && args[0] == "publish" {
+		code := publish.Main(ctx, args[1:], os.Stdout, os.Stderr)
 		stop()
 		os.Exit(code)
 	}
+	// write, inspect, write-config, version and help. publish runs
+	// elsewhere, with encoders that want more memory.
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(memoryLimit)
+	}
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(gcPercent)
+	}
+	code := cli.Main(ctx, args, os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }

@@ -92,23 +92,10 @@ func Start(t testing.TB, s Setup) *Env {
 	return e
 }
 
-// Eventually polls cond every 100ms until it holds or timeout passes; the
-// failure names what was awaited and the last state cond reported.
+// Eventually polls cond until it holds or timeout passes (world.Eventually).
 func (e *Env) Eventually(what string, timeout time.Duration, cond func() (bool, string)) {
 	e.T.Helper()
-	deadline := time.Now().Add(timeout)
-	var last string
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		if time.Now().After(deadline) || e.Ctx.Err() != nil {
-			e.T.Fatalf("timed out after %s waiting for %s; last state: %s", timeout, what, last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	world.Eventually(e.Ctx, e.T, what, timeout, cond)
 }
 
 // WaitNodeClassReady waits until the NodeClass is Ready.
