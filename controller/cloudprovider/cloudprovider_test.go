@@ -26,6 +26,7 @@ import (
 	cp "github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/cloudprovider"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/diskimage"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 )
 
@@ -85,6 +86,9 @@ func TestCreateReturnsAtOnceThenTheNodeJoinsAndDeleteReleasesIt(t *testing.T) {
 		t.Errorf("node labels %v lack the nodepool", node.Labels)
 	}
 	e.waitPhase(claim.Name, install.PhaseJoined)
+	// Disk delivery (the default): the config came from the metal-iso
+	// partition, and nothing ever talked to the node's :50000.
+	e.assertConfigFromDisk(id)
 	// What was written is on the NodeClaim.
 	if have := e.claim(claim.Name).Annotations[v1alpha1.AnnotationImageSHA256]; have != e.nc.Status.Image.RawSHA256 {
 		t.Errorf("image annotation %q, written image %q", have, e.nc.Status.Image.RawSHA256)
@@ -107,9 +111,14 @@ func TestCreateReturnsAtOnceThenTheNodeJoinsAndDeleteReleasesIt(t *testing.T) {
 	e.assertNoDuplicatesNorLeaks()
 }
 
-// A controller restart in any phase resumes the same server: never a second order.
+// A controller restart in any phase resumes the same server: never a second
+// order, in either config delivery.
 func TestRestartInEachPhaseResumesWithoutReordering(t *testing.T) {
-	e := startEnv(t, nil)
+	t.Run("disk", func(t *testing.T) { testRestartInEachPhase(t, startEnv(t, nil)) })
+	t.Run("maintenance-api", func(t *testing.T) { testRestartInEachPhase(t, startLegacyEnv(t, nil)) })
+}
+
+func testRestartInEachPhase(t *testing.T, e *env) {
 	for _, phase := range []install.Phase{install.PhaseOrdered, install.PhaseRescue, install.PhaseImaging, install.PhaseBooting} {
 		t.Run(string(phase), func(t *testing.T) {
 			claim := e.nodeClaim()
@@ -126,6 +135,9 @@ func TestRestartInEachPhaseResumesWithoutReordering(t *testing.T) {
 			e.waitNode(got.Status.ProviderID)
 			if n := e.creates(claim.Name); n != 1 {
 				t.Errorf("restart in %s: %d orders for one nodeclaim", phase, n)
+			}
+			if _, id, _ := scaleway.ParseProviderID(got.Status.ProviderID); e.nc.Spec.Talos.ConfigDelivery != v1alpha1.ConfigDeliveryMaintenanceAPI {
+				e.assertConfigFromDisk(id)
 			}
 		})
 	}
@@ -227,9 +239,10 @@ func TestRescueSSHNeverUpReleasesServer(t *testing.T) {
 	e.assertNoDuplicatesNorLeaks()
 }
 
-// A disk that never boots Talos (no API): the boot phase times out, released.
+// Legacy delivery, a disk that never boots Talos (no API): the boot phase
+// times out, released.
 func TestTalosAPINeverUpReleasesServer(t *testing.T) {
-	e := startEnv(t, nil)
+	e := startLegacyEnv(t, nil)
 	e.opts.TalosAPIPort = closedPort(t) // nothing answers the Talos API there
 	e.opts.BootTimeout = 3 * time.Second
 	e.p = e.newProvider()
@@ -392,6 +405,7 @@ func corruptPublishedImages(t *testing.T, e *env) {
 // why when not, and Create refuses it with NodeClassNotReady.
 func TestNodeClassNotReadyReasons(t *testing.T) {
 	e := startEnv(t, nil)
+	const legacyVersion = "v1.12.2"
 	cases := []struct {
 		name   string
 		edit   func(*v1alpha1.ScalewayElasticMetalNodeClass)
@@ -410,6 +424,25 @@ func TestNodeClassNotReadyReasons(t *testing.T) {
 		{"bad config patch", func(nc *v1alpha1.ScalewayElasticMetalNodeClass) {
 			nc.Spec.Talos.ConfigPatches = []string{"machine: [this is not a machine config"}
 		}, v1alpha1.ConditionTypeJoinConfigReady, "JoinConfigInvalid"},
+		{"disk delivery with an image lacking talos.config=metal-iso", func(nc *v1alpha1.ScalewayElasticMetalNodeClass) {
+			nc.Spec.Image.TalosVersion = legacyVersion
+		}, v1alpha1.ConditionTypeImageReady, "ImageLacksMetalISO"},
+	}
+	// An image built without the kernel argument: fine for MaintenanceAPI only.
+	if _, err := e.w.PublishImageWith(e.ctx, legacyVersion, diskimage.DefaultKernelArgs); err != nil {
+		t.Fatal(err)
+	}
+	legacy := e.w.NodeClass("legacy-ok")
+	legacy.Spec.Image.TalosVersion = legacyVersion
+	legacy.Spec.Talos.ConfigDelivery = v1alpha1.ConfigDeliveryMaintenanceAPI
+	if err := e.kube.Create(e.ctx, legacy); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.p.NodeClassStatus.Reconcile(e.ctx, legacy); err != nil {
+		t.Fatal(err)
+	}
+	if c := e.nodeClass("legacy-ok").StatusConditions().Get(v1alpha1.ConditionTypeImageReady); c == nil || !c.IsTrue() {
+		t.Fatalf("MaintenanceAPI delivery on an image without metal-iso: ImageReady %+v, want True", c)
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+	"github.com/scaleway/scaleway-sdk-go/scw"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -29,6 +30,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/operator"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/operator/options"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/diskimage"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/world"
 )
@@ -56,7 +58,23 @@ type env struct {
 
 func startEnv(t *testing.T, simOpts func(*scwsim.Options)) *env {
 	t.Helper()
-	w := world.Start(t, world.Options{Sim: simOpts})
+	return startEnvWith(t, world.Options{Sim: simOpts}, nil)
+}
+
+// startLegacyEnv is startEnv with images lacking talos.config=metal-iso and
+// a NodeClass with configDelivery: MaintenanceAPI (the config goes over
+// the Talos maintenance API on :50000).
+func startLegacyEnv(t *testing.T, simOpts func(*scwsim.Options)) *env {
+	t.Helper()
+	return startEnvWith(t, world.Options{Sim: simOpts, ImageKernelArgs: diskimage.DefaultKernelArgs},
+		func(nc *v1alpha1.ScalewayElasticMetalNodeClass) {
+			nc.Spec.Talos.ConfigDelivery = v1alpha1.ConfigDeliveryMaintenanceAPI
+		})
+}
+
+func startEnvWith(t *testing.T, wopts world.Options, nodeClass func(*v1alpha1.ScalewayElasticMetalNodeClass)) *env {
+	t.Helper()
+	w := world.Start(t, wopts)
 	imager := os.Getenv("TEST_ASSET_EM_IMAGER")
 	if imager == "" {
 		p, err := world.FindBinary("em-imager")
@@ -86,6 +104,9 @@ func startEnv(t *testing.T, simOpts func(*scwsim.Options)) *env {
 	e.p = e.newProvider()
 	t.Cleanup(func() { e.stop() })
 	e.nc = w.NodeClass("default")
+	if nodeClass != nil {
+		nodeClass(e.nc)
+	}
 	if err := e.kube.Create(e.ctx, e.nc); err != nil {
 		t.Fatal(err)
 	}
@@ -410,4 +431,46 @@ func (l *eventLog) find(claim, reason string) []events.Event {
 		}
 	}
 	return out
+}
+
+// assertConfigFromDisk checks that server id's node got its config from the
+// metal-iso partition (the simulated Talos read it) and that nothing ever
+// talked to its Talos API on :50000.
+func (e *env) assertConfigFromDisk(id string) {
+	e.t.Helper()
+	st, ok := e.w.Sim.Server(id)
+	if !ok {
+		e.t.Fatalf("server %s not in the simulator", id)
+	}
+	srv, err := e.p.API.GetServer(e.ctx, scw.Zone(st.Zone), id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if d := install.DeliveryOf(srv); d != install.DeliveryDisk {
+		e.t.Errorf("server %s config delivery %q, want disk", id, d)
+	}
+	calls, err := e.w.Machines.TalosAPICalls(id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if len(calls) != 0 {
+		e.t.Errorf("server %s: %d calls to the Talos API on :50000 in Disk mode: %+v", id, len(calls), calls)
+	}
+	fromDisk := false
+	for _, ev := range e.w.Machines.Events() {
+		fromDisk = fromDisk || (ev.ServerID == id && ev.What == "config-from-disk")
+	}
+	if !fromDisk {
+		e.t.Errorf("server %s never read its config from the metal-iso partition", id)
+	}
+}
+
+// nodeClass reads a NodeClass now.
+func (e *env) nodeClass(name string) *v1alpha1.ScalewayElasticMetalNodeClass {
+	e.t.Helper()
+	nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
+	if err := e.kube.Get(e.ctx, types.NamespacedName{Name: name}, nc); err != nil {
+		e.t.Fatal(err)
+	}
+	return nc
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/talosapi"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 )
 
@@ -271,6 +272,51 @@ func TestChangedRescueHostKeyReleasesWithoutReboot(t *testing.T) {
 	e.assertNoDuplicatesNorLeaks()
 }
 
+// #16: the pin of a rescue boot lives on the server: a restarted controller
+// (no pin in memory) that is shown another key than the one a previous
+// process pinned for this boot fails with RescueHostKeyChanged and releases
+// the server, without a new rescue boot.
+func TestRestartKeepsTheRescueHostKeyPin(t *testing.T) {
+	e := startEnv(t, nil)
+	claim := e.nodeClaim()
+	got, zone, id := e.imagingInRescue(claim)
+	other := rescue.HostKeyPin("SHA256:" + base64.RawStdEncoding.EncodeToString(make([]byte, 32)))
+	if _, err := e.p.API.EditTags(e.ctx, zone, id, func(tags []string) ([]string, bool) {
+		tags, _ = scaleway.SetTagIn(tags, install.TagRescueHostKey, string(other))
+		return tags, true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.p = e.newProvider() // nothing pinned in this process
+	e.launched(claim.Name, got)
+	e.assertInstallFailed(claim.Name, "phase imaging", install.ReasonRescueHostKeyChanged, "released")
+	if n := e.rescueBoots(id); n != 1 {
+		t.Fatalf("%d rescue boots, want 1 (by hand)", n)
+	}
+	e.assertNoDuplicatesNorLeaks()
+}
+
+// The pin a normal install records is the key the machine's rescue boot has.
+func TestRescueHostKeyPinIsRecordedOnTheServer(t *testing.T) {
+	e := startEnv(t, nil)
+	claim := e.nodeClaim()
+	got := e.launch(claim)
+	e.waitPhase(claim.Name, install.PhaseBooting)
+	zone, id, _ := scaleway.ParseProviderID(got.Status.ProviderID)
+	srv, err := e.p.API.GetServer(e.ctx, zone, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := e.w.Machines.HostKey(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := scaleway.TagValue(srv.Tags, install.TagRescueHostKey); v != string(rescue.PinOf(key)) {
+		t.Fatalf("rescue host key tag %q, the machine's key is %s", v, rescue.PinOf(key))
+	}
+	e.waitNode(got.Status.ProviderID)
+}
+
 // imagingInRescue orders claim's server (not launched yet: no install runs),
 // boots it into rescue by hand and tags it as an install stopped in imaging.
 func (e *env) imagingInRescue(claim *karpv1.NodeClaim) (*karpv1.NodeClaim, scw.Zone, string) {
@@ -319,8 +365,8 @@ type lostReply struct {
 	applies atomic.Int32
 }
 
-func (l *lostReply) Apply(ctx context.Context, host string, cfg []byte) error {
-	if err := l.TalosApplier.Apply(ctx, host, cfg); err != nil {
+func (l *lostReply) ApplyTo(ctx context.Context, peer talosapi.Peer, cfg []byte) error {
+	if err := l.TalosApplier.ApplyTo(ctx, peer, cfg); err != nil {
 		return err
 	}
 	if l.applies.Add(1) == 1 {
@@ -333,7 +379,7 @@ func (l *lostReply) Apply(ctx context.Context, host string, cfg []byte) error {
 // Item 8d: a lost Apply answer does not burn the boot timeout: the node
 // joining ends the phase.
 func TestLostApplyAnswerEndsWhenTheNodeJoins(t *testing.T) {
-	e := startEnv(t, nil)
+	e := startLegacyEnv(t, nil)
 	lost := &lostReply{}
 	e.wrap = func(a install.TalosApplier) install.TalosApplier { lost.TalosApplier = a; return lost }
 	e.opts.BootTimeout = time.Hour // a wait for the timeout would outlast the test

@@ -140,7 +140,7 @@ func (c *Controller) perNodeClaimTokens(ctx context.Context) func(*karpv1.NodeCl
 		if !seen {
 			nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
 			uses = c.Kube.Get(ctx, types.NamespacedName{Name: ref.Name}, nc) == nil &&
-				nc.Spec.Talos.BootstrapToken == v1alpha1.BootstrapTokenPerNodeClaim
+				nc.Spec.Talos.PerNodeClaimTokens()
 			perNode[ref.Name] = uses
 		}
 		return uses

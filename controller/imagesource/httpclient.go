@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/manifest"
 )
 
 // Limits of the controller's manifest reads. A manifest is a small JSON file
@@ -19,18 +21,13 @@ const (
 	// DefaultFetchTimeout bounds one Resolve's reads (manifest and object
 	// check), redirects and body included.
 	DefaultFetchTimeout = 30 * time.Second
-	// maxRedirects a manifest URL may go through (same host only).
-	maxRedirects = 3
 )
-
-// errRedirectRefused: a manifest URL redirected to another host, or from
-// https to http.
-var errRedirectRefused = errors.New("redirect refused")
 
 // newHTTPClient is the client of manifest URLs and of the S3 endpoint: it
 // trusts the system's CAs plus roots (a self-signed Garage), bounds connect
-// and overall time, and follows a few redirects on the same host only, so a
-// manifest URL cannot send the controller to an address of its choice.
+// and overall time, and follows em-imager's redirect rule (a few, same host
+// only, manifest.CheckRedirect), so a manifest URL cannot send the
+// controller to an address of its choice.
 func newHTTPClient(roots *x509.CertPool, connect, overall time.Duration) *http.Client {
 	dialer := &net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
@@ -43,20 +40,7 @@ func newHTTPClient(roots *x509.CertPool, connect, overall time.Duration) *http.C
 		ForceAttemptHTTP2:     true,
 		TLSClientConfig:       &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots},
 	}
-	return &http.Client{Transport: tr, Timeout: overall, CheckRedirect: sameHostRedirects}
-}
-
-func sameHostRedirects(req *http.Request, via []*http.Request) error {
-	first := via[0].URL
-	switch {
-	case len(via) > maxRedirects:
-		return fmt.Errorf("%w: more than %d redirects", errRedirectRefused, maxRedirects)
-	case req.URL.Host != first.Host:
-		return fmt.Errorf("%w: %s redirects to another host (%s)", errRedirectRefused, first.Host, req.URL.Host)
-	case first.Scheme == "https" && req.URL.Scheme != "https":
-		return fmt.Errorf("%w: %s redirects from https to %s", errRedirectRefused, first.Host, req.URL.Scheme)
-	}
-	return nil
+	return &http.Client{Transport: tr, Timeout: overall, CheckRedirect: manifest.CheckRedirect}
 }
 
 // certPool is the system's roots plus the PEM certificates in bundle.

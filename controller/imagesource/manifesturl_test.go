@@ -126,16 +126,16 @@ func TestSameHostRedirectsPolicy(t *testing.T) {
 		"https://evil.example/m.json":         false,
 		"https://garage.example:8443/m.json":  false, // another port is another host
 	} {
-		if err := sameHostRedirects(req(u), first); (err == nil) != ok {
+		if err := manifest.CheckRedirect(req(u), first); (err == nil) != ok {
 			t.Errorf("redirect to %s: %v", u, err)
 		}
 	}
 	many := []*http.Request{first[0], first[0], first[0], first[0]}
-	if err := sameHostRedirects(req("https://garage.example/x"), many); err == nil {
+	if err := manifest.CheckRedirect(req("https://garage.example/x"), many); err == nil {
 		t.Error("a fifth request was allowed")
 	}
 	// From http, staying on http is not a downgrade (the manifest is pinned).
-	if err := sameHostRedirects(req("http://h/b"), []*http.Request{req("http://h/a")}); err != nil {
+	if err := manifest.CheckRedirect(req("http://h/b"), []*http.Request{req("http://h/a")}); err != nil {
 		t.Errorf("http to http: %v", err)
 	}
 }

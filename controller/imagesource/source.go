@@ -84,7 +84,10 @@ type Image struct {
 // an ErrNoMetalISO error saying why and what to do, for the NodeClass status.
 func (i *Image) DiskConfigDelivery() error {
 	var why string
-	b := i.Manifest.Boot
+	var b *manifest.Boot
+	if i.Manifest != nil {
+		b = i.Manifest.Boot
+	}
 	switch {
 	case b == nil:
 		why = "its manifest does not record the image's kernel arguments (published by an older em-imager publish): publish it again"
@@ -527,7 +530,7 @@ func (s *Source) httpGet(ctx context.Context, u *url.URL) ([]byte, error) {
 // the URL's fault, the rest is the endpoint's reachability (TLS errors say
 // what to configure).
 func httpError(err error) error {
-	if errors.Is(err, errRedirectRefused) {
+	if errors.Is(err, manifest.ErrRedirect) {
 		return &Error{Reason: ReasonInvalidSettings, Err: fmt.Errorf("manifestURL: %v; point it at the final location", unwrapURLError(err))}
 	}
 	return &Error{Reason: ReasonUnreachable, Err: fmt.Errorf("%w%s", unwrapURLError(err), tlsHint(err))}

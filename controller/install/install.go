@@ -1,7 +1,9 @@
 // Package install takes an ordered Elastic Metal server from delivery to a
 // Talos node booting with its machine config: wait for delivery, attach
-// private networks, reboot into rescue, run em-imager over SSH, reboot into
-// Talos and apply the config.
+// private networks, reboot into rescue, run em-imager over SSH to write the
+// image (and, with Disk delivery, the machine config into the metal-iso
+// partition), reboot into Talos and wait for the Node (or, with the legacy
+// MaintenanceAPI delivery, apply the config over :50000 first).
 //
 // It is a state machine whose phase lives on the server itself (the
 // karpenter-scaleway-em/phase tag, with the time the phase started in
@@ -26,6 +28,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/talosapi"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/report"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/talosgen"
 )
@@ -39,10 +42,13 @@ const (
 	PhaseOrdered Phase = "ordered"
 	// PhaseRescue: rebooting into rescue; waiting for SSH.
 	PhaseRescue Phase = "rescue"
-	// PhaseImaging: em-imager runs (or ran) in rescue.
+	// PhaseImaging: em-imager runs (or ran) in rescue: the image, then
+	// (Disk delivery) the machine config.
 	PhaseImaging Phase = "imaging"
-	// PhaseBooting: the disk holds the verified image; reboot into Talos and
-	// apply the config. Karpenter's registration window starts here.
+	// PhaseBooting: the disk holds the verified image (and the config);
+	// reboot into Talos, apply the config over the maintenance API only
+	// with MaintenanceAPI delivery, wait for the Node. Karpenter's
+	// registration window starts here.
 	PhaseBooting Phase = "booting"
 	// PhaseJoined: the config was applied; the node boots and registers.
 	PhaseJoined Phase = "joined"
@@ -114,7 +120,25 @@ type Image struct {
 	VerifyReadback bool
 	TalosVersion   string
 	SchematicID    string
+	// Delivery is how the node gets its machine config; recorded on the
+	// server (TagConfigDelivery) when imaging ends, so booting follows what
+	// imaging did whatever the NodeClass says by then.
+	Delivery ConfigDelivery
 }
+
+// ConfigDelivery is how a node gets its machine config.
+type ConfigDelivery string
+
+const (
+	// DeliveryDisk: imaging writes the config into the disk's metal-iso
+	// partition (em-imager write-config); the image boots with
+	// talos.config=metal-iso, reads it, and never opens the maintenance
+	// API. Booting only waits for the Node.
+	DeliveryDisk ConfigDelivery = "disk"
+	// DeliveryMaintenanceAPI: booting applies the config over the Talos
+	// maintenance API on :50000 (legacy; has an exposure window).
+	DeliveryMaintenanceAPI ConfigDelivery = "maintenance-api"
+)
 
 // Installer runs the pipeline. One Installer serves all servers.
 type Installer struct {
@@ -141,10 +165,13 @@ type Installer struct {
 // DefaultImagingSlots is the default of Installer.ImagingSlots.
 const DefaultImagingSlots = 8
 
-// TalosApplier is the Talos maintenance API (talosapi.Applier in production).
+// TalosApplier is the Talos maintenance API (talosapi.Applier in
+// production), used by the legacy MaintenanceAPI delivery only.
 type TalosApplier interface {
-	WaitReady(ctx context.Context, host string, interval time.Duration) error
-	Apply(ctx context.Context, host string, cfg []byte) error
+	// WaitMaintenance returns the API once it proves maintenance mode.
+	WaitMaintenance(ctx context.Context, host string, interval time.Duration) (talosapi.Peer, error)
+	// ApplyTo sends the config to that API only (its key pinned).
+	ApplyTo(ctx context.Context, peer talosapi.Peer, cfg []byte) error
 }
 
 // Job is one server's install.
@@ -169,6 +196,11 @@ type Job struct {
 	// but its answer lost, or a restart after the apply).
 	Joined func(ctx context.Context) (bool, error)
 }
+
+// ReasonRescueHostKeyChanged starts the error of an install given up
+// because a rescue system presented another host key than the one pinned
+// for its boot.
+const ReasonRescueHostKeyChanged = "RescueHostKeyChanged"
 
 // PhaseError is a failure in one phase. Release means the server cannot go
 // on (a timeout, an error state, a bad image) and should be given back.
@@ -310,7 +342,7 @@ func waitError(ctx context.Context, p Phase, what string, err error) error {
 	case errors.As(err, &changed):
 		// Someone else answers on its address, or it rebooted behind our
 		// back: never trusted again by rebooting it, given back.
-		return &PhaseError{Phase: p, Release: true, Err: err}
+		return &PhaseError{Phase: p, Release: true, Err: fmt.Errorf("%s: %w", ReasonRescueHostKeyChanged, err)}
 	case errors.As(err, &se):
 		return &PhaseError{Phase: p, Release: true, Err: err}
 	case scaleway.IsNotFound(err):

@@ -2,6 +2,8 @@ package install
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/talosapi"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/report"
 )
 
@@ -51,6 +54,8 @@ func (i *Installer) rescue(ctx, pctx context.Context, job *Job, srv *baremetal.S
 		if srv, err = i.rebootIntoRescue(ctx, pctx, job, srv, PhaseRescue); err != nil {
 			return srv, err
 		}
+	} else {
+		i.loadHostKeyPin(srv, host)
 	}
 	i.progress(job, PhaseRescue, "waiting for rescue SSH on "+host)
 	sess, err := i.Dialer.WaitDial(pctx, host, i.retryInterval())
@@ -58,13 +63,53 @@ func (i *Installer) rescue(ctx, pctx context.Context, job *Job, srv *baremetal.S
 		return srv, waitError(ctx, PhaseRescue, "rescue SSH", err)
 	}
 	_ = sess.Close()
-	return i.setPhase(ctx, srv, PhaseImaging)
+	return i.setPhase(ctx, srv, PhaseImaging, withHostKey(sess.HostKey))
+}
+
+// loadHostKeyPin gives the dialer the pin of srv's current rescue boot
+// recorded on its tags (after a restart), unless it has one.
+func (i *Installer) loadHostKeyPin(srv *baremetal.Server, host string) {
+	v, _ := scaleway.TagValue(srv.Tags, TagRescueHostKey)
+	if pin, err := rescue.ParseHostKeyPin(v); err == nil && pin != "" && i.Dialer.Pinned(host) == "" {
+		i.Dialer.Pin(host, pin)
+	}
+}
+
+// recordHostKey puts the pin of the session's host key on the server when it
+// is not there yet, before anything is sent over the session.
+func (i *Installer) recordHostKey(ctx context.Context, log logr.Logger, srv *baremetal.Server, pin rescue.HostKeyPin) (*baremetal.Server, error) {
+	if v, _ := scaleway.TagValue(srv.Tags, TagRescueHostKey); v == string(pin) || pin == "" {
+		return srv, nil
+	}
+	log.Info("rescue host key pinned for this rescue boot", "fingerprint", string(pin))
+	return i.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
+		return withHostKey(pin)(tags), true
+	})
+}
+
+func withHostKey(pin rescue.HostKeyPin) func([]string) []string {
+	return func(tags []string) []string {
+		if pin == "" {
+			tags, _ = scaleway.RemoveTagIn(tags, TagRescueHostKey)
+		} else {
+			tags, _ = scaleway.SetTagIn(tags, TagRescueHostKey, string(pin))
+		}
+		return tags
+	}
 }
 
 // rebootIntoRescue reboots into rescue (forgetting the old boot's host key)
 // and waits until the server is ready in it.
 func (i *Installer) rebootIntoRescue(ctx, pctx context.Context, job *Job, srv *baremetal.Server, p Phase) (*baremetal.Server, error) {
 	i.progress(job, p, "rebooting into rescue")
+	// The new boot has a new host key: the old pin goes first.
+	if v, _ := scaleway.TagValue(srv.Tags, TagRescueHostKey); v != "" {
+		updated, err := i.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) { return withHostKey("")(tags), true })
+		if err != nil {
+			return srv, &PhaseError{Phase: p, Err: fmt.Errorf("dropping the old rescue host key: %w", err)}
+		}
+		srv = updated
+	}
 	if _, err := i.Dialer.RebootIntoRescue(pctx, i.API, srv, job.SSHKeyIDs); err != nil {
 		return srv, apiError(ctx, p, "reboot into rescue", err)
 	}
@@ -76,16 +121,33 @@ func (i *Installer) rebootIntoRescue(ctx, pctx context.Context, job *Job, srv *b
 	return got, nil
 }
 
-// image runs em-imager in rescue, records what it found on the server's tags
-// and the NodeClaim, then moves on to booting. A disk already holding the
-// image to write (a restart after writing) is not written again.
+// image runs em-imager in rescue (the image, then with Disk delivery the
+// machine config), records what it found on the server's tags and the
+// NodeClaim, then moves on to booting. A disk already holding the image to
+// write (a restart after writing) is not written again; the config is
+// (write-config replaces it), as rendering may have changed.
 func (i *Installer) image(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server) (*baremetal.Server, error) {
 	img, err := job.Image(pctx)
 	if err != nil {
 		return srv, &PhaseError{Phase: PhaseImaging, Err: fmt.Errorf("resolving the image: %w", err)}
 	}
-	if !Imaged(srv, img.SHA256) {
-		if srv, err = i.writeImage(ctx, pctx, log, job, srv, img); err != nil {
+	if img.Delivery == "" {
+		img.Delivery = DeliveryDisk
+	}
+	needImage := !Imaged(srv, img.SHA256)
+	if needImage || img.Delivery == DeliveryDisk {
+		srv, err = i.inRescue(ctx, pctx, log, job, srv, func(sess *rescue.Session) (*baremetal.Server, error) {
+			if needImage {
+				if srv, err = i.writeImage(ctx, pctx, log, job, srv, sess, img); err != nil {
+					return srv, err
+				}
+			}
+			if img.Delivery == DeliveryDisk {
+				return srv, i.writeConfig(ctx, pctx, log, job, srv, sess)
+			}
+			return srv, nil
+		})
+		if err != nil {
 			return srv, err
 		}
 	}
@@ -94,10 +156,14 @@ func (i *Installer) image(ctx, pctx context.Context, log logr.Logger, job *Job, 
 			return srv, &PhaseError{Phase: PhaseImaging, Err: fmt.Errorf("recording the image on the nodeclaim: %w", err)}
 		}
 	}
-	return i.setPhase(ctx, srv, PhaseBooting)
+	return i.setPhase(ctx, srv, PhaseBooting, withDelivery(img.Delivery))
 }
 
-func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, img Image) (*baremetal.Server, error) {
+// inRescue runs fn with an SSH session to srv's rescue system, holding an
+// imaging slot; a rescue system gone away is booted again within the
+// phase's deadline.
+func (i *Installer) inRescue(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server,
+	fn func(*rescue.Session) (*baremetal.Server, error)) (*baremetal.Server, error) {
 	srv, host, err := i.address(ctx, pctx, job, srv, PhaseImaging)
 	if err != nil {
 		return srv, err
@@ -107,6 +173,7 @@ func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *
 		return srv, waitError(ctx, PhaseImaging, "an imaging slot", err)
 	}
 	defer release()
+	i.loadHostKeyPin(srv, host)
 	// Rescue answered SSH when this phase began: a short wait tells whether
 	// it is still there.
 	dctx, cancel := context.WithTimeout(pctx, max(20*i.retryInterval(), 10*time.Second))
@@ -128,6 +195,13 @@ func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *
 		}
 	}
 	defer sess.Close()
+	if srv, err = i.recordHostKey(ctx, log, srv, sess.HostKey); err != nil {
+		return srv, &PhaseError{Phase: PhaseImaging, Err: fmt.Errorf("recording the rescue host key: %w", err)}
+	}
+	return fn(sess)
+}
+
+func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, sess *rescue.Session, img Image) (*baremetal.Server, error) {
 	i.progress(job, PhaseImaging, "writing the Talos image")
 	lastPct := -1
 	rep, err := rescue.RunImager(pctx, sess, rescue.ImagerArgs{
@@ -144,15 +218,7 @@ func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *
 		}
 	})
 	if err != nil {
-		var re *report.Error
-		if errors.As(err, &re) {
-			// A bad image or an unsuitable disk will not get better by retrying on this server.
-			return srv, &PhaseError{Phase: PhaseImaging, Release: !report.Retryable(re.Code), Err: fmt.Errorf("em-imager: %s", re.Error())}
-		}
-		if ctx.Err() == nil && pctx.Err() != nil {
-			return srv, &PhaseError{Phase: PhaseImaging, Release: true, Err: fmt.Errorf("imaging did not finish within %s", i.Timeouts.Imaging)}
-		}
-		return srv, &PhaseError{Phase: PhaseImaging, Err: err}
+		return srv, i.imagerError(ctx, pctx, "em-imager", err)
 	}
 	if rep.Timings != nil {
 		i.Metrics.observeImager(rep)
@@ -174,6 +240,52 @@ func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *
 	}
 	i.progress(job, PhaseImaging, fmt.Sprintf("image verified on %s", rep.Disk.Path))
 	return updated, nil
+}
+
+// writeConfig renders the node's machine config and has em-imager put it
+// into the metal-iso partition of the disk the image went to. The config
+// goes over the SSH session on em-imager's stdin: it is never in a command
+// line, a log, an event or an error.
+func (i *Installer) writeConfig(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, sess *rescue.Session) error {
+	hw := HardwareFromTags(srv.Tags)
+	if hw.Disk.Path == "" {
+		return &PhaseError{Phase: PhaseImaging, Release: true, Err: errors.New("the server's tags do not say which disk holds the image")}
+	}
+	cfg, err := job.Render(pctx, hw, NetworkOf(srv))
+	if err != nil {
+		return &PhaseError{Phase: PhaseImaging, Err: fmt.Errorf("rendering the machine config: %w", err)}
+	}
+	i.progress(job, PhaseImaging, "writing the machine config to the metal-iso partition of "+hw.Disk.Path)
+	rep, err := rescue.RunWriteConfig(pctx, sess, rescue.ConfigArgs{Binary: i.Imager, Disk: hw.Disk.Path, Config: cfg})
+	if err != nil {
+		return i.imagerError(ctx, pctx, "em-imager write-config", err)
+	}
+	want := sha256.Sum256(cfg)
+	if rep.Config == nil || rep.Config.SHA256 != hex.EncodeToString(want[:]) || !rep.Config.Verified {
+		return &PhaseError{Phase: PhaseImaging, Release: true, Err: errors.New("em-imager write-config did not report the config it was given as written and read back")}
+	}
+	log.Info("machine config written to the disk", "disk", hw.Disk.Path, "partition", rep.Config.Partition, "configSHA256", rep.Config.SHA256)
+	i.progress(job, PhaseImaging, fmt.Sprintf("machine config written to partition %s of %s", rep.Config.Partition, hw.Disk.Path))
+	return nil
+}
+
+// imagerError classifies a failed em-imager run: a bad image or unsuitable
+// disk, a binary on the host that is not ours, or the phase's timeout
+// release the server; anything else is retried.
+func (i *Installer) imagerError(ctx, pctx context.Context, what string, err error) error {
+	var re *report.Error
+	switch {
+	case errors.As(err, &re):
+		// A bad image or an unsuitable disk will not get better by retrying on this server.
+		return &PhaseError{Phase: PhaseImaging, Release: !report.Retryable(re.Code), Err: fmt.Errorf("%s: %s", what, re.Error())}
+	case errors.Is(err, rescue.ErrImagerDigestMismatch):
+		// Something on the rescue host changed the binary between upload
+		// and run: the host is not ours alone.
+		return &PhaseError{Phase: PhaseImaging, Release: true, Err: err}
+	case ctx.Err() == nil && pctx.Err() != nil:
+		return &PhaseError{Phase: PhaseImaging, Release: true, Err: fmt.Errorf("imaging did not finish within %s", i.Timeouts.Imaging)}
+	}
+	return &PhaseError{Phase: PhaseImaging, Err: err}
 }
 
 // readyIn reports whether srv already runs bootType, so no reboot is needed.
@@ -210,9 +322,28 @@ func (i *Installer) boot(ctx, pctx context.Context, log logr.Logger, job *Job, s
 			return srv, waitError(ctx, PhaseBooting, "the reboot into Talos", err)
 		}
 	}
-	i.progress(job, PhaseBooting, "waiting for the Talos API on "+host)
-	// Short waits for the API, each followed by a look for the node.
+	if DeliveryOf(srv) == DeliveryDisk {
+		return i.awaitNode(ctx, pctx, log, job, srv, "Talos reads its machine config from the disk; waiting for the node to register (no maintenance API)")
+	}
+	return i.applyOverMaintenanceAPI(ctx, pctx, log, job, srv, host)
+}
+
+// applyOverMaintenanceAPI is the legacy delivery: wait until the Talos API
+// proves maintenance mode, record its key on the server, send the config to
+// that key only. Whatever fails once a peer was chosen (another key, a
+// configured node, an apply error) may mean someone else configured the
+// server first: it is given back, unless its Node shows up meanwhile (an
+// apply whose answer was lost). The config is never sent twice.
+func (i *Installer) applyOverMaintenanceAPI(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, host string) (*baremetal.Server, error) {
+	pinned, _ := scaleway.TagValue(srv.Tags, TagTalosPeer)
 	probe := max(10*i.retryInterval(), 10*time.Second)
+	if pinned != "" {
+		// Applied (or about to be) before a restart: only the node tells;
+		// nothing is sent again, to this key or another.
+		log.Info("the config was sent to the Talos API before; waiting for the node", "peer", pinned)
+		return i.awaitNode(ctx, pctx, log, job, srv, "the config was sent to the Talos API before a restart; waiting for the node to register")
+	}
+	i.progress(job, PhaseBooting, "waiting for the Talos maintenance API on "+host)
 	var last error
 	for {
 		if i.joined(pctx, job) {
@@ -222,9 +353,14 @@ func (i *Installer) boot(ctx, pctx context.Context, log logr.Logger, job *Job, s
 			return srv, waitError(ctx, PhaseBooting, "the Talos API", fmt.Errorf("%w (last error: %v)", pctx.Err(), last))
 		}
 		wctx, cancel := context.WithTimeout(pctx, probe)
-		err := i.Talos.WaitReady(wctx, host, i.retryInterval())
+		peer, err := i.Talos.WaitMaintenance(wctx, host, i.retryInterval())
 		cancel()
 		if err != nil {
+			if talosapi.Release(err) && ctx.Err() == nil {
+				// Answers, but not as a fresh Talos in maintenance mode: configured
+				// by someone else, or not Talos at all.
+				return srv, &PhaseError{Phase: PhaseBooting, Release: true, Err: fmt.Errorf("the Talos API on %s: %w", host, err)}
+			}
 			last = err
 			continue
 		}
@@ -232,19 +368,65 @@ func (i *Installer) boot(ctx, pctx context.Context, log logr.Logger, job *Job, s
 		if err != nil {
 			return srv, &PhaseError{Phase: PhaseBooting, Err: fmt.Errorf("rendering the machine config: %w", err)}
 		}
+		// The peer goes on the server before the config leaves: a restart
+		// never sends it again, to this peer or another.
+		if srv, err = i.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
+			tags, _ = scaleway.SetTagIn(tags, TagTalosPeer, peer.Fingerprint)
+			return tags, true
+		}); err != nil {
+			return srv, &PhaseError{Phase: PhaseBooting, Err: fmt.Errorf("recording the Talos API's key: %w", err)}
+		}
+		log.Info("Talos API in maintenance mode; applying the machine config to its key only", "peer", peer.Fingerprint)
 		actx, cancel := context.WithTimeout(pctx, probe)
-		err = i.Talos.Apply(actx, host, cfg)
+		err = i.Talos.ApplyTo(actx, peer, cfg)
 		cancel()
 		if err != nil {
-			// The config may have been applied with the answer lost: the
-			// next round looks for the node before trying again.
-			log.Info("applying the machine config failed; looking for the node before trying again", "error", err.Error())
-			last = err
-			continue
+			log.Info("applying the machine config failed; the server may have been taken", "error", err.Error())
+			return i.awaitNodeOrRelease(ctx, pctx, job, srv, probe, fmt.Errorf("applying the machine config to %s: %w", host, err))
 		}
+		// Joined only when the node shows: Talos answers an apply that lost
+		// the race to another writer with OK and ignores it.
 		log.Info("machine config applied")
-		i.progress(job, PhaseBooting, "machine config applied; the node is joining")
-		return i.setPhase(ctx, srv, PhaseJoined)
+		return i.awaitNode(ctx, pctx, log, job, srv, "machine config applied; waiting for the node to register")
+	}
+}
+
+// awaitNodeOrRelease gives the node grace to register (an apply whose
+// answer was lost), else releases the server with cause.
+func (i *Installer) awaitNodeOrRelease(ctx, pctx context.Context, job *Job, srv *baremetal.Server, grace time.Duration, cause error) (*baremetal.Server, error) {
+	gctx, cancel := context.WithTimeout(pctx, grace)
+	defer cancel()
+	for {
+		if i.joined(gctx, job) {
+			return i.setPhase(ctx, srv, PhaseJoined)
+		}
+		select {
+		case <-gctx.Done():
+			if ctx.Err() != nil {
+				return srv, ctx.Err()
+			}
+			return srv, &PhaseError{Phase: PhaseBooting, Release: true, Err: cause}
+		case <-i.clock().After(i.retryInterval()):
+		}
+	}
+}
+
+// awaitNode waits, until the phase's deadline, for the Node of a server
+// that has its config. Nothing talks to the Talos API. With Disk delivery
+// Talos reads the metal-iso partition at boot, and without a usable one it
+// stays down (fail closed): the phase times out and the server is released.
+func (i *Installer) awaitNode(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, msg string) (*baremetal.Server, error) {
+	i.progress(job, PhaseBooting, msg)
+	for {
+		if i.joined(pctx, job) {
+			log.Info("the node registered", "configDelivery", DeliveryOf(srv))
+			return i.setPhase(ctx, srv, PhaseJoined)
+		}
+		select {
+		case <-pctx.Done():
+			return srv, waitError(ctx, PhaseBooting, "the node's registration", pctx.Err())
+		case <-i.clock().After(i.retryInterval()):
+		}
 	}
 }
 

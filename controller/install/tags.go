@@ -25,9 +25,42 @@ const (
 	TagDiskSerial = "karpenter-scaleway-em/disk-serial"
 )
 
+// TagConfigDelivery records how the node gets its config (ConfigDelivery),
+// set when imaging ends: "disk" means the config is on the disk and booting
+// must never talk to :50000.
+const TagConfigDelivery = "karpenter-scaleway-em/config-delivery"
+
+// TagTalosPeer is the SPKI fingerprint of the Talos maintenance API the
+// config is (about to be) sent to (MaintenanceAPI delivery), set before the
+// apply: after a restart only that API is trusted, and a configured node
+// without our Node is not retried but given back.
+const TagTalosPeer = "karpenter-scaleway-em/talos-peer"
+
+// TagRescueHostKey is the fingerprint (rescue.HostKeyPin) of the host key
+// the server's current rescue boot presented first: a restart keeps the
+// pin instead of trusting whatever key it is shown next. Removed before
+// every reboot into rescue (a new boot has a new key).
+const TagRescueHostKey = "karpenter-scaleway-em/rescue-host-key"
+
 // InstallTags are the tags an install writes about the disk; a spare taken
 // by a new NodeClaim drops them (its disk gets written again).
-var InstallTags = []string{TagUplinkMAC, TagDisk, TagDiskSerial, scaleway.TagImage}
+var InstallTags = []string{TagUplinkMAC, TagDisk, TagDiskSerial, scaleway.TagImage, TagConfigDelivery, TagTalosPeer, TagRescueHostKey}
+
+// DeliveryOf is how srv's node gets its config: what imaging recorded, else
+// the maintenance API (a server imaged before the tag existed).
+func DeliveryOf(s *baremetal.Server) ConfigDelivery {
+	if v, _ := scaleway.TagValue(s.Tags, TagConfigDelivery); ConfigDelivery(v) == DeliveryDisk {
+		return DeliveryDisk
+	}
+	return DeliveryMaintenanceAPI
+}
+
+func withDelivery(d ConfigDelivery) func([]string) []string {
+	return func(tags []string) []string {
+		tags, _ = scaleway.SetTagIn(tags, TagConfigDelivery, string(d))
+		return tags
+	}
+}
 
 // PhaseOf reads the phase tag (ordered when the server has none).
 func PhaseOf(s *baremetal.Server) Phase {

@@ -17,6 +17,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagesource"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/joinsecret"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/manifest"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/talosgen"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testenv"
 )
@@ -25,7 +26,8 @@ import (
 type okImages struct{}
 
 func (okImages) Resolve(context.Context, imagesource.Settings) (*imagesource.Image, error) {
-	return &imagesource.Image{Arch: "amd64", Format: "zstd", RawSHA256: strings.Repeat("a", 64), RawSize: 1 << 30}, nil
+	return &imagesource.Image{Arch: "amd64", Format: "zstd", RawSHA256: strings.Repeat("a", 64), RawSize: 1 << 30,
+		Manifest: &manifest.Manifest{Boot: &manifest.Boot{KernelArgs: "talos.config=metal-iso", Source: manifest.BootSourceFlag, MetalISO: true}}}, nil
 }
 
 type okCredentials struct{}

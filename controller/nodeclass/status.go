@@ -101,6 +101,11 @@ func (c *StatusController) Reconcile(ctx context.Context, nc *v1alpha1.ScalewayE
 			SchematicID: img.SchematicID, TalosVersion: img.TalosVersion, Architecture: img.Arch,
 			Format: img.Format, RawSHA256: img.RawSHA256, RawSize: img.RawSize,
 		}
+		if nc.Spec.Talos.DiskConfigDelivery() {
+			// Booted without talos.config=metal-iso, the node would ignore
+			// the config on its disk (reason ImageLacksMetalISO).
+			imgErr = img.DiskConfigDelivery()
+		}
 	}
 	setCondition(conds, v1alpha1.ConditionTypeImageReady, string(imagesource.ReasonOf(imgErr)), imgErr)
 

@@ -24,6 +24,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagesource"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeclass"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/manifest"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testenv"
 )
 
@@ -37,7 +38,8 @@ func (i *images) Resolve(context.Context, imagesource.Settings) (*imagesource.Im
 		return nil, i.err
 	}
 	return &imagesource.Image{SchematicID: strings.Repeat("a", 64), TalosVersion: "v1.12.4", Arch: "amd64", Format: "zstd",
-		RawSHA256: strings.Repeat("b", 64), RawSize: 1 << 30}, nil
+		RawSHA256: strings.Repeat("b", 64), RawSize: 1 << 30,
+		Manifest: &manifest.Manifest{Boot: &manifest.Boot{KernelArgs: "talos.config=metal-iso", Source: manifest.BootSourceFlag, MetalISO: true}}}, nil
 }
 
 type credentials struct{ zones []string }

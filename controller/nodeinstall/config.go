@@ -45,7 +45,7 @@ func (r *Configs) Render(ctx context.Context, claim *karpv1.NodeClaim, nc *v1alp
 		return nil, err
 	}
 	settings := nodeclass.Settings(nc)
-	if nc.Spec.Talos.BootstrapToken == v1alpha1.BootstrapTokenPerNodeClaim {
+	if nc.Spec.Talos.PerNodeClaimTokens() {
 		if r.Tokens == nil {
 			return nil, errors.New("per-nodeclaim bootstrap tokens are not enabled in this controller")
 		}

@@ -165,9 +165,18 @@ func (w *worker) job(claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalN
 			if err != nil {
 				return install.Image{}, err
 			}
+			delivery := install.DeliveryMaintenanceAPI
+			if nc.Spec.Talos.DiskConfigDelivery() {
+				// An image that ignores the metal-iso partition would boot
+				// into maintenance mode: never write it in Disk mode.
+				if err := img.DiskConfigDelivery(); err != nil {
+					return install.Image{}, err
+				}
+				delivery = install.DeliveryDisk
+			}
 			return install.Image{URL: img.URL, SHA256: img.RawSHA256, Format: img.Format, RawSize: img.RawSize,
 				Disk: nc.Spec.Rescue.Disk, VerifyReadback: nc.Spec.Rescue.VerifyReadback,
-				TalosVersion: img.TalosVersion, SchematicID: img.SchematicID}, nil
+				TalosVersion: img.TalosVersion, SchematicID: img.SchematicID, Delivery: delivery}, nil
 		},
 		Imaged: func(ctx context.Context, img install.Image) error { return w.recordImage(ctx, img) },
 		Render: func(ctx context.Context, hw *report.Report, network talosgen.Network) ([]byte, error) {

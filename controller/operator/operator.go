@@ -193,7 +193,7 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 		},
 		// Every GC interval: the same listing cadence, so the gauges lag
 		// the servers by no more than a GC sweep does.
-		Spend: &spend.Controller{API: api, Offers: cat, ClusterName: opts.ClusterName, Zones: inv.Zones,
+		Spend: &spend.Controller{Servers: inv.Servers, Offers: cat,
 			Interval: opts.GCInterval, Gauges: spend.NewGauges(reg)},
 	}, nil
 }

@@ -179,12 +179,18 @@ func (s *Session) SHA256(ctx context.Context, name string) (string, error) {
 // Run runs cmd through the rescue user's shell and returns its exit status.
 // The process is killed (the session closed) when ctx ends.
 func (s *Session) Run(ctx context.Context, cmd string, stdout, stderr io.Writer) (int, error) {
+	return s.RunInput(ctx, cmd, nil, stdout, stderr)
+}
+
+// RunInput is Run with stdin (nil: none). Secrets go this way, never in
+// cmd: a command line shows in the rescue host's process list.
+func (s *Session) RunInput(ctx context.Context, cmd string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 	sess, err := s.client.NewSession()
 	if err != nil {
 		return -1, err
 	}
 	defer sess.Close()
-	sess.Stdout, sess.Stderr = stdout, stderr
+	sess.Stdin, sess.Stdout, sess.Stderr = stdin, stdout, stderr
 	if err := sess.Start(cmd); err != nil {
 		return -1, err
 	}
@@ -299,12 +305,49 @@ func RunImager(ctx context.Context, s *Session, a ImagerArgs, onProgress func(re
 	if err != nil {
 		return nil, fmt.Errorf("running em-imager: %w", err)
 	}
-	rep, perr := report.Parse(bytes.TrimSpace(stdout.Bytes()))
+	return imagerReport(code, stdout.Bytes(), &tail)
+}
+
+// ConfigArgs are the arguments of one `em-imager write-config`.
+type ConfigArgs struct {
+	Binary []byte // the static em-imager, embedded in the controller
+	Disk   string // the disk `em-imager write` reported
+	// Config is the machine config: it holds the cluster's secrets, so it
+	// travels on stdin only (never argv, a file, a log or an error).
+	Config []byte
+}
+
+// RunWriteConfig uploads em-imager (unless the same build is already
+// there) and runs `write-config --disk Disk` with the config on stdin (only
+// if the binary on the host still has the build's sha256, else
+// ErrImagerDigestMismatch). A report with ok=false is returned with a
+// *report.Error error.
+func RunWriteConfig(ctx context.Context, s *Session, a ConfigArgs) (*report.Report, error) {
+	if a.Disk == "" || a.Disk == "auto" {
+		return nil, errors.New("write-config needs the disk em-imager wrote, not " + strconv.Quote(a.Disk))
+	}
+	if err := uploadIfChanged(ctx, s, a.Binary); err != nil {
+		return nil, err
+	}
+	var stdout bytes.Buffer
+	var tail tailBuffer
+	stderr := lineWriter{add: tail.add}
+	code, err := s.RunInput(ctx, ImagerCommand(sha256Hex(a.Binary), "write-config", "--disk", a.Disk), bytes.NewReader(a.Config), &stdout, &stderr)
+	if err != nil {
+		return nil, fmt.Errorf("running em-imager write-config: %w", err)
+	}
+	stderr.flush()
+	return imagerReport(code, stdout.Bytes(), &tail)
+}
+
+// imagerReport reads the report em-imager printed and exited code with.
+func imagerReport(code int, stdout []byte, stderrTail *tailBuffer) (*report.Report, error) {
+	rep, perr := report.Parse(bytes.TrimSpace(stdout))
 	if perr != nil && code == exitImagerMismatch {
 		return nil, ErrImagerDigestMismatch
 	}
 	if perr != nil {
-		return nil, fmt.Errorf("em-imager exited %d without a report (%v); stderr: %s", code, perr, tail.String())
+		return nil, fmt.Errorf("em-imager exited %d without a report (%v); stderr: %s", code, perr, stderrTail.String())
 	}
 	if !rep.OK {
 		return rep, rep.Error
@@ -313,6 +356,32 @@ func RunImager(ctx context.Context, s *Session, a ImagerArgs, onProgress func(re
 		return rep, fmt.Errorf("em-imager reported ok but exited %d", code)
 	}
 	return rep, nil
+}
+
+// lineWriter splits what is written into lines for add.
+type lineWriter struct {
+	add  func(string)
+	part []byte
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.part = append(w.part, p...)
+	for {
+		i := bytes.IndexByte(w.part, '\n')
+		if i < 0 {
+			break
+		}
+		w.add(string(w.part[:i]))
+		w.part = w.part[i+1:]
+	}
+	return len(p), nil
+}
+
+func (w *lineWriter) flush() {
+	if len(w.part) > 0 {
+		w.add(string(w.part))
+		w.part = nil
+	}
 }
 
 func uploadIfChanged(ctx context.Context, s *Session, bin []byte) error {

@@ -2,7 +2,6 @@ package spend
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -10,12 +9,9 @@ import (
 	"github.com/awslabs/operatorpkg/singleton"
 	"github.com/prometheus/client_golang/prometheus"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
-	"github.com/scaleway/scaleway-sdk-go/scw"
 	"k8s.io/utils/clock"
 	controllerruntime "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 )
 
 // Metric names.
@@ -25,20 +21,14 @@ const (
 	MetricUnpriced   = "karpenter_scaleway_em_spend_unpriced_servers"
 )
 
-// API lists the cluster's servers.
-type API interface {
-	ListServers(ctx context.Context, zone scw.Zone, tags []string) ([]*baremetal.Server, error)
-}
-
 // Controller recomputes the spend gauges every Interval from one listing of
 // the cluster's servers per zone. Only the leader runs it, so only the
 // leader exports the gauges.
 type Controller struct {
-	API         API
-	Offers      Offers
-	ClusterName string
-	// Zones to list (the zones the cluster may have servers in).
-	Zones    func(ctx context.Context) ([]string, error)
+	// Servers lists every server of the cluster, or fails
+	// ((*inventory.Inventory).Servers: every zone it may have servers in).
+	Servers  func(ctx context.Context) ([]*baremetal.Server, error)
+	Offers   Offers
 	Interval time.Duration
 	Clock    clock.Clock
 	Gauges   *Gauges
@@ -51,17 +41,9 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 	if interval <= 0 {
 		interval = time.Minute
 	}
-	zones, err := c.Zones(ctx)
+	all, err := c.Servers(ctx)
 	if err != nil {
 		return reconciler.Result{}, err
-	}
-	var all []*baremetal.Server
-	for _, z := range zones {
-		srvs, err := c.API.ListServers(ctx, scw.Zone(z), []string{scaleway.Tag(scaleway.TagManagedBy, c.ClusterName)})
-		if err != nil {
-			return reconciler.Result{}, fmt.Errorf("listing servers in %s: %w", z, err)
-		}
-		all = append(all, srvs...)
 	}
 	c.Gauges.Set(Compute(all, c.Offers, c.Clock.Now()))
 	return reconciler.Result{RequeueAfter: interval}, nil

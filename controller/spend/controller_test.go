@@ -5,11 +5,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/scaleway/scaleway-sdk-go/scw"
+	"k8s.io/client-go/kubernetes/scheme"
 	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/inventory"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spend"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
@@ -35,6 +40,7 @@ func TestControllerPricesTheClustersServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	_ = v1alpha1.SchemeGroupVersion // our types register with client-go's scheme
 	order := func(cluster, nodeClass, offer, period string) {
 		t.Helper()
 		id, ok := sim.OfferID("fr-par-2", offer, period)
@@ -54,8 +60,10 @@ func TestControllerPricesTheClustersServers(t *testing.T) {
 
 	cat := catalog.New(catalog.Options{})
 	gauges := spend.NewGauges(prometheus.NewRegistry())
-	c := &spend.Controller{API: api, Offers: cat, ClusterName: "c1", Clock: clocktesting.NewFakeClock(time.Now()), Gauges: gauges,
-		Zones: func(context.Context) ([]string, error) { return []string{"fr-par-2"}, nil }}
+	// The inventory lists (cluster c1 only, every zone it may have servers in).
+	inv := &inventory.Inventory{API: api, Kube: fake.NewClientBuilder().WithScheme(scheme.Scheme).Build(), ClusterName: "c1",
+		DefaultZone: "fr-par-2", Log: testr.New(t)}
+	c := &spend.Controller{Servers: inv.Servers, Offers: cat, Clock: clocktesting.NewFakeClock(time.Now()), Gauges: gauges}
 	res, err := c.Reconcile(ctx)
 	if err != nil {
 		t.Fatal(err)

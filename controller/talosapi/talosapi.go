@@ -269,23 +269,3 @@ func (a Applier) ApplyTo(ctx context.Context, peer Peer, cfg []byte) error {
 	}
 	return nil
 }
-
-// WaitReady waits until host's API proves maintenance mode.
-//
-// Deprecated: use WaitMaintenance and ApplyTo, which pin the key seen first.
-func (a Applier) WaitReady(ctx context.Context, host string, interval time.Duration) error {
-	_, err := a.WaitMaintenance(ctx, host, interval)
-	return err
-}
-
-// Apply proves maintenance mode and applies cfg, pinning the key of this
-// contact only.
-//
-// Deprecated: use WaitMaintenance and ApplyTo, which pin the key seen first.
-func (a Applier) Apply(ctx context.Context, host string, cfg []byte) error {
-	p, err := a.Probe(ctx, host)
-	if err != nil {
-		return fmt.Errorf("talos apply-config on %s: %w", a.endpoint(host), err)
-	}
-	return a.ApplyTo(ctx, p, cfg)
-}

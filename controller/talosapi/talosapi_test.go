@@ -342,11 +342,11 @@ func TestNotUpYet(t *testing.T) {
 	}
 }
 
-// A config the node refuses: released (nothing else will take it), and the
-// deprecated single-contact Apply goes through the same checks.
+// A config the node refuses: released (nothing else will take it); the
+// right one to the same peer afterwards is applied once.
 func TestApplyFailuresRelease(t *testing.T) {
 	ours, _ := configs(t)
-	m, got, a, host, peer := seen(t, simtalos.MaintenanceOptions{})
+	m, got, a, _, peer := seen(t, simtalos.MaintenanceOptions{})
 	if err := a.ApplyTo(context.Background(), peer, []byte("{{not yaml")); !errors.Is(err, ErrApply) || !Release(err) {
 		t.Fatalf("refused config: %v", err)
 	}
@@ -358,7 +358,7 @@ func TestApplyFailuresRelease(t *testing.T) {
 	if err := a.ApplyTo(ctx, peer, ours); err == nil || Release(err) {
 		t.Fatalf("cancelled: %v (release %v)", err, Release(err))
 	}
-	if err := a.Apply(context.Background(), host, ours); err != nil {
+	if err := a.ApplyTo(context.Background(), peer, ours); err != nil {
 		t.Fatal(err)
 	}
 	if l := got.list(); len(l) != 1 || !bytes.Equal(l[0], ours) {

@@ -42,9 +42,9 @@ var (
 // DefaultFetchTimeout bounds one Fetch: a manifest is a few KiB.
 const DefaultFetchTimeout = 30 * time.Second
 
-// maxRedirects follows what net/http allows by default, lowered: a bucket
-// endpoint redirects at most once or twice (region, trailing slash).
-const maxRedirects = 5
+// MaxRedirects a manifest URL may go through, far below net/http's 10: a
+// bucket endpoint redirects at most once or twice (region, trailing slash).
+const MaxRedirects = 3
 
 // FetchOptions tune Fetch. The zero value fetches https only.
 type FetchOptions struct {
@@ -157,7 +157,7 @@ func get(ctx context.Context, u *url.URL, o FetchOptions) ([]byte, error) {
 		cc := *o.Client
 		c = &cc
 	}
-	c.CheckRedirect = checkRedirect
+	c.CheckRedirect = CheckRedirect
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrRejected, err)
@@ -184,14 +184,16 @@ func get(ctx context.Context, u *url.URL, o FetchOptions) ([]byte, error) {
 	return data, err
 }
 
-// checkRedirect follows a redirect only to the same host (and port), never
-// from https to http: a bucket endpoint has no reason to send a reader
-// elsewhere, and a pinned digest is no reason to trust another server.
-func checkRedirect(req *http.Request, via []*http.Request) error {
+// CheckRedirect (an http.Client's) follows up to MaxRedirects redirects,
+// only to the same host (and port), never from https to http: a bucket
+// endpoint has no reason to send a reader elsewhere, and a pinned digest is
+// no reason to trust another server. The controller's manifest reads use it
+// too.
+func CheckRedirect(req *http.Request, via []*http.Request) error {
 	first := via[0].URL
 	switch {
-	case len(via) >= maxRedirects:
-		return fmt.Errorf("%w: more than %d redirects", ErrRedirect, maxRedirects)
+	case len(via) > MaxRedirects:
+		return fmt.Errorf("%w: more than %d redirects", ErrRedirect, MaxRedirects)
 	case !strings.EqualFold(hostPort(req.URL), hostPort(first)):
 		return fmt.Errorf("%w: to another host (%s)", ErrRedirect, req.URL.Host)
 	case first.Scheme == "https" && req.URL.Scheme != "https":

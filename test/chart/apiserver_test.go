@@ -105,7 +105,6 @@ extraVolumes: [{name: extra, configMap: {name: extra}}]
 		denied := []access{
 			// Secrets outside the join namespaces (default: the release namespace).
 			{"", "secrets", "", "get", "team-a", "cluster-join"},
-			{"", "secrets", "", "get", "kube-system", "bootstrap-token-abcdef"},
 			{"", "secrets", "", "get", "default", "x"},
 			{"", "secrets", "", "get", "", ""},
 			// No listing or watching of Secrets anywhere, kube-system included.
@@ -114,9 +113,9 @@ extraVolumes: [{name: extra, configMap: {name: extra}}]
 			{"", "secrets", "", "watch", "kube-system", ""},
 			{"", "secrets", "", "list", releaseNS, ""},
 			{"", "secrets", "", "watch", "team-a", ""},
-			// No bootstrap tokens unless rbac.perNodeClaimBootstrapTokens.
-			{"", "secrets", "", "create", "kube-system", ""},
-			{"", "secrets", "", "delete", "kube-system", "bootstrap-token-abcdef"},
+			// Bootstrap tokens (rbac.perNodeClaimBootstrapTokens, on by default): by name only.
+			{"", "secrets", "", "update", "kube-system", "bootstrap-token-abcdef"},
+			{"", "secrets", "", "create", "default", ""},
 			{"", "secrets", "", "update", releaseNS, "karpenter-scaleway-em-rescue-ssh"},
 			{"", "secrets", "", "delete", releaseNS, "cluster-join"},
 			{"coordination.k8s.io", "leases", "", "update", releaseNS, "another-lease"},
@@ -156,12 +155,16 @@ extraVolumes: [{name: extra, configMap: {name: extra}}]
 	})
 
 	t.Run("perNodeClaimBootstrapTokens grants token Secrets by name in kube-system only", func(t *testing.T) {
-		sa := "system:serviceaccount:" + releaseNS + ":tokens"
-		create := access{"", "secrets", "", "create", "kube-system", ""}
-		if ok, err := create.check(ctx, k.Client, sa); err != nil || ok {
-			t.Fatalf("token Secrets allowed before the value is set (%v)", err)
+		// Off (a cluster whose NodeClasses all use Shared tokens): no kube-system Secrets at all.
+		applyRBAC(t, ctx, k.Client, mustRender(t, c, minimalValues+"fullnameOverride: notokens\nrbac: {perNodeClaimBootstrapTokens: false}\n"))
+		for _, a := range []access{{"", "secrets", "", "create", "kube-system", ""}, {"", "secrets", "", "get", "kube-system", "bootstrap-token-abcdef"}} {
+			if ok, err := a.check(ctx, k.Client, "system:serviceaccount:"+releaseNS+":notokens"); err != nil || ok {
+				t.Fatalf("%v allowed with perNodeClaimBootstrapTokens: false (%v)", a, err)
+			}
 		}
-		applyRBAC(t, ctx, k.Client, mustRender(t, c, minimalValues+"fullnameOverride: tokens\nrbac: {perNodeClaimBootstrapTokens: true}\n"))
+		// On by default: PerNodeClaim is the NodeClass default.
+		sa := "system:serviceaccount:" + releaseNS + ":tokens"
+		applyRBAC(t, ctx, k.Client, mustRender(t, c, minimalValues+"fullnameOverride: tokens\n"))
 		for a, want := range map[access]bool{
 			{"", "secrets", "", "create", "kube-system", ""}:                       true,
 			{"", "secrets", "", "get", "kube-system", "bootstrap-token-abcdef"}:    true,
@@ -289,6 +292,12 @@ extraVolumes: [{name: extra, configMap: {name: extra}}]
 				"spec":{"image":{"manifestURL":"http://garage-web/m.json"},"talos":{"joinSecretRef":{"name":"a","namespace":"b"}}}}`,
 			"malformed pin": `{"apiVersion":"karpenter-scaleway-em.io/v1alpha1","kind":"ScalewayElasticMetalNodeClass","metadata":{"name":"bad5"},
 				"spec":{"image":{"manifestURL":"http://garage-web/m.json","manifestSHA256":"ABC"},"talos":{"joinSecretRef":{"name":"a","namespace":"b"}}}}`,
+			"unknown config delivery": `{"apiVersion":"karpenter-scaleway-em.io/v1alpha1","kind":"ScalewayElasticMetalNodeClass","metadata":{"name":"bad6"},
+				"spec":{"image":{"manifestURL":"https://x/m.json"},"talos":{"joinSecretRef":{"name":"a","namespace":"b"},"configDelivery":"HTTP"}}}`,
+			"rescue disk with ..": `{"apiVersion":"karpenter-scaleway-em.io/v1alpha1","kind":"ScalewayElasticMetalNodeClass","metadata":{"name":"bad7"},
+				"spec":{"image":{"manifestURL":"https://x/m.json"},"talos":{"joinSecretRef":{"name":"a","namespace":"b"}},"rescue":{"disk":"/dev/disk/../../etc/shadow"}}}`,
+			"rescue disk with a space": `{"apiVersion":"karpenter-scaleway-em.io/v1alpha1","kind":"ScalewayElasticMetalNodeClass","metadata":{"name":"bad8"},
+				"spec":{"image":{"manifestURL":"https://x/m.json"},"talos":{"joinSecretRef":{"name":"a","namespace":"b"}},"rescue":{"disk":"/dev/sda; reboot"}}}`,
 		}
 		for name, j := range bad {
 			u := &unstructured.Unstructured{}
@@ -309,6 +318,34 @@ extraVolumes: [{name: extra, configMap: {name: extra}}]
 		}
 		if err := apply(ctx, k.Client, pinned, true); err != nil {
 			t.Errorf("pinned plain http manifest refused: %v", err)
+		}
+		// Stable disk names (by-id with '.' and ':') are accepted.
+		for i, disk := range []string{"/dev/disk/by-id/nvme-eui.0025388b71b2a1c4", "/dev/disk/by-id/wwn-0x5000c500a1b2c3d4:0",
+			"/dev/disk/by-path/pci-0000:3b:00.0-nvme-1", "/dev/nvme0n1", "auto"} {
+			ok := &unstructured.Unstructured{}
+			if err := ok.UnmarshalJSON([]byte(fmt.Sprintf(`{"apiVersion":"karpenter-scaleway-em.io/v1alpha1","kind":"ScalewayElasticMetalNodeClass","metadata":{"name":"disk-%d"},
+				"spec":{"image":{"manifestURL":"https://x/m.json"},"talos":{"joinSecretRef":{"name":"a","namespace":"b"}},"rescue":{"disk":%q}}}`, i, disk))); err != nil {
+				t.Fatal(err)
+			}
+			if err := apply(ctx, k.Client, ok, true); err != nil {
+				t.Errorf("rescue.disk %s refused: %v", disk, err)
+			}
+		}
+	})
+
+	t.Run("NodeClass defaults: Disk config delivery, PerNodeClaim tokens", func(t *testing.T) {
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON([]byte(`{"apiVersion":"karpenter-scaleway-em.io/v1alpha1","kind":"ScalewayElasticMetalNodeClass","metadata":{"name":"defaults"},
+			"spec":{"image":{"manifestURL":"https://x/m.json"},"talos":{"joinSecretRef":{"name":"a","namespace":"b"}}}}`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := k.Client.Create(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+		delivery, _, _ := unstructured.NestedString(u.Object, "spec", "talos", "configDelivery")
+		token, _, _ := unstructured.NestedString(u.Object, "spec", "talos", "bootstrapToken")
+		if delivery != "Disk" || token != "PerNodeClaim" {
+			t.Errorf("defaults configDelivery %q bootstrapToken %q, want Disk and PerNodeClaim", delivery, token)
 		}
 	})
 }

@@ -52,6 +52,9 @@ func TestScaleUpFromZeroThenConsolidate(t *testing.T) {
 	if len(nodes) != len(e.W.Sim.Servers()) {
 		t.Errorf("%d nodes for %d servers", len(nodes), len(e.W.Sim.Servers()))
 	}
+	// Disk delivery (the default): every node read its config from its
+	// disk, and nothing ever called a server's :50000.
+	e.AssertNoMaintenanceAPI()
 	for _, tl := range e.Track.Timelines() {
 		t.Logf("server %s %s/%s phases %v ready after %s", tl.ID[:8], tl.Offer, tl.Zone, tl.PhaseDurations(), tl.TimeToReady().Round(time.Millisecond))
 	}
@@ -203,9 +206,10 @@ func TestDriftReplacesNodes(t *testing.T) {
 
 // The controller is killed (SIGKILL) while a server is being imaged; the new
 // process resumes from the phase tag: the node comes up and no second server
-// is ordered for the NodeClaim.
+// is ordered for the NodeClaim. It runs the legacy MaintenanceAPI delivery
+// (images without talos.config=metal-iso), which keeps that path covered.
 func TestControllerKilledDuringImagingResumes(t *testing.T) {
-	e := harness.Start(t, harness.Setup{})
+	e := harness.Start(t, harness.Setup{LegacyConfigDelivery: true})
 	killed := make(chan string, 1)
 	tr := e.W.Track(5*time.Millisecond, func(ev world.Event) {
 		if ev.Kind == "phase" && ev.Value == "imaging" {
@@ -239,6 +243,10 @@ func TestControllerKilledDuringImagingResumes(t *testing.T) {
 	}
 	if _, ok := e.W.Sim.Server(id); !ok {
 		t.Errorf("server %s, imaging when the controller died, is gone", id)
+	}
+	// The config went over the maintenance API: the legacy path ran.
+	if n := e.TalosAPICalls()[id]; n == 0 {
+		t.Errorf("server %s: no call to the Talos API in MaintenanceAPI delivery", id)
 	}
 	e.AssertNoDuplicateOrders()
 	e.AssertNothingLeaked()

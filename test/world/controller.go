@@ -26,8 +26,74 @@ const (
 
 // FindBinary returns the path of a binary `make build` makes:
 // $TEST_ASSET_<NAME> (e.g. TEST_ASSET_KARPENTER_SCALEWAY_EM), else
-// <repository root>/bin/<name>. The error names the make target.
-func FindBinary(name string) (string, error) { return testenv.FindBinaryBuiltBy(name, "make build") }
+// <repository root>/bin/<name>. The error names the make target. A
+// bin/<name> older than the sources it is built from is an error: `go test`
+// does not rebuild it, and a test run against a controller from before a
+// merge fails far from the cause (a metric that binary never had).
+func FindBinary(name string) (string, error) {
+	path, err := testenv.FindBinaryBuiltBy(name, "make build")
+	if err != nil {
+		return "", err
+	}
+	root, rerr := testenv.RepoRoot()
+	if rerr != nil || path != filepath.Join(root, "bin", name) {
+		return path, nil // an explicit override is the caller's choice
+	}
+	sources := []string{root} // the controller embeds em-imager: everything
+	if name == BinEMImager {
+		sources = []string{filepath.Join(root, "imager")}
+	}
+	if err := checkFresh(path, root, sources); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// checkFresh fails when a Go source (tests and test/ aside), go.mod or
+// go.sum under one of dirs, or root's go.mod or go.sum, is newer than bin.
+func checkFresh(bin, root string, dirs []string) error {
+	st, err := os.Stat(bin)
+	if err != nil {
+		return err
+	}
+	built := st.ModTime()
+	var newer string
+	check := func(path string, info os.FileInfo) {
+		if newer == "" && info.ModTime().After(built) {
+			newer = path
+		}
+	}
+	for _, f := range []string{"go.mod", "go.sum"} {
+		if info, err := os.Stat(filepath.Join(root, f)); err == nil {
+			check(filepath.Join(root, f), info)
+		}
+	}
+	for _, dir := range dirs {
+		err := filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
+			if err != nil || newer != "" {
+				return err
+			}
+			if info.IsDir() {
+				if b := info.Name(); path != dir && (b == "test" || b == "bin" || b == "testdata" || strings.HasPrefix(b, ".")) {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			if strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, "_test.go") {
+				check(path, info)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if newer != "" {
+		rel, _ := filepath.Rel(root, newer)
+		return fmt.Errorf("%s is older than %s: run \"make build\"", bin, rel)
+	}
+	return nil
+}
 
 // ControllerOptions tune one controller process.
 type ControllerOptions struct {

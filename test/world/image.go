@@ -22,11 +22,18 @@ type Image struct {
 	ManifestKey string
 }
 
-// PublishImage builds a Talos-like image of the given version (see
-// test/sim/diskimage) and publishes it, zstd and xz, with the publish
+// PublishImage builds a Talos-like image of the given version with
+// Options.ImageKernelArgs (see test/sim/diskimage) and publishes it, zstd and xz, with the publish
 // library `em-imager publish` runs. Publishing the same version twice is a
 // no-op.
 func (w *World) PublishImage(ctx context.Context, version string) (Image, error) {
+	return w.PublishImageWith(ctx, version, w.Opts.ImageKernelArgs)
+}
+
+// PublishImageWith is PublishImage with the image's kernel arguments, e.g.
+// diskimage.DefaultKernelArgs for an image that ignores the metal-iso
+// partition. A version keeps the arguments it was first published with.
+func (w *World) PublishImageWith(ctx context.Context, version, kernelArgs string) (Image, error) {
 	w.mu.Lock()
 	img, ok := w.Images[version]
 	w.mu.Unlock()
@@ -38,7 +45,7 @@ func (w *World) PublishImage(ctx context.Context, version string) (Image, error)
 		return Image{}, err
 	}
 	raw := filepath.Join(dir, "metal-amd64.raw")
-	if err := diskimage.BuildTalosLikeImage(raw, w.Opts.ImageSize, diskimage.WithTalosVersion(version)); err != nil {
+	if err := diskimage.BuildTalosLikeImage(raw, w.Opts.ImageSize, diskimage.WithTalosVersion(version), diskimage.WithKernelArgs(kernelArgs)); err != nil {
 		return Image{}, fmt.Errorf("build image %s: %w", version, err)
 	}
 	o := &publish.Options{

@@ -21,6 +21,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/manifest"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/diskimage"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testenv"
 )
@@ -65,6 +66,12 @@ type Options struct {
 	// JoinSecretName in the system namespace (default JoinSecretName).
 	JoinSecretName string
 	ImageSize      int64
+	// ImageKernelArgs are the kernel arguments of the images published
+	// (default diskimage.MetalISOKernelArgs: nodes read their config from
+	// the metal-iso partition, NodeClass configDelivery Disk, the default).
+	// diskimage.DefaultKernelArgs makes images that only the legacy
+	// configDelivery MaintenanceAPI can configure.
+	ImageKernelArgs string
 	// Dir holds every log, disk and bucket; empty: a temporary directory
 	// (t.TempDir() under Start) removed on Stop.
 	Dir string
@@ -163,6 +170,9 @@ func New(ctx context.Context, opts Options) (w *World, err error) {
 	}
 	if opts.ImageSize == 0 {
 		opts.ImageSize = DefaultImageSize
+	}
+	if opts.ImageKernelArgs == "" {
+		opts.ImageKernelArgs = diskimage.MetalISOKernelArgs
 	}
 	if len(opts.ImageFormats) == 0 {
 		opts.ImageFormats = []string{manifest.FormatZstd}

@@ -6,8 +6,10 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/diskimage"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,7 +32,9 @@ import (
 // SSH/SFTP, runs the uploaded em-imager against its disk with the published
 // image, and then boots into the Talos maintenance API.
 func TestWorldServesTheWholePath(t *testing.T) {
-	w := Start(t, Options{})
+	// The test applies the config by hand over the maintenance API: an image
+	// without talos.config=metal-iso (the world's default has it).
+	w := Start(t, Options{ImageKernelArgs: diskimage.DefaultKernelArgs})
 	ctx := context.Background()
 	sec, err := w.Clientset.CoreV1().Secrets(w.JoinSecret.Namespace).Get(ctx, w.JoinSecret.Name, metav1.GetOptions{})
 	if err != nil {
@@ -194,6 +198,41 @@ func TestFindBinaryNamesMakeTarget(t *testing.T) {
 	_, err := FindBinary(BinController)
 	if err == nil || !bytes.Contains([]byte(err.Error()), []byte(`make build`)) {
 		t.Fatalf("FindBinary error %v: want one naming \"make build\"", err)
+	}
+}
+
+// A binary older than a source it is built from fails with "make build";
+// test sources and test/ do not count.
+func TestCheckFreshRejectsStaleBinary(t *testing.T) {
+	root := t.TempDir()
+	bin := filepath.Join(root, "bin", "karpenter-scaleway-em")
+	for _, f := range []string{bin, filepath.Join(root, "go.mod"), filepath.Join(root, "controller", "a.go"),
+		filepath.Join(root, "controller", "a_test.go"), filepath.Join(root, "test", "b.go")} {
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old, built, later := time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour), time.Now()
+	touch := func(f string, at time.Time) {
+		if err := os.Chtimes(f, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	touch(bin, built)
+	touch(filepath.Join(root, "go.mod"), old)
+	touch(filepath.Join(root, "controller", "a.go"), old)
+	touch(filepath.Join(root, "controller", "a_test.go"), later)
+	touch(filepath.Join(root, "test", "b.go"), later)
+	if err := checkFresh(bin, root, []string{root}); err != nil {
+		t.Fatalf("fresh binary: %v", err)
+	}
+	touch(filepath.Join(root, "controller", "a.go"), later)
+	err := checkFresh(bin, root, []string{root})
+	if err == nil || !strings.Contains(err.Error(), "controller/a.go") || !strings.Contains(err.Error(), `make build`) {
+		t.Fatalf("stale binary: error %v, want one naming controller/a.go and \"make build\"", err)
 	}
 }
 

@@ -145,12 +145,22 @@ type TalosSpec struct {
 	// AllowValidationWarnings accepts configs that machinery validates with warnings. Off: a warning is an error.
 	// +optional
 	AllowValidationWarnings bool `json:"allowValidationWarnings,omitempty"`
-	// BootstrapToken is Shared (the token of the join Secret) or PerNodeClaim (a short-lived token per node,
-	// deleted once it registered; needs a kube-apiserver that accepts bootstrap tokens).
+	// BootstrapToken is PerNodeClaim (a short-lived token per node, deleted once it registered, so the copy of
+	// the config left on the node's disk expires; needs a kube-apiserver that accepts bootstrap tokens) or
+	// Shared (the token of the join Secret, which never expires).
 	// +kubebuilder:validation:Enum:={Shared,PerNodeClaim}
-	// +kubebuilder:default:=Shared
+	// +kubebuilder:default:=PerNodeClaim
 	// +optional
 	BootstrapToken string `json:"bootstrapToken,omitempty"`
+	// ConfigDelivery is how a node gets its machine config. Disk: em-imager writes it from the rescue system
+	// into a metal-iso partition, which Talos reads at first boot (the image must be built with the kernel
+	// argument talos.config=metal-iso; the node never opens its maintenance API). MaintenanceAPI (legacy, for
+	// images without that argument): the config is applied over the unauthenticated Talos maintenance API on
+	// :50000 after the first boot, which leaves a window in which whoever reaches the server first can take it.
+	// +kubebuilder:validation:Enum:={Disk,MaintenanceAPI}
+	// +kubebuilder:default:=Disk
+	// +optional
+	ConfigDelivery string `json:"configDelivery,omitempty" hash:"ignore"`
 }
 
 // SecretReference names a Secret.
@@ -213,8 +223,10 @@ type BillingSpec struct {
 
 // RescueSpec tunes the rescue-system step.
 type RescueSpec struct {
-	// DiskSelector is em-imager's --disk: "auto" or a device path such as /dev/nvme0n1.
-	// +kubebuilder:validation:Pattern=`^(auto|/dev/[a-zA-Z0-9/_-]+)$`
+	// DiskSelector is em-imager's --disk: "auto" or a device path such as /dev/nvme0n1 or a stable name such
+	// as /dev/disk/by-id/nvme-eui.0025388b71b2a1c4 or /dev/disk/by-id/wwn-0x5000c500a1b2c3d4.
+	// +kubebuilder:validation:Pattern=`^(auto|/dev/[a-zA-Z0-9/_.:+-]+)$`
+	// +kubebuilder:validation:XValidation:message="spec.rescue.disk must not contain .. path elements",rule="!self.contains('/../') && !self.endsWith('/..')"
 	// +kubebuilder:default:=auto
 	// +optional
 	Disk string `json:"disk,omitempty"`

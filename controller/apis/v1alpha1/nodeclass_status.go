@@ -40,6 +40,23 @@ const (
 	BootstrapTokenPerNodeClaim = "PerNodeClaim"
 )
 
+// Values of spec.talos.configDelivery.
+const (
+	ConfigDeliveryDisk           = "Disk"
+	ConfigDeliveryMaintenanceAPI = "MaintenanceAPI"
+)
+
+// PerNodeClaimTokens reports whether the NodeClass's nodes get their own
+// bootstrap token (the default; an object stored before the default was
+// applied has none).
+func (s *TalosSpec) PerNodeClaimTokens() bool { return s.BootstrapToken != BootstrapTokenShared }
+
+// DiskConfigDelivery reports whether nodes get their config on the disk
+// (the default) rather than over the maintenance API.
+func (s *TalosSpec) DiskConfigDelivery() bool {
+	return s.ConfigDelivery != ConfigDeliveryMaintenanceAPI
+}
+
 // NodeClassHashVersion is bumped when Hash() changes for the same spec.
 const NodeClassHashVersion = "v1"
 

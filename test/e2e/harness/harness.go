@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/diskimage"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/world"
 )
@@ -46,6 +48,10 @@ type Setup struct {
 	Reqs       []corev1.NodeSelectorRequirement
 	// NoNodePool: the test applies its own.
 	NoNodePool bool
+	// LegacyConfigDelivery publishes images without talos.config=metal-iso
+	// and sets the NodeClass's configDelivery to MaintenanceAPI: configs go
+	// over the Talos maintenance API on :50000 (the default is Disk).
+	LegacyConfigDelivery bool
 	// Timeout bounds the test's context (default 15 minutes).
 	Timeout time.Duration
 }
@@ -64,6 +70,9 @@ func Start(t testing.TB, s Setup) *Env {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	t.Cleanup(cancel)
+	if s.LegacyConfigDelivery {
+		s.World.ImageKernelArgs = diskimage.DefaultKernelArgs
+	}
 	w := world.Start(t, s.World)
 	e := &Env{T: t, Ctx: ctx, W: w}
 	e.C = world.StartController(t, w, s.Controller)
@@ -80,6 +89,9 @@ func Start(t testing.TB, s Setup) *Env {
 		}
 	})
 	nc := w.NodeClass("default", s.Zones...)
+	if s.LegacyConfigDelivery {
+		nc.Spec.Talos.ConfigDelivery = v1alpha1.ConfigDeliveryMaintenanceAPI
+	}
 	if err := w.Apply(ctx, nc); err != nil {
 		t.Fatal(err)
 	}
@@ -238,6 +250,47 @@ func (e *Env) AssertCallsPerServer(max int) {
 	}
 	sort.Strings(worst)
 	e.T.Logf("API calls per server: %v; all calls: %d", worst, len(e.W.Sim.Calls()))
+}
+
+// TalosAPICalls is, per server still in the API, how many calls its
+// simulated Talos received on :50000 (the record survives reboots).
+func (e *Env) TalosAPICalls() map[string]int {
+	e.T.Helper()
+	out := map[string]int{}
+	for _, s := range e.W.Sim.Servers() {
+		calls, err := e.W.Machines.TalosAPICalls(s.ID)
+		if err != nil {
+			e.T.Fatalf("Talos API calls of %s: %v", s.ID, err)
+		}
+		out[s.ID] = len(calls)
+	}
+	return out
+}
+
+// AssertNoMaintenanceAPI fails if anything talked to the Talos API (:50000)
+// of a server still in the API, or if a node's Talos did not read its
+// config from the metal-iso partition: Disk delivery never opens the
+// maintenance API.
+func (e *Env) AssertNoMaintenanceAPI() {
+	e.T.Helper()
+	calls := e.TalosAPICalls()
+	if len(calls) == 0 {
+		e.T.Error("no server to check")
+	}
+	fromDisk := map[string]bool{}
+	for _, ev := range e.W.Machines.Events() {
+		if ev.What == "config-from-disk" {
+			fromDisk[ev.ServerID] = true
+		}
+	}
+	for id, n := range calls {
+		if n != 0 {
+			e.T.Errorf("server %s: %d calls to the Talos API on :50000, want none (Disk delivery)", id, n)
+		}
+		if !fromDisk[id] {
+			e.T.Errorf("server %s: Talos never read its config from the metal-iso partition", id)
+		}
+	}
 }
 
 // AssertNothingLeaked: every server still in the API backs a live NodeClaim.

@@ -339,15 +339,8 @@ func TestRescueImageBootJoin(t *testing.T) {
 	ctx := context.Background()
 	imager := emImager(t)
 	kube := startKube(t)
-	var (
-		evMu   sync.Mutex
-		events []string
-	)
-	h := newHosts(t, Options{Kube: kube, DiskSizeDivisor: 20000, OnEvent: func(e Event) {
-		evMu.Lock()
-		events = append(events, e.What)
-		evMu.Unlock()
-	}})
+	var events eventLog
+	h := newHosts(t, Options{Kube: kube, DiskSizeDivisor: 20000, OnEvent: events.record})
 	m := newMachine(t, "EM-A610R-NVME")
 	key, authorized := newKey(t)
 
@@ -534,10 +527,8 @@ func TestRescueImageBootJoin(t *testing.T) {
 	if _, err := h.Status(m.ID); err == nil {
 		t.Fatal("deleted machine still has a status")
 	}
-	evMu.Lock()
-	defer evMu.Unlock()
 	want := "boot-empty,poweroff,rescue,poweroff,maintenance,applied,kubelet,poweroff,kubelet,poweroff,rescue,poweroff,maintenance,deleted"
-	if got := strings.Join(events, ","); got != want {
+	if got := events.of(""); got != want {
 		t.Fatalf("events\n got %s\nwant %s", got, want)
 	}
 }
@@ -867,4 +858,30 @@ func TestRescueHostKeyChangesPerBoot(t *testing.T) {
 		t.Fatalf("the current key is refused: %v", err)
 	}
 	c.Close()
+}
+
+// eventLog records the hosts' events (Options.OnEvent), safe for their
+// goroutines.
+type eventLog struct {
+	mu  sync.Mutex
+	all []Event
+}
+
+func (l *eventLog) record(e Event) {
+	l.mu.Lock()
+	l.all = append(l.all, e)
+	l.mu.Unlock()
+}
+
+// of joins the events of one server (every server when id is "") with commas.
+func (l *eventLog) of(id string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var what []string
+	for _, e := range l.all {
+		if id == "" || e.ServerID == id {
+			what = append(what, e.What)
+		}
+	}
+	return strings.Join(what, ",")
 }

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
@@ -78,15 +77,8 @@ func TestMetalISOBootRegistersNode(t *testing.T) {
 	ctx := context.Background()
 	imager := emImager(t)
 	kube := startKube(t)
-	var (
-		evMu   sync.Mutex
-		events []string
-	)
-	h := newHosts(t, Options{Kube: kube, DiskSizeDivisor: 20000, OnEvent: func(e Event) {
-		evMu.Lock()
-		events = append(events, e.What)
-		evMu.Unlock()
-	}})
+	var events eventLog
+	h := newHosts(t, Options{Kube: kube, DiskSizeDivisor: 20000, OnEvent: events.record})
 	m := newMachine(t, "EM-A610R-NVME")
 	c := bootRescue(t, h, m)
 	upload(t, c, imager, "em-imager")
@@ -154,9 +146,7 @@ func TestMetalISOBootRegistersNode(t *testing.T) {
 	if st, _ = h.Status(m.ID); st.Phase != PhaseRunning || st.ConfigSource != ConfigFromState {
 		t.Fatalf("reboot: %+v", st)
 	}
-	evMu.Lock()
-	defer evMu.Unlock()
-	got := strings.Join(events, ",")
+	got := events.of("")
 	if got != "rescue,poweroff,config-from-disk,kubelet,poweroff,kubelet" {
 		t.Fatalf("events: %s", got)
 	}
@@ -167,15 +157,8 @@ func TestMetalISOBootRegistersNode(t *testing.T) {
 func TestMetalISOFailsClosed(t *testing.T) {
 	ctx := context.Background()
 	kube := startKube(t)
-	var (
-		evMu sync.Mutex
-		what = map[string]string{}
-	)
-	h := newHosts(t, Options{Kube: kube, DiskSizeDivisor: 20000, OnEvent: func(e Event) {
-		evMu.Lock()
-		what[e.ServerID] += e.What + ","
-		evMu.Unlock()
-	}})
+	var events eventLog
+	h := newHosts(t, Options{Kube: kube, DiskSizeDivisor: 20000, OnEvent: events.record})
 	noInstall := func(t *testing.T, name string) []byte {
 		b := workerConfig(t, name, "scaleway-em://fr-par-2/x")
 		out := bytes.Replace(b, []byte("disk: /dev/nvme0n1"), []byte(`disk: ""`), 1)
@@ -224,9 +207,7 @@ func TestMetalISOFailsClosed(t *testing.T) {
 			if _, err := kube.CoreV1().Nodes().Get(ctx, "em-"+m.Name, metav1.GetOptions{}); err == nil {
 				t.Fatal("a node registered")
 			}
-			evMu.Lock()
-			defer evMu.Unlock()
-			if got := what[m.ID]; got != "boot-empty,poweroff,"+tc.event+"," {
+			if got := events.of(m.ID); got != "boot-empty,poweroff,"+tc.event {
 				t.Fatalf("events %s", got)
 			}
 		})

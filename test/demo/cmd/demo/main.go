@@ -40,6 +40,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/machine"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/world"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testenv"
@@ -56,6 +57,7 @@ type demo struct {
 	mu      sync.Mutex
 	mbps    map[string]string // nodeclaim -> last imaging throughput seen
 	seenEvt map[string]int32
+	config  map[string]string // server ID -> where its Talos got its config, and the :50000 calls
 }
 
 func (d *demo) printf(format string, args ...any) {
@@ -72,7 +74,7 @@ func run() int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	d := &demo{out: os.Stdout, start: time.Now(), profile: profile, mbps: map[string]string{}, seenEvt: map[string]int32{}}
+	d := &demo{out: os.Stdout, start: time.Now(), profile: profile, mbps: map[string]string{}, seenEvt: map[string]int32{}, config: map[string]string{}}
 
 	if *example == "" {
 		root, err := testenv.RepoRoot()
@@ -243,11 +245,29 @@ func (d *demo) onServerEvent(ev world.Event) {
 	case "node":
 		d.printf("server %s registered as node %s", id, ev.Value)
 	case "ready":
-		d.printf("server %s node %s Ready", id, ev.Value)
+		// The simulated Talos records every call to :50000: in Disk mode
+		// (the default) there is none, ever.
+		cfg := "?"
+		if st, err := d.w.Machines.Status(ev.ServerID); err == nil {
+			cfg = st.ConfigSource
+		}
+		calls, err := d.w.Machines.TalosAPICalls(ev.ServerID)
+		api := fmt.Sprintf("%d calls to the Talos maintenance API (:50000)", len(calls))
+		if err == nil && len(calls) == 0 {
+			api = "no maintenance API used (0 calls to :50000)"
+		}
+		d.mu.Lock()
+		d.config[ev.ServerID] = fmt.Sprintf("%s, %d", cfg, len(calls))
+		d.mu.Unlock()
+		d.printf("server %s node %s Ready; config from %s; %s", id, ev.Value, cfg, api)
 	case "gone":
 		d.printf("server %s released (gone from the API)", id)
 	}
 }
+
+// configmetalISO is machine.ConfigFromMetalISO: the demo's NodeClass uses
+// the default Disk delivery, so every node reads its config from the disk.
+const configmetalISO = machine.ConfigFromMetalISO
 
 var mbpsRE = regexp.MustCompile(`([0-9.]+) MB/s`)
 
@@ -406,7 +426,7 @@ func (d *demo) summary(tls []world.Timeline) error {
 	var problems []string
 	tw := tabwriter.NewWriter(d.out, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
 	fmt.Fprintln(d.out)
-	fmt.Fprintln(tw, "node\toffer\tzone\tordered\trescue\timaging\tbooting\tto Ready\tem-imager\treleased\t")
+	fmt.Fprintln(tw, "node\toffer\tzone\tordered\trescue\timaging\tbooting\tto Ready\tem-imager\tconfig, :50000 calls\treleased\t")
 	for _, tl := range tls {
 		start := tl.Created
 		if len(tl.Statuses) > 0 && tl.Statuses[0].At.Before(start) {
@@ -462,7 +482,15 @@ func (d *demo) summary(tls []world.Timeline) error {
 		if name == "" {
 			name = tl.NodeClaim
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", name, tl.Offer, tl.Zone, cells[0], cells[1], cells[2], cells[3], ready, mbps, released)
+		d.mu.Lock()
+		cfg := d.config[tl.ID]
+		d.mu.Unlock()
+		if cfg == "" {
+			cfg = "-"
+		} else if cfg != configmetalISO+", 0" {
+			problems = append(problems, fmt.Sprintf("server %s (%s): config %s calls to :50000, want %s, 0 (Disk delivery)", tl.ID, tl.Offer, cfg, configmetalISO))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", name, tl.Offer, tl.Zone, cells[0], cells[1], cells[2], cells[3], ready, mbps, cfg, released)
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(d.out)
