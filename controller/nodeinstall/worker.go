@@ -23,6 +23,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/report"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/localdisks"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/talosgen"
 )
 
@@ -176,9 +177,18 @@ func (w *worker) job(claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalN
 			}
 			return install.Image{URL: img.URL, SHA256: img.RawSHA256, Format: img.Format, RawSize: img.RawSize,
 				Disk: nc.Spec.Rescue.Disk, VerifyReadback: nc.Spec.Rescue.VerifyReadback,
-				TalosVersion: img.TalosVersion, SchematicID: img.SchematicID, Delivery: delivery}, nil
+				WipeOtherDisks: localdisks.Policy(nc.Spec.LocalDisks).Wipes(),
+				TalosVersion:   img.TalosVersion, SchematicID: img.SchematicID, Delivery: delivery}, nil
 		},
-		Imaged: func(ctx context.Context, img install.Image) error { return w.recordImage(ctx, img) },
+		Imaged:      func(ctx context.Context, img install.Image) error { return w.recordImage(ctx, img) },
+		RecordDisks: func(ctx context.Context, disks string) error { return w.recordDisks(ctx, disks) },
+		Disks: func(ctx context.Context) (string, error) {
+			claim, err := c.getClaim(ctx, w.name)
+			if err != nil {
+				return "", err
+			}
+			return claim.Annotations[v1alpha1.AnnotationDisks], nil
+		},
 		Render: func(ctx context.Context, hw *report.Report, network talosgen.Network) ([]byte, error) {
 			nc, err := w.nodeClass(ctx, claim)
 			if err != nil {
@@ -253,6 +263,21 @@ func (w *worker) recordImage(ctx context.Context, img install.Image) error {
 	stored = claim.DeepCopy()
 	claim.Status.ImageID = img.SHA256
 	return w.c.Kube.Status().Patch(ctx, claim, client.MergeFrom(stored))
+}
+
+// recordDisks keeps em-imager's disk list on the NodeClaim: the config is
+// rendered from it after a restart (the server's tags are too short).
+func (w *worker) recordDisks(ctx context.Context, disks string) error {
+	claim, err := w.c.getClaim(ctx, w.name)
+	if err != nil {
+		return err
+	}
+	stored := claim.DeepCopy()
+	if claim.Annotations == nil {
+		claim.Annotations = map[string]string{}
+	}
+	claim.Annotations[v1alpha1.AnnotationDisks] = disks
+	return w.c.Kube.Patch(ctx, claim, client.MergeFrom(stored))
 }
 
 // fail ends an install for good: the server goes back under the spare

@@ -74,6 +74,11 @@ type ScalewayElasticMetalNodeClassSpec struct {
 // for the others).
 const LocalDisksUnused = "Unused"
 
+// AnnotationDisks is em-imager's list of a NodeClaim's server disks (stable
+// identities, sizes; compact JSON written by the install): the config is
+// rendered from it, also after a controller restart.
+const AnnotationDisks = "karpenter-scaleway-em.io/disks"
+
 // ImageSpec points at a Talos image published with `em-imager publish`.
 // +kubebuilder:validation:XValidation:message="spec.image.manifestURL must be https or s3 unless spec.image.manifestSHA256 pins the manifest (the manifest carries the digests the image is verified with)",rule="!has(self.manifestURL) || self.manifestURL.startsWith('https://') || self.manifestURL.startsWith('s3://') || has(self.manifestSHA256)"
 type ImageSpec struct {
