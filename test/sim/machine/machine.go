@@ -159,6 +159,9 @@ type Status struct {
 	TalosAddr string // maintenance
 	// BootDisk is the disk Talos booted from (normal boots).
 	BootDisk string
+	// EphemeralDisk is the disk EPHEMERAL is on (its kernel name), where
+	// the config's volume documents placed it.
+	EphemeralDisk string
 	// BootError says why a normal boot found no OS, or no config.
 	BootError string
 	// ConfigSource is where a running Talos got its config (ConfigFrom*).
@@ -577,6 +580,7 @@ func (h *Hosts) volumesLocked(x *host, cfg config.Provider) (int64, error) {
 	if eph.Err != nil {
 		return 0, eph.Err
 	}
+	x.status.EphemeralDisk = x.tree.Spec.Disks[eph.Disk].Name
 	return localdisks.EphemeralBytes(sizes[eph.Disk], eph.Disk == system), nil
 }
 
