@@ -17,7 +17,7 @@ import (
 // EM-I226E-NVME (2 x 960 GB, 2 x 7.68 TB) holds. With localDisks Ephemeral
 // Karpenter predicts EPHEMERAL on a 7.68 TB disk, orders the offer, and the
 // node registers exactly the capacity predicted, its EPHEMERAL placed on a
-// 7.68 TB disk by the config's selector. About 40 s on two cores.
+// 7.68 TB disk by the config's selector. About 15 s on two cores.
 func TestEphemeralStorageOnTheLargeDisk(t *testing.T) {
 	const offer = "EM-I226E-NVME"
 	e := harness.Start(t, harness.Setup{
