@@ -58,7 +58,7 @@ type ScalewayElasticMetalNodeClassSpec struct {
 	// in the rescue system. Talos has no software RAID: disks are never
 	// striped or mirrored together. Changing the policy replaces the nodes
 	// (drift): Talos applies volume provisioning only when a volume is first
-	// created.
+	// created. What each policy costs: docs/local-disks.md.
 	// +kubebuilder:validation:Enum:={Unused,Ephemeral,UserVolumes,Raw}
 	// +optional
 	LocalDisks string `json:"localDisks,omitempty"`
