@@ -20,11 +20,9 @@ import (
 	"os"
 	"slices"
 
-	"github.com/diskfs/go-diskfs/backend/file"
-	"github.com/diskfs/go-diskfs/partition"
-	"github.com/diskfs/go-diskfs/partition/gpt"
 	"golang.org/x/sys/unix"
 
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/diskprobe"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/diskwrite"
 )
 
@@ -81,22 +79,21 @@ func Disk(ctx context.Context, path string, size int64, sectorSize int) (Result,
 	}
 	var res Result
 	ranges := [][2]int64{{0, Span}, {size - Span, size}}
-	if old, err := partition.Read(file.New(f, true), sectorSize, sectorSize); err == nil {
-		parts := old.GetPartitions()
-		for _, p := range parts {
-			if p == nil || p.GetSize() <= 0 {
+	// The old table as diskprobe reads it: GPT (its backup when the primary
+	// is damaged) or MBR.
+	if old, err := diskprobe.ProbeAt(f, size, sectorSize); err == nil {
+		for _, p := range old.Partitions {
+			if p.Size <= 0 {
 				continue
 			}
 			res.OldPartitions++
-			start := p.GetStart()
-			end := start + p.GetSize()
-			ranges = append(ranges, [2]int64{start, start + Span}, [2]int64{end - Span, end})
+			end := p.Start + p.Size
+			ranges = append(ranges, [2]int64{p.Start, p.Start + Span}, [2]int64{end - Span, end})
 		}
 		// A GPT written for a smaller disk (an image) has its backup
 		// where that disk ended, not at the end of this one.
-		if g, ok := old.(*gpt.Table); ok {
-			backup := int64(g.LastDataSector()+1) * int64(sectorSize)
-			ranges = append(ranges, [2]int64{backup, backup + Span})
+		if old.BackupGPT > 0 {
+			ranges = append(ranges, [2]int64{old.BackupGPT, old.BackupGPT + Span})
 		}
 	}
 	ranges = merge(ranges, size, int64(sectorSize))
