@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/scaleway/scaleway-sdk-go/scw"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	corev1 "k8s.io/api/core/v1"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
@@ -38,16 +39,10 @@ func TestLocalDiskPolicyInTheInstall(t *testing.T) {
 	e := startEnvWith(t, world.Options{}, func(nc *v1alpha1.ScalewayElasticMetalNodeClass) { nc.Spec.LocalDisks = string(localdisks.Raw) })
 
 	t.Run("raw wipes the other disks", func(t *testing.T) {
-		claim := e.nodeClaim(fourDisksReq)
-		hold := e.w.Sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStuck, Tag: scaleway.Tag(scaleway.TagNodeClaim, claim.Name), State: "delivering"})
-		got := e.launch(claim)
-		_, id, err := scaleway.ParseProviderID(got.Status.ProviderID)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, got, _, id, deliver := e.launchUndelivered(fourDisksReq)
 		// Rescue waits until the delivered disks carry a previous tenant's layout.
 		noRescue := e.w.Sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStatus, Method: "POST", Path: "/servers/" + id + "/reboot$", Status: 503})
-		e.w.Sim.RemoveFault(hold)
+		deliver()
 		e.eventually("the delivered machine's disks", func() bool { _, err := e.w.Machines.Hardware(id); return err == nil })
 		tree, err := e.w.Machines.Hardware(id)
 		if err != nil {
@@ -90,17 +85,11 @@ func TestLocalDiskPolicyInTheInstall(t *testing.T) {
 	t.Run("ephemeral after a restart before the config", func(t *testing.T) {
 		e.updateNodeClass(func(nc *v1alpha1.ScalewayElasticMetalNodeClass) { nc.Spec.LocalDisks = string(localdisks.Ephemeral) })
 		secret := e.nc.Spec.Talos.JoinSecretRef.Name
-		claim := e.nodeClaim(fourDisksReq)
-		hold := e.w.Sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStuck, Tag: scaleway.Tag(scaleway.TagNodeClaim, claim.Name), State: "delivering"})
-		got := e.launch(claim)
-		zone, id, err := scaleway.ParseProviderID(got.Status.ProviderID)
-		if err != nil {
-			t.Fatal(err)
-		}
+		claim, got, zone, id, deliver := e.launchUndelivered(fourDisksReq)
 		// The config cannot be rendered (its join Secret is gone) once the
 		// image is written: the controller dies there.
 		e.breakNodeClass()
-		e.w.Sim.RemoveFault(hold)
+		deliver()
 		e.eventually("the image written, the config not rendered", func() bool {
 			srv, err := e.p.API.GetServer(e.ctx, zone, id)
 			return err == nil && install.PhaseOf(srv) == install.PhaseImaging && scaleway.ParseTags(srv.Tags)[scaleway.TagImage] != "" &&
@@ -190,6 +179,20 @@ func TestLocalDiskPolicyInTheInstall(t *testing.T) {
 		}
 	})
 	e.assertNoDuplicatesNorLeaks()
+}
+
+// launchUndelivered launches a claim whose server stays in delivery until
+// deliver is called.
+func (e *env) launchUndelivered(reqs ...karpv1.NodeSelectorRequirementWithMinValues) (claim, got *karpv1.NodeClaim, zone scw.Zone, id string, deliver func()) {
+	e.t.Helper()
+	claim = e.nodeClaim(reqs...)
+	hold := e.w.Sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStuck, Tag: scaleway.Tag(scaleway.TagNodeClaim, claim.Name), State: "delivering"})
+	got = e.launch(claim)
+	zone, id, err := scaleway.ParseProviderID(got.Status.ProviderID)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return claim, got, zone, id, func() { e.w.Sim.RemoveFault(hold) }
 }
 
 // leaveTenantLayout puts a previous tenant's layout on a disk file: an XFS

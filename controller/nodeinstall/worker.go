@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -246,21 +247,15 @@ func (w *worker) holdWindow(p install.Phase, since time.Time) {
 // recordImage puts what was written on the NodeClaim: drift compares it with
 // the NodeClass's image.
 func (w *worker) recordImage(ctx context.Context, img install.Image) error {
-	claim, err := w.c.getClaim(ctx, w.name)
+	claim, err := w.annotate(ctx, map[string]string{
+		v1alpha1.AnnotationImageSHA256:  img.SHA256,
+		v1alpha1.AnnotationTalosVersion: img.TalosVersion,
+		v1alpha1.AnnotationSchematicID:  img.SchematicID,
+	})
 	if err != nil {
 		return err
 	}
 	stored := claim.DeepCopy()
-	if claim.Annotations == nil {
-		claim.Annotations = map[string]string{}
-	}
-	claim.Annotations[v1alpha1.AnnotationImageSHA256] = img.SHA256
-	claim.Annotations[v1alpha1.AnnotationTalosVersion] = img.TalosVersion
-	claim.Annotations[v1alpha1.AnnotationSchematicID] = img.SchematicID
-	if err := w.c.Kube.Patch(ctx, claim, client.MergeFrom(stored)); err != nil {
-		return err
-	}
-	stored = claim.DeepCopy()
 	claim.Status.ImageID = img.SHA256
 	return w.c.Kube.Status().Patch(ctx, claim, client.MergeFrom(stored))
 }
@@ -268,16 +263,22 @@ func (w *worker) recordImage(ctx context.Context, img install.Image) error {
 // recordDisks keeps em-imager's disk list on the NodeClaim: the config is
 // rendered from it after a restart (the server's tags are too short).
 func (w *worker) recordDisks(ctx context.Context, disks string) error {
+	_, err := w.annotate(ctx, map[string]string{v1alpha1.AnnotationDisks: disks})
+	return err
+}
+
+// annotate sets annotations on the NodeClaim and returns it as patched.
+func (w *worker) annotate(ctx context.Context, kv map[string]string) (*karpv1.NodeClaim, error) {
 	claim, err := w.c.getClaim(ctx, w.name)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	stored := claim.DeepCopy()
 	if claim.Annotations == nil {
 		claim.Annotations = map[string]string{}
 	}
-	claim.Annotations[v1alpha1.AnnotationDisks] = disks
-	return w.c.Kube.Patch(ctx, claim, client.MergeFrom(stored))
+	maps.Copy(claim.Annotations, kv)
+	return claim, w.c.Kube.Patch(ctx, claim, client.MergeFrom(stored))
 }
 
 // fail ends an install for good: the server goes back under the spare
