@@ -218,3 +218,22 @@ func leaveTenantLayout(t *testing.T, path string) {
 		t.Fatalf("the tenant's layout on %s is not seen: %v, %v", path, c, err)
 	}
 }
+
+// With the legacy MaintenanceAPI delivery the config is rendered in booting,
+// never in the run that imaged: always from the NodeClaim's disk list.
+func TestLocalDiskPolicyOverTheMaintenanceAPI(t *testing.T) {
+	e := startLegacyEnv(t, nil)
+	e.updateNodeClass(func(nc *v1alpha1.ScalewayElasticMetalNodeClass) { nc.Spec.LocalDisks = string(localdisks.Ephemeral) })
+	got := e.launch(e.nodeClaim(fourDisksReq))
+	node := e.waitNode(got.Status.ProviderID)
+	_, id, _ := scaleway.ParseProviderID(got.Status.ProviderID)
+	if calls, err := e.w.Machines.TalosAPICalls(id); err != nil || len(calls) == 0 {
+		t.Fatalf("no call to the Talos API in MaintenanceAPI delivery: %v", err)
+	}
+	predicted := got.Status.Capacity[corev1.ResourceEphemeralStorage]
+	have := node.Status.Capacity[corev1.ResourceEphemeralStorage]
+	if have.Cmp(predicted) != 0 || have.Value() != localdisks.EphemeralBytes(7680e9, false) {
+		t.Errorf("node ephemeral-storage %s, predicted %s: EPHEMERAL is not on a 7.68 TB disk", have.String(), predicted.String())
+	}
+	e.assertNoDuplicatesNorLeaks()
+}
