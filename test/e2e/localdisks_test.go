@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -60,6 +61,9 @@ func TestEphemeralStorageOnTheLargeDisk(t *testing.T) {
 	}
 	if node.Labels[localdisks.LabelPolicy] != string(localdisks.Ephemeral) || node.Labels[corev1.LabelInstanceTypeStable] != offer {
 		t.Errorf("node labels %v", node.Labels)
+	}
+	if !strings.Contains(node.Annotations[v1alpha1.AnnotationDisks], `"disks":[{`) {
+		t.Errorf("the node does not show its disks: %s=%q", v1alpha1.AnnotationDisks, node.Annotations[v1alpha1.AnnotationDisks])
 	}
 
 	// Where the simulated Talos put EPHEMERAL: on one of the largest disks.
