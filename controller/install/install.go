@@ -194,6 +194,7 @@ type Job struct {
 	// rendered from the tags alone (install disk and uplink).
 	RecordDisks func(ctx context.Context, disks string) error
 	Disks       func(ctx context.Context) (string, error)
+	disks       string // what this run's em-imager found (EncodeDisks)
 	// Render returns the node's machine config from what em-imager found.
 	Render func(ctx context.Context, hw *report.Report, net talosgen.Network) ([]byte, error)
 	// Progress is told of phase changes and imaging progress, for events.

@@ -137,14 +137,13 @@ func (i *Installer) image(ctx, pctx context.Context, log logr.Logger, job *Job, 
 	needImage := !Imaged(srv, img.SHA256)
 	if needImage || img.Delivery == DeliveryDisk {
 		srv, err = i.inRescue(ctx, pctx, log, job, srv, func(sess *rescue.Session) (*baremetal.Server, error) {
-			disks := "" // a restart after writing reads the NodeClaim's record
 			if needImage {
-				if srv, disks, err = i.writeImage(ctx, pctx, log, job, srv, sess, img); err != nil {
+				if srv, err = i.writeImage(ctx, pctx, log, job, srv, sess, img); err != nil {
 					return srv, err
 				}
 			}
 			if img.Delivery == DeliveryDisk {
-				return srv, i.writeConfig(ctx, pctx, log, job, srv, sess, disks)
+				return srv, i.writeConfig(ctx, pctx, log, job, srv, sess)
 			}
 			return srv, nil
 		})
@@ -203,9 +202,9 @@ func (i *Installer) inRescue(ctx, pctx context.Context, log logr.Logger, job *Jo
 }
 
 // writeImage runs em-imager write and records what it found: the disk list
-// on the NodeClaim (returned too, encoded), then the uplink, the disk and
-// the image on the server's tags.
-func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, sess *rescue.Session, img Image) (*baremetal.Server, string, error) {
+// on the NodeClaim (and the job, for this run), then the uplink, the disk
+// and the image on the server's tags.
+func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, sess *rescue.Session, img Image) (*baremetal.Server, error) {
 	i.progress(job, PhaseImaging, "writing the Talos image")
 	lastPct := -1
 	rep, err := rescue.RunImager(pctx, sess, rescue.ImagerArgs{
@@ -222,7 +221,7 @@ func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *
 		}
 	})
 	if err != nil {
-		return srv, "", i.imagerError(ctx, pctx, "em-imager", err)
+		return srv, i.imagerError(ctx, pctx, "em-imager", err)
 	}
 	if rep.Timings != nil {
 		i.Metrics.observeImager(rep)
@@ -233,18 +232,19 @@ func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *
 	}
 	uplink := uplinkMAC(rep)
 	if uplink == "" {
-		return srv, "", &PhaseError{Phase: PhaseImaging, Release: true, Err: errors.New("em-imager found no NIC with a link")}
+		return srv, &PhaseError{Phase: PhaseImaging, Release: true, Err: errors.New("em-imager found no NIC with a link")}
 	}
 	disks, err := EncodeDisks(rep)
 	if err != nil {
-		return srv, "", &PhaseError{Phase: PhaseImaging, Release: true, Err: err}
+		return srv, &PhaseError{Phase: PhaseImaging, Release: true, Err: err}
 	}
 	// The record goes first: tags that say "imaged" always come with it.
 	if job.RecordDisks != nil {
 		if err := job.RecordDisks(pctx, disks); err != nil {
-			return srv, "", &PhaseError{Phase: PhaseImaging, Err: fmt.Errorf("recording the disk list: %w", err)}
+			return srv, &PhaseError{Phase: PhaseImaging, Err: fmt.Errorf("recording the disk list: %w", err)}
 		}
 	}
+	job.disks = disks
 	written := img.SHA256
 	if rep.Image != nil && rep.Image.RawSHA256 != "" {
 		written = rep.Image.RawSHA256
@@ -253,15 +253,16 @@ func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *
 		return withHardware(tags, uplink, rep.Disk.Path, rep.Disk.Serial, written), true
 	})
 	if err != nil {
-		return srv, "", &PhaseError{Phase: PhaseImaging, Err: err}
+		return srv, &PhaseError{Phase: PhaseImaging, Err: err}
 	}
 	i.progress(job, PhaseImaging, fmt.Sprintf("image verified on %s", rep.Disk.Path))
-	return updated, disks, nil
+	return updated, nil
 }
 
 // hardware is what the config is rendered from: the server's tags and the
-// disk list, given (just written) or read back from the job's record.
-func (i *Installer) hardware(ctx context.Context, job *Job, srv *baremetal.Server, disks string, p Phase) (*report.Report, error) {
+// disk list, this run's (writeImage) or else read back from the record.
+func (i *Installer) hardware(ctx context.Context, job *Job, srv *baremetal.Server, p Phase) (*report.Report, error) {
+	disks := job.disks
 	if disks == "" && job.Disks != nil {
 		var err error
 		if disks, err = job.Disks(ctx); err != nil {
@@ -279,8 +280,8 @@ func (i *Installer) hardware(ctx context.Context, job *Job, srv *baremetal.Serve
 // into the metal-iso partition of the disk the image went to. The config
 // goes over the SSH session on em-imager's stdin: it is never in a command
 // line, a log, an event or an error.
-func (i *Installer) writeConfig(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, sess *rescue.Session, disks string) error {
-	hw, err := i.hardware(pctx, job, srv, disks, PhaseImaging)
+func (i *Installer) writeConfig(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, sess *rescue.Session) error {
+	hw, err := i.hardware(pctx, job, srv, PhaseImaging)
 	if err != nil {
 		return err
 	}
@@ -400,7 +401,7 @@ func (i *Installer) applyOverMaintenanceAPI(ctx, pctx context.Context, log logr.
 			last = err
 			continue
 		}
-		hw, err := i.hardware(pctx, job, srv, "", PhaseBooting)
+		hw, err := i.hardware(pctx, job, srv, PhaseBooting)
 		if err != nil {
 			return srv, err
 		}
