@@ -53,7 +53,7 @@ func TestLocalDiskPolicyInTheInstall(t *testing.T) {
 		}
 		e.w.Sim.RemoveFault(noRescue)
 
-		node := e.waitNode(got.Status.ProviderID)
+		node := e.waitNodeStatus(got.Status.ProviderID)
 		st, err := e.w.Machines.Status(id)
 		if err != nil {
 			t.Fatal(err)
@@ -99,7 +99,7 @@ func TestLocalDiskPolicyInTheInstall(t *testing.T) {
 		e.nc = e.nodeClass(e.nc.Name)
 		e.updateNodeClass(func(nc *v1alpha1.ScalewayElasticMetalNodeClass) { nc.Spec.Talos.JoinSecretRef.Name = secret })
 
-		node := e.waitNode(got.Status.ProviderID)
+		node := e.waitNodeStatus(got.Status.ProviderID)
 		if n := e.creates(claim.Name); n != 1 {
 			t.Errorf("%d orders for one nodeclaim", n)
 		}
@@ -181,6 +181,19 @@ func TestLocalDiskPolicyInTheInstall(t *testing.T) {
 	e.assertNoDuplicatesNorLeaks()
 }
 
+// waitNodeStatus waits for the node of providerID with its capacity (the
+// simulated kubelet reports its status after registering the Node).
+func (e *env) waitNodeStatus(providerID string) *corev1.Node {
+	e.t.Helper()
+	var node *corev1.Node
+	e.eventually("the capacity of the node of "+providerID, func() bool {
+		node = e.waitNode(providerID)
+		_, ok := node.Status.Capacity[corev1.ResourceEphemeralStorage]
+		return ok
+	})
+	return node
+}
+
 // launchUndelivered launches a claim whose server stays in delivery until
 // deliver is called.
 func (e *env) launchUndelivered(reqs ...karpv1.NodeSelectorRequirementWithMinValues) (claim, got *karpv1.NodeClaim, zone scw.Zone, id string, deliver func()) {
@@ -225,7 +238,7 @@ func TestLocalDiskPolicyOverTheMaintenanceAPI(t *testing.T) {
 	e := startLegacyEnv(t, nil)
 	e.updateNodeClass(func(nc *v1alpha1.ScalewayElasticMetalNodeClass) { nc.Spec.LocalDisks = string(localdisks.Ephemeral) })
 	got := e.launch(e.nodeClaim(fourDisksReq))
-	node := e.waitNode(got.Status.ProviderID)
+	node := e.waitNodeStatus(got.Status.ProviderID)
 	_, id, _ := scaleway.ParseProviderID(got.Status.ProviderID)
 	if calls, err := e.w.Machines.TalosAPICalls(id); err != nil || len(calls) == 0 {
 		t.Fatalf("no call to the Talos API in MaintenanceAPI delivery: %v", err)
