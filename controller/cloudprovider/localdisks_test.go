@@ -233,7 +233,9 @@ func leaveTenantLayout(t *testing.T, path string) {
 }
 
 // With the legacy MaintenanceAPI delivery the config is rendered in booting,
-// never in the run that imaged: always from the NodeClaim's disk list.
+// a later phase than the one em-imager reported in: the disk list still
+// reaches it (a restart in between reads the NodeClaim's record, as in
+// TestLocalDiskPolicyInTheInstall).
 func TestLocalDiskPolicyOverTheMaintenanceAPI(t *testing.T) {
 	e := startLegacyEnv(t, nil)
 	e.updateNodeClass(func(nc *v1alpha1.ScalewayElasticMetalNodeClass) { nc.Spec.LocalDisks = string(localdisks.Ephemeral) })
