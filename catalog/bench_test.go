@@ -73,7 +73,7 @@ func TestConcurrentAccess(t *testing.T) {
 	})
 	wg.Go(func() {
 		for j := range 30 {
-			e.cat.ObserveCapacity("EM-I220E-NVME", corev1.ResourceList{corev1.ResourceMemory: *resource.NewQuantity(int64(120+j)<<30, resource.BinarySI)})
+			e.cat.ObserveCapacity("EM-I220E-NVME", "", corev1.ResourceList{corev1.ResourceMemory: *resource.NewQuantity(int64(120+j)<<30, resource.BinarySI)})
 		}
 	})
 	wg.Go(func() {

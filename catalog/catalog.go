@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/karpenter/pkg/cloudprovider"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog/snapshot"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/localdisks"
 )
 
 // Defaults of Options.
@@ -398,29 +399,62 @@ func (c *Catalog) ZoneOrigin(zone string) (origin string, ok bool) {
 
 // ObserveCapacity records the capacity a registered node of offerName reports (node.status.capacity); later
 // instance types of that offer use its cpu, memory, ephemeral-storage and nvidia.com/gpu instead of the
-// estimates. Zero or missing values are ignored.
-func (c *Catalog) ObserveCapacity(offerName string, capacity corev1.ResourceList) {
+// estimates. localDisks is the node's local-disk policy (its localdisks.LabelPolicy label; "" for Unused):
+// ephemeral-storage is measured per disk EPHEMERAL lives on, so a node with EPHEMERAL on its large data disk
+// does not change the prediction for NodeClasses that keep it on the system disk. Zero or missing values are
+// ignored.
+func (c *Catalog) ObserveCapacity(offerName, localDisks string, capacity corev1.ResourceList) {
 	if offerName == "" {
 		return
 	}
-	kept := corev1.ResourceList{}
+	policy, err := localdisks.Parse(localDisks)
+	if err != nil {
+		return // a label someone else wrote: no telling where EPHEMERAL is
+	}
+	kept, storage := corev1.ResourceList{}, corev1.ResourceList{}
 	for _, k := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage, ResourceNvidiaGPU} {
 		if q, ok := capacity[k]; ok && q.Sign() > 0 {
-			kept[k] = q.DeepCopy()
+			if k == corev1.ResourceEphemeralStorage {
+				storage[k] = q.DeepCopy()
+			} else {
+				kept[k] = q.DeepCopy()
+			}
 		}
-	}
-	if len(kept) == 0 {
-		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	old := c.observed[offerName]
-	if sameResources(old, kept) {
-		return
+	changed := false
+	for key, rl := range map[string]corev1.ResourceList{offerName: kept, c.storageKeyLocked(offerName, policy): storage} {
+		if len(rl) == 0 || sameResources(c.observed[key], rl) {
+			continue
+		}
+		c.observed[key] = rl
+		changed = true
 	}
-	c.observed[offerName] = kept
-	c.gen++
-	c.log.V(1).Info("measured capacity replaces the estimate", "offer", offerName)
+	if changed {
+		c.gen++
+		c.log.V(1).Info("measured capacity replaces the estimate", "offer", offerName, "localDisks", policy)
+	}
+}
+
+// storageKeyLocked keys the measured ephemeral-storage of an offer by where EPHEMERAL lives under policy.
+func (c *Catalog) storageKeyLocked(offerName string, policy localdisks.Policy) string {
+	placement := "system"
+	if sp := c.specs[offerName]; sp != nil {
+		placement = sp.machine(policy).Layout.EphemeralPlacement()
+	}
+	return offerName + "#ephemeral-" + placement
+}
+
+// observedLocked is what nodes of offerName measured, for a NodeClass with policy.
+func (c *Catalog) observedLocked(offerName string, policy localdisks.Policy) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for _, key := range []string{offerName, c.storageKeyLocked(offerName, policy)} {
+		for k, q := range c.observed[key] {
+			out[k] = q
+		}
+	}
+	return out
 }
 
 func sameResources(a, b corev1.ResourceList) bool {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog/internal/offerserver"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog/snapshot"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/localdisks"
 )
 
 var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
@@ -201,8 +202,9 @@ func TestLabelsAndCapacity(t *testing.T) {
 			if gpu.Value() != w.gpus {
 				t.Errorf("nvidia.com/gpu %s, want %d", gpu.String(), w.gpus)
 			}
-			if got := it.Capacity.StorageEphemeral().Value(); got != w.diskSize-talosSystemPartitions {
-				t.Errorf("ephemeral-storage %d, want %d", got, w.diskSize-talosSystemPartitions)
+			// Unused: EPHEMERAL fills the system disk after Talos's partitions, in XFS.
+			if want := localdisks.EphemeralBytes(w.diskSize, true); it.Capacity.StorageEphemeral().Value() != want {
+				t.Errorf("ephemeral-storage %d, want %d", it.Capacity.StorageEphemeral().Value(), want)
 			}
 			if got := it.Capacity.Pods().Value(); got != DefaultMaxPods {
 				t.Errorf("pods %d", got)
@@ -463,8 +465,8 @@ func TestCacheRebuildsOnlyOnChange(t *testing.T) {
 		t.Fatalf("a mark did not rebuild: %v", builds())
 	}
 	mustTypes(t, e.cat, f)
-	e.cat.ObserveCapacity("EM-A116X-SSD", corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("31Gi")})
-	e.cat.ObserveCapacity("EM-A116X-SSD", corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("31Gi")}) // same: no change
+	e.cat.ObserveCapacity("EM-A116X-SSD", "", corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("31Gi")})
+	e.cat.ObserveCapacity("EM-A116X-SSD", "", corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("31Gi")}) // same: no change
 	mustTypes(t, e.cat, f)
 	if builds() != 4 {
 		t.Fatalf("builds = %v after one capacity observation, want 4", builds())
@@ -490,7 +492,7 @@ func TestObservedCapacity(t *testing.T) {
 		corev1.ResourceCPU:              resource.MustParse("0"), // zero: ignored
 		corev1.ResourcePods:             resource.MustParse("250"),
 	}
-	e.cat.ObserveCapacity("EM-I220E-NVME", measured)
+	e.cat.ObserveCapacity("EM-I220E-NVME", "", measured)
 	after := find(t, mustTypes(t, e.cat, f), "EM-I220E-NVME")
 	if after.Capacity.Memory().Cmp(measured[corev1.ResourceMemory]) != 0 {
 		t.Errorf("memory %s, want measured %s", after.Capacity.Memory(), measured.Memory())

@@ -14,7 +14,7 @@
 //		CommitmentMonths: 12, Kubelet: kubelet, Requirements: reqs})
 //	offer, ok := cat.Offer("fr-par-2", "EM-I220E-NVME", catalog.BillingMonthly)  // offer.ID to order
 //	cat.MarkUnavailable("fr-par-2", "EM-I220E-NVME", catalog.BillingMonthly, catalog.ReasonOutOfStock)
-//	cat.ObserveCapacity("EM-I220E-NVME", node.Status.Capacity)  // measured capacity replaces the estimate
+//	cat.ObserveCapacity("EM-I220E-NVME", node.Labels[localdisks.LabelPolicy], node.Status.Capacity) // measured replaces the estimate
 //
 // # Instance types
 //

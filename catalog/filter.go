@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/karpenter/pkg/scheduling"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/localdisks"
 )
 
 // BillingPeriod is how a server is paid for: by the hour, or by the month with a one-month fee.
@@ -45,6 +47,9 @@ type Filter struct {
 	CommitmentMonths int
 	// Kubelet settings of the NodeClass, as rendered into the node's machine config.
 	Kubelet KubeletSettings
+	// LocalDisks is the NodeClass's local-disk policy: where EPHEMERAL lives
+	// (so ephemeral-storage) and the local-disk labels. "" is Unused.
+	LocalDisks localdisks.Policy
 	// Requirements, when set (a NodePool's), drop instance types whose requirements do not intersect them,
 	// so Karpenter never sees offers the NodePool cannot use.
 	Requirements scheduling.Requirements
@@ -73,6 +78,7 @@ type normalized struct {
 	sysRes     corev1.ResourceList
 	evictHard  map[string]string
 	reqs       scheduling.Requirements
+	localDisks localdisks.Policy
 	key        string
 }
 
@@ -126,6 +132,9 @@ func (f Filter) normalize() (*normalized, error) {
 	if len(f.Requirements) > 0 {
 		n.reqs = f.Requirements
 	}
+	if n.localDisks, err = localdisks.Parse(string(f.LocalDisks)); err != nil {
+		return nil, fmt.Errorf("filter: field localDisks: %w", err)
+	}
 	n.key = n.cacheKey()
 	return n, nil
 }
@@ -166,7 +175,7 @@ func parseThreshold(v string) (pct float64, q resource.Quantity, err error) {
 
 func (n *normalized) cacheKey() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "z=%s;b=%v;c=%d;p=%d", strings.Join(n.zones, ","), n.billing, n.commitment, n.maxPods)
+	fmt.Fprintf(&b, "z=%s;b=%v;c=%d;p=%d;ld=%s", strings.Join(n.zones, ","), n.billing, n.commitment, n.maxPods, n.localDisks)
 	for _, part := range []struct {
 		name string
 		m    map[string]string

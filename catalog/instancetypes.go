@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/karpenter/pkg/scheduling"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog/snapshot"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/localdisks"
 )
 
 // InstanceTypes returns one instance type per offer name that has at least one offering in the filter's zones
@@ -109,11 +110,12 @@ func (c *Catalog) buildLocked(n *normalized) []*cloudprovider.InstanceType {
 			continue
 		}
 		sp := c.specs[name]
-		reqs := requirements(sp, itZones, itRegions, itPeriods)
+		m := sp.machine(n.localDisks)
+		reqs := requirements(sp, m, itZones, itRegions, itPeriods)
 		if n.reqs != nil && reqs.Intersects(n.reqs) != nil {
 			continue
 		}
-		capacity := sp.capacity(n.maxPods, c.observed[name])
+		capacity := sp.capacity(n.maxPods, m, c.observedLocked(name, n.localDisks))
 		its = append(its, &cloudprovider.InstanceType{
 			Name:         name,
 			Requirements: reqs,
@@ -125,7 +127,7 @@ func (c *Catalog) buildLocked(n *normalized) []*cloudprovider.InstanceType {
 	return its
 }
 
-func requirements(sp *spec, zones, regions, periods []string) scheduling.Requirements {
+func requirements(sp *spec, m localdisks.Machine, zones, regions, periods []string) scheduling.Requirements {
 	reqs := scheduling.NewRequirements(
 		scheduling.NewRequirement(corev1.LabelInstanceTypeStable, corev1.NodeSelectorOpIn, sp.name),
 		scheduling.NewRequirement(corev1.LabelArchStable, corev1.NodeSelectorOpIn, sp.arch),
@@ -136,11 +138,18 @@ func requirements(sp *spec, zones, regions, periods []string) scheduling.Require
 		scheduling.NewRequirement(corev1.LabelWindowsBuild, corev1.NodeSelectorOpDoesNotExist),
 		scheduling.NewRequirement(LabelBillingPeriod, corev1.NodeSelectorOpIn, periods...),
 	)
+	// The Node carries one label per user volume too; names depend on the disks found, so they are not
+	// predicted.
+	disks := m.Layout.Labels(m.Data, false)
 	for _, key := range Labels {
 		if key == LabelBillingPeriod {
 			continue
 		}
-		if v, ok := sp.labels[key]; ok {
+		v, ok := sp.labels[key]
+		if !ok {
+			v, ok = disks[key]
+		}
+		if ok {
 			reqs.Add(scheduling.NewRequirement(key, corev1.NodeSelectorOpIn, v))
 		} else {
 			reqs.Add(scheduling.NewRequirement(key, corev1.NodeSelectorOpDoesNotExist))

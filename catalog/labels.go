@@ -2,6 +2,8 @@ package catalog
 
 import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/localdisks"
 )
 
 // LabelDomain is the prefix of every label the provider derives from an offer.
@@ -35,6 +37,12 @@ const (
 	LabelBandwidthPrivateMbps = LabelDomain + "/bandwidth-private-mbps"
 	// LabelOfferRange is Scaleway's commercial range: aluminium, beryllium, iridium, lithium, titanium, labs...
 	LabelOfferRange = LabelDomain + "/offer-range"
+	// LabelLocalDisks is the NodeClass's local-disk policy (Unused, Ephemeral, UserVolumes, Raw): where EPHEMERAL
+	// lives and what the other disks become.
+	LabelLocalDisks = localdisks.LabelPolicy
+	// LabelDataDiskCount counts the disks given to pods: user volumes under UserVolumes, raw disks under Raw, 0
+	// otherwise.
+	LabelDataDiskCount = localdisks.LabelDataDiskCount
 )
 
 // ArchitectureRiscv64 is the kubernetes.io/arch value of RISC-V offers (Karpenter names only amd64 and arm64).
@@ -48,6 +56,7 @@ var Labels = []string{
 	LabelBillingPeriod, LabelCPUVendor, LabelCPUModel, LabelCPUCores, LabelCPUThreads, LabelMemoryGiB,
 	LabelDiskType, LabelDiskCount, LabelDiskSizeGB, LabelGPUModel, LabelGPUCount,
 	LabelBandwidthPublicMbps, LabelBandwidthPrivateMbps, LabelOfferRange,
+	LabelLocalDisks, LabelDataDiskCount,
 }
 
 func init() {

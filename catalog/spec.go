@@ -11,19 +11,21 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/localdisks"
 )
 
 var zonePattern = regexp.MustCompile(`^[a-z]{2}-[a-z]{3}-[0-9]+$`)
 
 // spec is what an offer name means in hardware, computed once per data generation.
 type spec struct {
-	name    string
-	arch    string
-	labels  map[string]string // our labels (single values); GPU labels absent on non-GPU offers
-	cpu     resource.Quantity
-	memory  resource.Quantity // estimate after firmware/kernel reserve
-	storage resource.Quantity // smallest disk minus the Talos system partitions
-	gpus    int64
+	name   string
+	arch   string
+	labels map[string]string // our labels (single values); GPU labels absent on non-GPU offers
+	cpu    resource.Quantity
+	memory resource.Quantity // estimate after firmware/kernel reserve
+	disks  []localdisks.Disk // the offer's disks, in its order
+	gpus   int64
 }
 
 // Estimates of what a node does not get of the offer's hardware. The kernel keeps ~1.6% of RAM for its page
@@ -32,8 +34,6 @@ type spec struct {
 const (
 	memoryReserveFraction = 0.02
 	memoryReserveFixed    = 256 << 20
-	// Talos keeps EFI, BOOT, META and STATE partitions (~1.3 GiB) on the install disk; EPHEMERAL gets the rest.
-	talosSystemPartitions = 2 << 30
 )
 
 func newSpec(o *baremetal.Offer) *spec {
@@ -74,6 +74,7 @@ func newSpec(o *baremetal.Offer) *spec {
 			continue
 		}
 		total += uint64(d.Capacity)
+		s.disks = append(s.disks, localdisks.Disk{SizeBytes: int64(d.Capacity), Rotational: diskType(d.Type) == "hdd"})
 		if smallest == nil || d.Capacity < smallest.Capacity {
 			smallest = d
 		}
@@ -83,7 +84,6 @@ func newSpec(o *baremetal.Offer) *spec {
 	if smallest != nil {
 		// Whichever disk em-imager picks, it is at least as big as the smallest one.
 		s.labels[LabelDiskType] = diskType(smallest.Type)
-		s.storage = *resource.NewQuantity(max(int64(smallest.Capacity)-talosSystemPartitions, 0), resource.BinarySI)
 	}
 
 	if n := len(o.Gpus); n > 0 && o.Gpus[0] != nil {
@@ -104,12 +104,19 @@ func newSpec(o *baremetal.Offer) *spec {
 	return s
 }
 
-// baseCapacity is the spec's capacity before measurements; pods come from the filter.
-func (s *spec) capacity(pods int64, observed corev1.ResourceList) corev1.ResourceList {
+// machine lays the offer's disks out under a local-disk policy, the system
+// disk being the one em-imager's --disk auto takes.
+func (s *spec) machine(p localdisks.Policy) localdisks.Machine {
+	return localdisks.Lay(p, s.disks, localdisks.SystemDisk(s.disks))
+}
+
+// capacity is the spec's capacity before measurements; pods come from the filter, ephemeral-storage from the
+// disk the local-disk policy puts EPHEMERAL on.
+func (s *spec) capacity(pods int64, m localdisks.Machine, observed corev1.ResourceList) corev1.ResourceList {
 	rl := corev1.ResourceList{
 		corev1.ResourceCPU:              s.cpu,
 		corev1.ResourceMemory:           s.memory,
-		corev1.ResourceEphemeralStorage: s.storage,
+		corev1.ResourceEphemeralStorage: *resource.NewQuantity(m.EphemeralBytes(), resource.BinarySI),
 		corev1.ResourcePods:             *resource.NewQuantity(pods, resource.DecimalSI),
 	}
 	if s.gpus > 0 {

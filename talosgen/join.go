@@ -658,3 +658,22 @@ func (j *JoinMaterial) computeFingerprint() string {
 
 	return hex.EncodeToString(h.Sum(nil))
 }
+
+// NewClusterJoinMaterial is the join material of a new cluster (a fresh
+// Talos secrets bundle) at endpoint: for tests and demos that need a config
+// that validates, not a cluster to join.
+func NewClusterJoinMaterial(endpoint, clusterName string) (*JoinMaterial, error) {
+	bundle, err := secrets.NewBundle(secrets.NewFixedClock(time.Now()), coreconfig.TalosVersion1_12)
+	if err != nil {
+		return nil, err
+	}
+
+	raw, err := yaml.Marshal(bundle)
+	if err != nil {
+		return nil, err
+	}
+
+	return ParseJoinSecret("generated", map[string][]byte{
+		KeySecretsBundle: raw, KeyEndpoint: []byte(endpoint), KeyClusterName: []byte(clusterName),
+	})
+}

@@ -157,6 +157,17 @@ func render(join *JoinMaterial, nc *karpv1.NodeClaim, s NodeSettings, hw *report
 		return nil, err
 	}
 
+	disks, err := planDisks(hw, settings.policy)
+	if err != nil {
+		return nil, err
+	}
+
+	// What the disks really are wins over the catalogue's prediction
+	// (the NodeClaim's labels).
+	for k, v := range disks.labels {
+		labels[k] = v
+	}
+
 	token := settings.BootstrapToken
 
 	if token == "" && join.form == FormKubernetes && join.bundle.Secrets.BootstrapToken == "" {
@@ -182,14 +193,19 @@ func render(join *JoinMaterial, nc *karpv1.NodeClaim, s NodeSettings, hw *report
 		return nil, err
 	}
 
+	diskDocs, err := disks.documents()
+	if err != nil {
+		return nil, err
+	}
+
 	patched, err := base.PatchV1Alpha1(func(c *v1alpha1.Config) error {
-		return applyNode(c, join, settings, nc, labels, taints, hw.Disk, token, discovery)
+		return applyNode(c, join, settings, nc, labels, taints, disks, hw.Disk.Path, token, discovery)
 	})
 	if err != nil {
 		return nil, err
 	}
 
-	docs, err := mergeDocuments(patched, netDocs, len(netw.nameservers) > 0)
+	docs, err := mergeDocuments(patched, append(netDocs, diskDocs...), len(netw.nameservers) > 0)
 	if err != nil {
 		return nil, err
 	}
@@ -354,7 +370,7 @@ func baseConfig(join *JoinMaterial, s *normalized, discovery *bool) (coreconfig.
 
 // applyNode writes the per-node and NodeClass parts into the v1alpha1 document.
 func applyNode(c *v1alpha1.Config, join *JoinMaterial, s *normalized, nc *karpv1.NodeClaim,
-	labels map[string]string, taints []corev1.Taint, disk *report.Disk, token string, discovery *bool,
+	labels map[string]string, taints []corev1.Taint, disks *diskPlan, diskPath, token string, discovery *bool,
 ) error {
 	m, cl := c.MachineConfig, c.ClusterConfig
 	if m == nil || cl == nil {
@@ -453,15 +469,9 @@ func applyNode(c *v1alpha1.Config, join *JoinMaterial, s *normalized, nc *karpv1
 
 	inst := m.MachineInstall
 
-	// The disk em-imager wrote. Its serial survives kernel renaming
-	// (sdX order is not stable across boots); the path is the fallback.
-	if disk.Serial != "" {
-		inst.InstallDisk = ""
-		inst.InstallDiskSelector = &v1alpha1.InstallDiskSelector{Serial: disk.Serial}
-	} else {
-		inst.InstallDisk = disk.Path
-		inst.InstallDiskSelector = nil
-	}
+	// The disk em-imager wrote, by an identity that survives kernel
+	// renaming (nvme and sd numbering changes between boots).
+	disks.applyInstallDisk(inst, diskPath)
 
 	if s.InstallImage != "" {
 		inst.InstallImage = s.InstallImage
@@ -622,9 +632,12 @@ type Facts struct {
 	RegisterWithTaints []corev1.Taint
 	UplinkSelector     string // CEL expression of the uplink LinkAliasConfig
 	UplinkAddresses    []netip.Prefix
-	InstallDisk        string // path, or "serial:<serial>" when selected by serial
-	BootstrapToken     string
-	Endpoint           string
+	InstallDisk        string // path, or "<field>:<value>" when selected by wwid, serial or busPath
+	// Volumes are the volume documents: VolumeConfig and UserVolumeConfig
+	// names with their disk selectors.
+	Volumes        []VolumeFact
+	BootstrapToken string
+	Endpoint       string
 }
 
 // ReadFacts extracts Facts from a loaded config.
@@ -661,10 +674,16 @@ func ReadFacts(cfg coreconfig.Provider) (*Facts, error) {
 
 	if inst := m.MachineConfig.MachineInstall; inst != nil {
 		f.InstallDisk = inst.InstallDisk
-		if inst.InstallDiskSelector != nil && inst.InstallDiskSelector.Serial != "" {
-			f.InstallDisk = "serial:" + inst.InstallDiskSelector.Serial
+		if sel := inst.InstallDiskSelector; sel != nil {
+			for _, id := range []DiskID{{IDWWID, sel.WWID}, {IDSerial, sel.Serial}, {"busPath", sel.BusPath}} {
+				if id.Value != "" {
+					f.InstallDisk = id.String()
+				}
+			}
 		}
 	}
+
+	f.Volumes = volumeFacts(cfg)
 
 	if cl := m.ClusterConfig; cl != nil {
 		f.BootstrapToken = cl.BootstrapToken

@@ -575,7 +575,7 @@ func TestRenderConcurrent(t *testing.T) {
 				return
 			}
 
-			if f.Hostname != nc.Name || f.ProviderID != nc.Status.ProviderID || f.NodeLabels["example.com/i"] != fmt.Sprint(i) || len(f.NodeLabels) != 6 {
+			if f.Hostname != nc.Name || f.ProviderID != nc.Status.ProviderID || f.NodeLabels["example.com/i"] != fmt.Sprint(i) || len(f.NodeLabels) != 8 { // 6 + the two local-disk labels
 				errs <- fmt.Errorf("node %d got another node's facts: %+v", i, f)
 
 				return

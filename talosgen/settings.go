@@ -10,6 +10,8 @@ import (
 	coreconfig "github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/localdisks"
 )
 
 // DefaultTalosVersion is the version contract used when NodeSettings gives
@@ -50,6 +52,9 @@ type NodeSettings struct {
 	// AllowValidationWarnings accepts a config that machinery validates with
 	// warnings. Default false: a warning is an error.
 	AllowValidationWarnings bool `json:"allowValidationWarnings,omitempty"`
+	// LocalDisks is the local-disk policy (package localdisks): Unused
+	// (default), Ephemeral, UserVolumes or Raw.
+	LocalDisks string `json:"localDisks,omitempty"`
 	// BootstrapToken, when set, replaces the join material's bootstrap token
 	// for this node only (the controller creates it with a short TTL). It is
 	// never serialized and never part of the hash.
@@ -101,6 +106,7 @@ type normalized struct {
 
 	contract *coreconfig.VersionContract
 	patches  []configpatcher.Patch
+	policy   localdisks.Policy
 }
 
 func settingsErr(field, format string, args ...any) error {
@@ -134,6 +140,14 @@ func normalizeSettings(s NodeSettings) (*normalized, error) {
 
 	n.contract = contract
 	n.TalosVersion = contract.String()
+
+	if n.policy, err = localdisks.Parse(n.LocalDisks); err != nil {
+		return nil, settingsErr("localDisks", "%q is not one of %v", n.LocalDisks, localdisks.Policies)
+	}
+
+	if n.policy == localdisks.Unused {
+		n.LocalDisks = "" // the default: hashes as before the field existed
+	}
 
 	if n.InstallImage != "" && !imageRefRE.MatchString(n.InstallImage) {
 		return nil, settingsErr("installImage", "%q is not an image reference", n.InstallImage)

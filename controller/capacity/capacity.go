@@ -17,11 +17,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/localdisks"
 )
 
 // Observer is the catalog (catalog.Catalog.ObserveCapacity).
 type Observer interface {
-	ObserveCapacity(offerName string, capacity corev1.ResourceList)
+	ObserveCapacity(offerName, localDisks string, capacity corev1.ResourceList)
 }
 
 // Controller reads Ready nodes of this provider every Interval.
@@ -43,7 +44,7 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 		if offer == "" || !strings.HasPrefix(n.Spec.ProviderID, scaleway.ProviderIDScheme) || !ready(n) {
 			continue
 		}
-		c.Catalog.ObserveCapacity(offer, n.Status.Capacity)
+		c.Catalog.ObserveCapacity(offer, n.Labels[localdisks.LabelPolicy], n.Status.Capacity)
 	}
 	interval := c.Interval
 	if interval == 0 {

@@ -118,6 +118,9 @@ type Image struct {
 	VerifyReadback bool
 	TalosVersion   string
 	SchematicID    string
+	// WipeOtherDisks has em-imager erase the old signatures of every other
+	// disk once the image is verified (the local-disk policy wipes).
+	WipeOtherDisks bool
 	// Delivery is how the node gets its machine config; recorded on the
 	// server (TagConfigDelivery) when imaging ends, so booting follows what
 	// imaging did whatever the NodeClass says by then.
@@ -201,6 +204,13 @@ type Job struct {
 	Imaged func(ctx context.Context, img Image) error
 	// PrivateNetworkIDs to attach after delivery.
 	PrivateNetworkIDs []string
+	// RecordDisks keeps em-imager's disk list (EncodeDisks) where a restart
+	// finds it (the NodeClaim), before the server's tags say the image is
+	// written; Disks reads it back ("" when none). Nil: the config is
+	// rendered from the tags alone (install disk and uplink).
+	RecordDisks func(ctx context.Context, disks string) error
+	Disks       func(ctx context.Context) (string, error)
+	disks       string // what this run's em-imager found (EncodeDisks)
 	// Render returns the node's machine config from what em-imager found.
 	Render func(ctx context.Context, hw *report.Report, net talosgen.Network) ([]byte, error)
 	// Progress is told of phase changes and imaging progress, for events.

@@ -3,6 +3,7 @@ package install
 import (
 	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,5 +118,60 @@ func TestImagingProgressIsToldOncePerStep(t *testing.T) {
 	}
 	if want := []int{0, 10, 30, 90, 100}; !slices.Equal(told, want) {
 		t.Fatalf("told %v, want %v", told, want)
+	}
+}
+
+// The disk list em-imager reported comes back whole from its record, with
+// the install disk's identities, where the tags alone know only its path
+// and serial; a record of another install disk is refused.
+func TestDiskRecordGivesBackEveryDiskAndItsIdentities(t *testing.T) {
+	disk := func(name, wwid string, size int64) report.Disk {
+		return report.Disk{Path: "/dev/" + name, Name: name, SizeBytes: size, Model: "SAMSUNG MZQL2960HCJR", Serial: "S64G" + name,
+			SerialSource: report.SerialFromSysfs, WWID: wwid, BusPath: "/pci0000:00/" + name, LogicalSectorSize: 512,
+			Transport: "nvme", Reason: "prose", Rule: report.RuleAutoSmallestFit}
+	}
+	rep := &report.Report{Disks: []report.Disk{
+		disk("nvme0n1", "eui.0001", 960e9), disk("nvme1n1", "eui.0002", 960e9),
+		disk("nvme2n1", "eui.0003", 7680e9), disk("nvme3n1", "eui.0004", 7680e9),
+	}}
+	rep.Disks[3].Wiped = true
+	rep.Disk = &rep.Disks[1]
+	enc, err := EncodeDisks(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(enc, "prose") || strings.Contains(enc, "wiped") {
+		t.Errorf("the record carries the run's prose: %s", enc)
+	}
+	tags := withHardware(nil, "d0:50:99:00:00:01", "/dev/nvme1n1", "S64Gnvme1n1", "4e4e15d50631aa00")
+	if hw := HardwareFromTags(tags); hw.Disk.WWID != "" || len(hw.Disks) != 0 {
+		t.Fatalf("the tags alone hold the disk list: %+v", hw)
+	}
+	hw, err := Hardware(tags, enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hw.Disk.WWID != "eui.0002" || hw.Disk.Path != "/dev/nvme1n1" || uplinkMAC(hw) != "d0:50:99:00:00:01" {
+		t.Errorf("install disk %+v, uplink %q", hw.Disk, uplinkMAC(hw))
+	}
+	if len(hw.Disks) != 4 {
+		t.Fatalf("%d disks back, want 4", len(hw.Disks))
+	}
+	for i, d := range hw.Disks {
+		want := rep.Disks[i]
+		want.Reason, want.Rule, want.Wiped = "", "", false
+		if d != want {
+			t.Errorf("disk %d back as %+v, want %+v", i, d, want)
+		}
+	}
+	stale := withHardware(nil, "d0:50:99:00:00:01", "/dev/nvme0n1", "S64Gnvme0n1", "4e4e15d50631aa00")
+	if _, err := Hardware(stale, enc); err == nil {
+		t.Error("a record of another install disk was taken")
+	}
+	if _, err := Hardware(tags, "{"); err == nil {
+		t.Error("a corrupt record was taken")
+	}
+	if hw, err := Hardware(tags, ""); err != nil || hw.Disk.Path != "/dev/nvme1n1" || len(hw.Disks) != 0 {
+		t.Errorf("without a record: %+v, %v", hw, err)
 	}
 }

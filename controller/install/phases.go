@@ -209,12 +209,15 @@ func (i *Installer) inRescue(ctx, pctx context.Context, log logr.Logger, job *Jo
 	return fn(sess)
 }
 
+// writeImage runs em-imager write and records what it found: the disk list
+// on the NodeClaim (and the job, for this run), then the uplink, the disk
+// and the image on the server's tags.
 func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, sess *rescue.Session, img Image) (*baremetal.Server, error) {
 	i.progress(job, PhaseImaging, "writing the Talos image")
 	lastPct := -1
 	rep, err := rescue.RunImager(pctx, sess, rescue.ImagerArgs{
 		Binary: i.Imager, ImageURL: img.URL, SHA256: img.SHA256, Format: img.Format,
-		Disk: img.Disk, RawSize: img.RawSize, VerifyReadback: img.VerifyReadback,
+		Disk: img.Disk, RawSize: img.RawSize, VerifyReadback: img.VerifyReadback, WipeOtherDisks: img.WipeOtherDisks,
 	}, func(p report.Progress) {
 		if p.TotalIn <= 0 {
 			return
@@ -235,10 +238,24 @@ func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *
 		i.Metrics.observeImager(rep)
 		log.Info("image written", "disk", rep.Disk.Path, "rawMBps", rep.Timings.RawMBps, "seconds", rep.Timings.TotalSeconds)
 	}
+	for _, w := range rep.Warnings {
+		log.Info("em-imager", "warning", w) // the other disks wiped or skipped, among others
+	}
 	uplink := uplinkMAC(rep)
 	if uplink == "" {
 		return srv, &PhaseError{Phase: PhaseImaging, Release: true, Err: errors.New("em-imager found no NIC with a link")}
 	}
+	disks, err := EncodeDisks(rep)
+	if err != nil {
+		return srv, &PhaseError{Phase: PhaseImaging, Release: true, Err: err}
+	}
+	// The record goes first: tags that say "imaged" always come with it.
+	if job.RecordDisks != nil {
+		if err := job.RecordDisks(pctx, disks); err != nil {
+			return srv, &PhaseError{Phase: PhaseImaging, Err: fmt.Errorf("recording the disk list: %w", err)}
+		}
+	}
+	job.disks = disks
 	written := img.SHA256
 	if rep.Image != nil && rep.Image.RawSHA256 != "" {
 		written = rep.Image.RawSHA256
@@ -263,12 +280,32 @@ func ImagingStepReached(last, pct int) (step int, ok bool) {
 	return pct / ImagingStep * ImagingStep, true
 }
 
+// hardware is what the config is rendered from: the server's tags and the
+// disk list, this run's (writeImage) or else read back from the record.
+func (i *Installer) hardware(ctx context.Context, job *Job, srv *baremetal.Server, p Phase) (*report.Report, error) {
+	disks := job.disks
+	if disks == "" && job.Disks != nil {
+		var err error
+		if disks, err = job.Disks(ctx); err != nil {
+			return nil, &PhaseError{Phase: p, Err: fmt.Errorf("reading the recorded disk list: %w", err)}
+		}
+	}
+	hw, err := Hardware(srv.Tags, disks)
+	if err != nil {
+		return nil, &PhaseError{Phase: p, Err: err}
+	}
+	return hw, nil
+}
+
 // writeConfig renders the node's machine config and has em-imager put it
 // into the metal-iso partition of the disk the image went to. The config
 // goes over the SSH session on em-imager's stdin: it is never in a command
 // line, a log, an event or an error.
 func (i *Installer) writeConfig(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, sess *rescue.Session) error {
-	hw := HardwareFromTags(srv.Tags)
+	hw, err := i.hardware(pctx, job, srv, PhaseImaging)
+	if err != nil {
+		return err
+	}
 	if hw.Disk.Path == "" {
 		return &PhaseError{Phase: PhaseImaging, Release: true, Err: errors.New("the server's tags do not say which disk holds the image")}
 	}
@@ -385,7 +422,11 @@ func (i *Installer) applyOverMaintenanceAPI(ctx, pctx context.Context, log logr.
 			last = err
 			continue
 		}
-		cfg, err := job.Render(pctx, HardwareFromTags(srv.Tags), NetworkOf(srv))
+		hw, err := i.hardware(pctx, job, srv, PhaseBooting)
+		if err != nil {
+			return srv, err
+		}
+		cfg, err := job.Render(pctx, hw, NetworkOf(srv))
 		if err != nil {
 			return srv, &PhaseError{Phase: PhaseBooting, Err: fmt.Errorf("rendering the machine config: %w", err)}
 		}

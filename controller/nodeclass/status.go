@@ -209,7 +209,12 @@ func sampleNodeClaim(nc *v1alpha1.ScalewayElasticMetalNodeClass) *karpv1.NodeCla
 func sampleReport() *report.Report {
 	return &report.Report{
 		Version: report.Version, Command: "write", OK: true,
-		Disk: &report.Disk{Path: "/dev/nvme0n1", LogicalSectorSize: 512},
+		Disk: &report.Disk{Path: "/dev/nvme0n1", SizeBytes: 960e9, WWID: "eui.0000000000000001", Transport: "nvme", LogicalSectorSize: 512},
+		// Two disks, so that every local-disk policy renders its volume documents.
+		Disks: []report.Disk{
+			{Path: "/dev/nvme0n1", SizeBytes: 960e9, WWID: "eui.0000000000000001", Transport: "nvme", LogicalSectorSize: 512},
+			{Path: "/dev/nvme1n1", SizeBytes: 7680e9, WWID: "eui.0000000000000002", Transport: "nvme", LogicalSectorSize: 512},
+		},
 		NICs: []report.NIC{{Name: "eth0", MAC: "02:00:00:00:00:01", LinkUp: true, HasDefaultRoute: true}},
 	}
 }

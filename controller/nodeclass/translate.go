@@ -16,6 +16,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagesource"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/localdisks"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/talosgen"
 )
 
@@ -43,6 +44,7 @@ func Filter(nc *v1alpha1.ScalewayElasticMetalNodeClass, defaultZone string) cata
 	f := catalog.Filter{
 		Zones:            nc.ZonesOr(defaultZone),
 		CommitmentMonths: int(nc.Spec.Billing.MonthlyCommitmentMonths),
+		LocalDisks:       localdisks.Policy(nc.Spec.LocalDisks),
 		Requirements:     scheduling.NewRequirements(scheduling.NewRequirement(corev1.LabelArchStable, corev1.NodeSelectorOpIn, arch)),
 	}
 	for _, p := range nc.Spec.Billing.Periods {
@@ -67,6 +69,7 @@ func Settings(nc *v1alpha1.ScalewayElasticMetalNodeClass) talosgen.NodeSettings 
 		ConfigPatches:           t.ConfigPatches,
 		ClusterDiscovery:        t.Discovery,
 		AllowValidationWarnings: t.AllowValidationWarnings,
+		LocalDisks:              nc.Spec.LocalDisks,
 	}
 	if k := nc.Spec.Kubelet; k != nil {
 		s.Kubelet = talosgen.KubeletSettings{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/report"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/localdisks"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/talosgen"
 )
 
@@ -198,9 +200,18 @@ func (w *worker) job(claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalN
 			}
 			return install.Image{URL: img.URL, SHA256: img.RawSHA256, Format: img.Format, RawSize: img.RawSize,
 				Disk: nc.Spec.Rescue.Disk, VerifyReadback: nc.Spec.Rescue.VerifyReadback,
-				TalosVersion: img.TalosVersion, SchematicID: img.SchematicID, Delivery: delivery}, nil
+				WipeOtherDisks: localdisks.Policy(nc.Spec.LocalDisks).Wipes(),
+				TalosVersion:   img.TalosVersion, SchematicID: img.SchematicID, Delivery: delivery}, nil
 		},
-		Imaged: func(ctx context.Context, img install.Image) error { return w.recordImage(ctx, img) },
+		Imaged:      func(ctx context.Context, img install.Image) error { return w.recordImage(ctx, img) },
+		RecordDisks: func(ctx context.Context, disks string) error { return w.recordDisks(ctx, disks) },
+		Disks: func(ctx context.Context) (string, error) {
+			claim, err := c.getClaim(ctx, w.name)
+			if err != nil {
+				return "", err
+			}
+			return claim.Annotations[v1alpha1.AnnotationDisks], nil
+		},
 		Render: func(ctx context.Context, hw *report.Report, network talosgen.Network) ([]byte, error) {
 			nc, err := w.nodeClass(ctx, claim)
 			if err != nil {
@@ -283,23 +294,38 @@ func (w *worker) holdWindow(p install.Phase, since time.Time) {
 // recordImage puts what was written on the NodeClaim: drift compares it with
 // the NodeClass's image.
 func (w *worker) recordImage(ctx context.Context, img install.Image) error {
-	claim, err := w.c.getClaim(ctx, w.name)
+	claim, err := w.annotate(ctx, map[string]string{
+		v1alpha1.AnnotationImageSHA256:  img.SHA256,
+		v1alpha1.AnnotationTalosVersion: img.TalosVersion,
+		v1alpha1.AnnotationSchematicID:  img.SchematicID,
+	})
 	if err != nil {
 		return err
+	}
+	stored := claim.DeepCopy()
+	claim.Status.ImageID = img.SHA256
+	return w.c.Kube.Status().Patch(ctx, claim, client.MergeFrom(stored))
+}
+
+// recordDisks keeps em-imager's disk list on the NodeClaim: the config is
+// rendered from it after a restart (the server's tags are too short).
+func (w *worker) recordDisks(ctx context.Context, disks string) error {
+	_, err := w.annotate(ctx, map[string]string{v1alpha1.AnnotationDisks: disks})
+	return err
+}
+
+// annotate sets annotations on the NodeClaim and returns it as patched.
+func (w *worker) annotate(ctx context.Context, kv map[string]string) (*karpv1.NodeClaim, error) {
+	claim, err := w.c.getClaim(ctx, w.name)
+	if err != nil {
+		return nil, err
 	}
 	stored := claim.DeepCopy()
 	if claim.Annotations == nil {
 		claim.Annotations = map[string]string{}
 	}
-	claim.Annotations[v1alpha1.AnnotationImageSHA256] = img.SHA256
-	claim.Annotations[v1alpha1.AnnotationTalosVersion] = img.TalosVersion
-	claim.Annotations[v1alpha1.AnnotationSchematicID] = img.SchematicID
-	if err := w.c.Kube.Patch(ctx, claim, client.MergeFrom(stored)); err != nil {
-		return err
-	}
-	stored = claim.DeepCopy()
-	claim.Status.ImageID = img.SHA256
-	return w.c.Kube.Status().Patch(ctx, claim, client.MergeFrom(stored))
+	maps.Copy(claim.Annotations, kv)
+	return claim, w.c.Kube.Patch(ctx, claim, client.MergeFrom(stored))
 }
 
 // fail ends an install for good: the server goes back under the spare

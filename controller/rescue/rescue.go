@@ -223,6 +223,9 @@ type ImagerArgs struct {
 	Disk           string // auto or a device path
 	RawSize        int64  // from the manifest: lets --disk auto pick the smallest disk that fits
 	VerifyReadback bool
+	// WipeOtherDisks erases old signatures of every other disk after the
+	// image is verified (the local-disk policy's localdisks.Policy.Wipes).
+	WipeOtherDisks bool
 }
 
 // ImagerName is where em-imager is uploaded, relative to the rescue user's home.
@@ -265,6 +268,9 @@ func WriteCommand(a ImagerArgs) string {
 	}
 	if a.VerifyReadback {
 		args = append(args, "--verify-readback")
+	}
+	if a.WipeOtherDisks {
+		args = append(args, "--wipe-other-disks")
 	}
 	return ImagerCommand(sha256Hex(a.Binary), args...)
 }

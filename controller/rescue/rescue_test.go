@@ -179,11 +179,14 @@ func TestWrongKeyIsRefusedAndHostKeyPinnedPerBoot(t *testing.T) {
 }
 
 func TestWriteCommandQuotesArguments(t *testing.T) {
-	cmd := WriteCommand(ImagerArgs{ImageURL: "https://x/y?a=1&b='2'", SHA256: "ab", VerifyReadback: true, RawSize: 4096})
-	for _, want := range []string{`'https://x/y?a=1&b='\''2'\'''`, "'--verify-readback'", "'--disk' 'auto'", "'--image-size' '4096'", "sudo -n"} {
+	cmd := WriteCommand(ImagerArgs{ImageURL: "https://x/y?a=1&b='2'", SHA256: "ab", VerifyReadback: true, RawSize: 4096, WipeOtherDisks: true})
+	for _, want := range []string{`'https://x/y?a=1&b='\''2'\'''`, "'--verify-readback'", "'--disk' 'auto'", "'--image-size' '4096'", "'--wipe-other-disks'", "sudo -n"} {
 		if !strings.Contains(cmd, want) {
 			t.Errorf("command %q lacks %q", cmd, want)
 		}
+	}
+	if cmd := WriteCommand(ImagerArgs{SHA256: "ab"}); strings.Contains(cmd, "wipe") {
+		t.Errorf("command %q wipes other disks unasked", cmd)
 	}
 }
 

@@ -29,12 +29,10 @@ var (
 
 // Info is everything sysfs and the running system say about one disk.
 type Info struct {
-	report.Disk
-	Removable bool
-	ReadOnly  bool
-	USB       bool
-	Virtual   bool     // loop, ram, zram, optical, nbd, dm, md, rbd
-	Holders   []string // devices stacked on the disk or its partitions (md, dm)
+	report.Disk // with Removable and ReadOnly
+	USB         bool
+	Virtual     bool     // loop, ram, zram, optical, nbd, dm, md, rbd
+	Holders     []string // devices stacked on the disk or its partitions (md, dm)
 	// Uses says what the running system uses the disk for ("/dev/sda1
 	// mounted on /boot", swap, the backing file of a mounted loop device).
 	Uses []string
@@ -88,12 +86,16 @@ func describe(root hostroot.Root, name string, use usageMap) Info {
 	in.ReadOnly = hostroot.ReadString(sys("ro")) == "1"
 	in.Model = strings.Join(strings.Fields(hostroot.ReadString(sys("device", "vendor"))+" "+hostroot.ReadString(sys("device", "model"))), " ")
 	in.Serial = hostroot.ReadString(sys("device", "serial"))
-	if in.Serial == "" {
-		if b, err := os.ReadFile(sys("device", "vpd_pg80")); err == nil && len(b) > 4 {
-			in.Serial = strings.TrimSpace(string(b[4:])) // SCSI unit serial number page
+	if in.Serial != "" {
+		in.SerialSource = report.SerialFromSysfs
+	} else if b, err := os.ReadFile(sys("device", "vpd_pg80")); err == nil && len(b) > 4 {
+		in.Serial = strings.TrimSpace(string(b[4:])) // SCSI unit serial number page
+		if in.Serial != "" {
+			in.SerialSource = report.SerialFromVPD
 		}
 	}
 	in.WWID = firstNonEmpty(hostroot.ReadString(sys("wwid")), hostroot.ReadString(sys("device", "wwid")))
+	in.BusPath = busPath(root, sys())
 	for _, p := range virtualPrefixes {
 		if strings.HasPrefix(name, p) {
 			in.Virtual = true
@@ -145,6 +147,25 @@ func describe(root hostroot.Root, name string, use usageMap) Info {
 		in.Uses, in.SystemRoot = u.what, u.root
 	}
 	return in
+}
+
+// busPath is where the disk hangs off the buses, computed as Talos does
+// (go-blockdevice's GetProperties): the device's path under /sys/devices
+// without its last two elements (block/sda, nvme0/nvme0n1).
+func busPath(root hostroot.Root, sysDir string) string {
+	dev, err := filepath.EvalSymlinks(sysDir)
+	if err != nil {
+		return ""
+	}
+	devices, err := filepath.EvalSymlinks(root.Sys("devices"))
+	if err != nil {
+		return ""
+	}
+	rel, ok := strings.CutPrefix(dev, devices+string(filepath.Separator))
+	if !ok {
+		return ""
+	}
+	return filepath.Dir(filepath.Dir("/" + filepath.ToSlash(rel)))
 }
 
 func firstNonEmpty(a, b string) string {

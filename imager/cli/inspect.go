@@ -53,6 +53,7 @@ func runInspect(ctx context.Context, args []string, std streams) *report.Report 
 	r.NICs, r.Warnings = nics(root, r.Warnings)
 	c, err := blockdev.Choose(root, blockdev.Request{Disk: f.disk, ImageSize: spec.size, AllowVirtual: f.allowVirtual})
 	r.Disk, r.RejectedDisks = c.Disk, c.Rejected
+	hostDisks(root, r)
 	if err != nil && f.disk != "auto" {
 		fail(r, diskCode(err), "%v", err)
 	} else {

@@ -26,7 +26,7 @@ type writeFlags struct {
 	disk, progress, sysroot string
 	concurrency, retries    int
 	readback, allowVirtual  bool
-	dryRun, yes             bool
+	dryRun, yes, wipeOthers bool
 	stallTimeout, timeout   time.Duration
 }
 
@@ -39,6 +39,7 @@ func newWriteFlagSet(w *writeFlags) *flag.FlagSet {
 	fs.StringVar(&w.sha, "sha256", "", "expected SHA-256 of the raw (decompressed) image, 64 hex digits (not needed with --manifest)")
 	fs.StringVar(&w.disk, "disk", "auto", "target disk: a block device or a link to one (/dev/disk/by-id/...), an existing regular file, or auto")
 	fs.BoolVar(&w.allowVirtual, "allow-virtual", false, "let --disk name a loop, nbd, dm, md or RAM device (auto never picks one)")
+	fs.BoolVar(&w.wipeOthers, "wipe-other-disks", false, "once the image is verified, erase the partition tables and filesystem/RAID/LVM signatures of every other disk (not virtual, removable, USB or read-only); a busy one fails the run before anything is written")
 	fs.BoolVar(&w.dryRun, "dry-run", false, "make every check up to the first byte (disk, format, sector size, size: the image's first MiB is fetched), say what would happen, write nothing; exit status 0 when the real run would start")
 	fs.BoolVar(&w.yes, "yes", false, "do not ask before writing (on a terminal, write asks, naming the disk and what it holds)")
 	fs.BoolVar(&w.yes, "y", false, "short for --yes")
@@ -108,6 +109,7 @@ func runWrite(ctx context.Context, args []string, std streams) (*report.Report, 
 	// rule inspect uses: how the image is served changes nothing.
 	choice, err := blockdev.Choose(root, blockdev.Request{Disk: w.disk, ImageSize: spec.size, AllowVirtual: w.allowVirtual})
 	r.Disk, r.RejectedDisks = choice.Disk, choice.Rejected
+	hostDisks(root, r)
 	if err != nil {
 		fail(r, diskCode(err), "%v; nothing was written to any disk", err)
 		return finish(r, prog, started), nil
@@ -115,6 +117,15 @@ func runWrite(ctx context.Context, args []string, std streams) (*report.Report, 
 	if ss := spec.sectorSize; ss > 0 && choice.Disk.Transport != "file" && ss != choice.Disk.LogicalSectorSize {
 		fail(r, report.CodeDiskUnsuitable, "%s: the manifest's image is laid out for %d-byte sectors, the disk has %d-byte logical sectors; nothing was written to the disk", diskwrite.ErrSectorSize, ss, choice.Disk.LogicalSectorSize)
 		return finish(r, prog, started), nil
+	}
+	// The other disks are checked before anything is written (a dry run
+	// refuses a busy one as the real run would).
+	var others []blockdev.Info
+	if w.wipeOthers {
+		if others, err = wipePlan(root, choice.Disk, r); err != nil {
+			fail(r, wipeCode(ctx, err), "--wipe-other-disks: %v; nothing was written to any disk", err)
+			return finish(r, prog, started), nil
+		}
 	}
 
 	ask := std.interactive && !w.yes && !w.dryRun
@@ -141,6 +152,11 @@ func runWrite(ctx context.Context, args []string, std streams) (*report.Report, 
 		}
 	}
 	stream(ctx, &w, &spec, choice, r, prog)
+	if r.OK {
+		if err := wipeOthers(ctx, root, others, r); err != nil {
+			fail(r, wipeCode(ctx, err), "the image is written and verified on %s, but %v", choice.Disk.Path, err)
+		}
+	}
 	return finish(r, prog, started), nil
 }
 

@@ -33,6 +33,10 @@ type Contents struct {
 	// found only through its backup, a protective MBR without a GPT.
 	TableNote  string
 	SectorSize int
+	// BackupGPT is where the primary GPT header says its backup is (bytes;
+	// 0 when unknown): on an image written to a bigger disk, where the
+	// image ended, not at the disk's end.
+	BackupGPT  int64
 	Partitions []Partition
 	// Filesystem and Label are those on the whole disk (no table).
 	Filesystem string
@@ -73,10 +77,12 @@ func Probe(path string, sectorSize int) (Contents, error) {
 	if err != nil {
 		return Contents{}, err
 	}
-	return probe(f, size, sectorSize)
+	return ProbeAt(f, size, sectorSize)
 }
 
-func probe(r io.ReaderAt, size int64, sectorSize int) (Contents, error) {
+// ProbeAt is Probe on a disk already open (size bytes long), e.g. one held
+// exclusively for writing.
+func ProbeAt(r io.ReaderAt, size int64, sectorSize int) (Contents, error) {
 	head, err := readAt(r, 0, min(headSize, size))
 	if err != nil {
 		return Contents{}, err
@@ -130,10 +136,11 @@ func allZero(b []byte) bool {
 }
 
 type gptHeader struct {
-	entriesLBA uint64
-	entries    uint32
-	entrySize  uint32
-	crcOK      bool
+	alternateLBA uint64
+	entriesLBA   uint64
+	entries      uint32
+	entrySize    uint32
+	crcOK        bool
 }
 
 func parseGPTHeader(b []byte) (gptHeader, bool) {
@@ -141,9 +148,10 @@ func parseGPTHeader(b []byte) (gptHeader, bool) {
 		return gptHeader{}, false
 	}
 	h := gptHeader{
-		entriesLBA: binary.LittleEndian.Uint64(b[72:80]),
-		entries:    binary.LittleEndian.Uint32(b[80:84]),
-		entrySize:  binary.LittleEndian.Uint32(b[84:88]),
+		alternateLBA: binary.LittleEndian.Uint64(b[32:40]),
+		entriesLBA:   binary.LittleEndian.Uint64(b[72:80]),
+		entries:      binary.LittleEndian.Uint32(b[80:84]),
+		entrySize:    binary.LittleEndian.Uint32(b[84:88]),
 	}
 	if n := binary.LittleEndian.Uint32(b[12:16]); n >= 92 && int(n) <= len(b) {
 		hdr := append([]byte(nil), b[:n]...)
@@ -177,6 +185,9 @@ func (c *Contents) readGPT(r io.ReaderAt, head []byte, size int64, ss int) (bool
 		primary = false
 	}
 	c.Table, c.SectorSize = "gpt", ss
+	if primary && h.alternateLBA > 1 && h.alternateLBA < uint64(size/int64(ss)) {
+		c.BackupGPT = int64(h.alternateLBA) * int64(ss)
+	}
 	switch {
 	case !primary:
 		c.TableNote = "only the backup GPT header, at the disk's end: the primary was wiped"

@@ -250,7 +250,7 @@ func Write(ctx context.Context, r io.Reader, o Options) (res Result, err error) 
 			} else {
 				res.Wiped = true
 				if t.blockDev {
-					_ = rereadPartitions(t.fd) // best effort: the kernel forgets the old partitions
+					_ = RereadPartitions(t.fd) // best effort: the kernel forgets the old partitions
 				}
 			}
 		}
@@ -396,7 +396,7 @@ func Write(ctx context.Context, r io.Reader, o Options) (res Result, err error) 
 	}
 	res.SyncSeconds = time.Since(syncStart).Seconds()
 	if t.blockDev {
-		if err := rereadPartitions(t.fd); err != nil {
+		if err := RereadPartitions(t.fd); err != nil {
 			o.Log("warning: BLKRRPART: %v (the kernel sees the new partitions after a reboot)", err)
 		}
 	}
@@ -662,7 +662,9 @@ func imageNeeds(head []byte, imageSize int64, diskSector int, capacity int64) (N
 	return n, nil
 }
 
-func rereadPartitions(fd int) error {
+// RereadPartitions asks the kernel to read the disk's partition table again
+// (BLKRRPART), retrying while udev briefly holds the disk.
+func RereadPartitions(fd int) error {
 	var err error
 	for i := 0; i < 5; i++ {
 		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.BLKRRPART, 0); e == 0 {

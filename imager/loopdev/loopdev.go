@@ -227,3 +227,20 @@ func (d *Device) Link(tb testing.TB, name string) string {
 	tb.Cleanup(func() { os.Remove(p) })
 	return p
 }
+
+// Signatures is what blkid's low-level probe (as Talos and Rook probe) finds
+// at offset of path, plus what wipefs would erase at offset 0; "" when
+// nothing.
+func Signatures(tb testing.TB, path string, offset int64) string {
+	tb.Helper()
+	out, _ := exec.Command("blkid", "-p", "-O", fmt.Sprint(offset), path).CombinedOutput()
+	found := strings.TrimSpace(string(out))
+	if offset == 0 {
+		w, err := exec.Command("wipefs", "--no-act", path).CombinedOutput()
+		if err != nil {
+			tb.Fatalf("wipefs %s: %v\n%s", path, err, w)
+		}
+		found += strings.TrimSpace(string(w))
+	}
+	return found
+}

@@ -35,6 +35,9 @@ const (
 	// CodeDiskNotImaged: write-config found no verified image on the disk
 	// (no valid primary GPT), or one changed since imaging.
 	CodeDiskNotImaged = "disk_not_imaged"
+	// CodeWipeFailed: write --wipe-other-disks could not wipe another disk
+	// (in use, or a write error); the image itself may be verified.
+	CodeWipeFailed = "wipe_failed"
 	// CodeManifestInvalid: the --manifest document is not a valid manifest,
 	// or is for another architecture.
 	CodeManifestInvalid = "manifest_invalid"
@@ -59,7 +62,7 @@ func ExitCode(code string) int {
 		return 4
 	case CodeDiskTooSmall, CodeDiskNotFound, CodeDiskBusy, CodeDiskUnsuitable, CodeDiskNotImaged:
 		return 5
-	case CodeWriteFailed, CodeVerifyFailed:
+	case CodeWriteFailed, CodeVerifyFailed, CodeWipeFailed:
 		return 6
 	case CodeNotConfirmed:
 		return 7
@@ -94,10 +97,14 @@ type Report struct {
 
 	Disk          *Disk          `json:"disk,omitempty"`
 	RejectedDisks []RejectedDisk `json:"rejectedDisks,omitempty"`
-	NICs          []NIC          `json:"nics"`
-	Image         *Image         `json:"image,omitempty"`
-	Config        *Config        `json:"config,omitempty"`
-	Timings       *Timings       `json:"timings,omitempty"`
+	// Disks lists every disk of the host (virtual devices left out: loop,
+	// RAM, device-mapper, MD, optical), the install disk too, by kernel
+	// name, with the identities Talos selects disks by (write and inspect).
+	Disks   []Disk   `json:"disks,omitempty"`
+	NICs    []NIC    `json:"nics"`
+	Image   *Image   `json:"image,omitempty"`
+	Config  *Config  `json:"config,omitempty"`
+	Timings *Timings `json:"timings,omitempty"`
 	// Warnings are things that did not fail the command but an operator may
 	// want to know (no O_DIRECT, no hole punching, BLKRRPART refused...).
 	Warnings []string `json:"warnings,omitempty"`
@@ -111,17 +118,33 @@ type Error struct {
 
 func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
 
-// Disk is the install disk (write) or the disk auto-selection would pick (inspect).
+// Disk is the install disk (write) or the disk auto-selection would pick
+// (inspect), or one entry of Disks. Kernel names (Path, Name) change between
+// boots; Serial (when SerialSource is SerialFromSysfs), WWID and BusPath do
+// not, and are what Talos sees in its disk resources.
 type Disk struct {
-	Path              string `json:"path"`
-	Name              string `json:"name,omitempty"` // kernel name, e.g. nvme0n1
-	SizeBytes         int64  `json:"sizeBytes"`
-	Model             string `json:"model,omitempty"`
-	Serial            string `json:"serial,omitempty"`
-	WWID              string `json:"wwid,omitempty"`
+	Path      string `json:"path"`
+	Name      string `json:"name,omitempty"` // kernel name, e.g. nvme0n1
+	SizeBytes int64  `json:"sizeBytes"`
+	Model     string `json:"model,omitempty"`
+	Serial    string `json:"serial,omitempty"`
+	// SerialSource says where Serial was read: SerialFromSysfs (what Talos
+	// reads too) or SerialFromVPD (SCSI/SATA disks; Talos does not see it).
+	SerialSource string `json:"serialSource,omitempty"`
+	// WWID is /sys/block/<disk>/wwid, else device/wwid (NVMe EUI/NGUID,
+	// SCSI NAA/T10), read as Talos reads it.
+	WWID string `json:"wwid,omitempty"`
+	// BusPath is the disk's place on the buses (its sysfs device path
+	// without the last two elements), as Talos computes it: stable across
+	// boots for the same slot.
+	BusPath           string `json:"busPath,omitempty"`
 	LogicalSectorSize int    `json:"logicalSectorSize"`
 	Rotational        bool   `json:"rotational"`
+	Removable         bool   `json:"removable,omitempty"`
+	ReadOnly          bool   `json:"readOnly,omitempty"`
 	Transport         string `json:"transport,omitempty"` // nvme, sata, sas, virtio, loop, file
+	// Wiped: write --wipe-other-disks erased this disk's old signatures.
+	Wiped bool `json:"wiped,omitempty"`
 	// Requested is the --disk value when it is a link to Path
 	// (/dev/disk/by-id/...): every check ran on Path.
 	Requested string `json:"requested,omitempty"`
@@ -130,6 +153,12 @@ type Disk struct {
 	Rule   string `json:"rule,omitempty"`
 	Reason string `json:"reason"`
 }
+
+// Disk.SerialSource values.
+const (
+	SerialFromSysfs = "device/serial"
+	SerialFromVPD   = "vpd_pg80"
+)
 
 // Disk.Rule values. inspect and write (and every subcommand that takes
 // --disk) choose with the same rule from the same inputs.

@@ -14,6 +14,7 @@
 //	TestNodeNeverReadyIsRepaired              NotReady node (NodeRepair gate) -> replaced by a Ready one
 //	TestIntermittentAPIFailuresConverge       5xx and bare 429s -> converges once
 //	TestGarbageCollectionKeepsHealthyNodes    orphan server released, healthy nodes untouched
+//	TestEphemeralStorageOnTheLargeDisk        localDisks Ephemeral: a 2Ti ephemeral-storage pod on EPHEMERAL's 7.68 TB disk
 //	BenchmarkScale50NodeClaims                50 nodes at once: time, calls per server, controller CPU/memory (make bench)
 //
 // The shared world setup, waits and assertions are in test/e2e/harness; the

@@ -43,6 +43,25 @@ type ScalewayElasticMetalNodeClassSpec struct {
 	// +kubebuilder:validation:XValidation:message="tags must not use the provider's own prefixes",rule="self.all(t, !t.startsWith('karpenter.sh/') && !t.startsWith('karpenter-scaleway-em/'))"
 	// +optional
 	Tags []string `json:"tags,omitempty" hash:"ignore"`
+	// LocalDisks says what the disks Talos is not installed on are for; empty
+	// means Unused. Unused: left as delivered, EPHEMERAL (and so the node's
+	// ephemeral-storage) on the system disk; the other disks cost money and
+	// serve nothing. Ephemeral: EPHEMERAL (container images, emptyDir, logs)
+	// on the largest other disk, selected by its WWID or serial; the
+	// remaining other disks stay unused. UserVolumes: each other disk an XFS
+	// user volume mounted at /var/mnt/dataN, labelled on the Node, for a
+	// local-PV provisioner; the data is lost when the node is deleted or
+	// replaced (drift, consolidation, expiry). Raw: each other disk left
+	// without partitions or filesystem, for Rook/Ceph and the like, which
+	// then own replication. Every policy but Unused erases the other disks'
+	// old signatures (a previous tenant's partitions, RAID and LVM labels)
+	// in the rescue system. Talos has no software RAID: disks are never
+	// striped or mirrored together. Changing the policy replaces the nodes
+	// (drift): Talos applies volume provisioning only when a volume is first
+	// created. What each policy costs: docs/local-disks.md.
+	// +kubebuilder:validation:Enum:={Unused,Ephemeral,UserVolumes,Raw}
+	// +optional
+	LocalDisks string `json:"localDisks,omitempty"`
 	// Billing says which billing periods servers may be ordered with.
 	// +optional
 	Billing BillingSpec `json:"billing,omitempty" hash:"ignore"`
@@ -53,6 +72,15 @@ type ScalewayElasticMetalNodeClassSpec struct {
 	// +optional
 	Limits *LimitsSpec `json:"limits,omitempty" hash:"ignore"`
 }
+
+// LocalDisksUnused is the default local-disk policy (see package localdisks
+// for the others).
+const LocalDisksUnused = "Unused"
+
+// AnnotationDisks is em-imager's list of a NodeClaim's server disks (stable
+// identities, sizes; compact JSON written by the install): the config is
+// rendered from it, also after a controller restart.
+const AnnotationDisks = "karpenter-scaleway-em.io/disks"
 
 // ImageSpec points at a Talos image published with `em-imager publish`.
 // +kubebuilder:validation:XValidation:message="spec.image.manifestURL must be https or s3 unless spec.image.manifestSHA256 pins the manifest (the manifest carries the digests the image is verified with)",rule="!has(self.manifestURL) || self.manifestURL.startsWith('https://') || self.manifestURL.startsWith('s3://') || has(self.manifestSHA256)"

@@ -129,7 +129,13 @@ func (in *ScalewayElasticMetalNodeClass) SetConditions(conditions []status.Condi
 // Hash of the spec fields that change what a node is, for drift. Lists are
 // sets (order does not matter), so reordering zones is not drift.
 func (in *ScalewayElasticMetalNodeClass) Hash() string {
-	h, err := hashstructure.Hash(in.Spec, hashstructure.FormatV2, &hashstructure.HashOptions{
+	spec := in.Spec
+	if spec.LocalDisks == LocalDisksUnused {
+		// The default, written or not: nodes from before the field existed
+		// are not drifted.
+		spec.LocalDisks = ""
+	}
+	h, err := hashstructure.Hash(spec, hashstructure.FormatV2, &hashstructure.HashOptions{
 		SlicesAsSets:    true,
 		IgnoreZeroValue: true,
 		ZeroNil:         true,

@@ -52,6 +52,8 @@ type Setup struct {
 	// and sets the NodeClass's configDelivery to MaintenanceAPI: configs go
 	// over the Talos maintenance API on :50000 (the default is Disk).
 	LegacyConfigDelivery bool
+	// NodeClass, when set, edits the NodeClass "default" before it is applied.
+	NodeClass func(*v1alpha1.ScalewayElasticMetalNodeClass)
 	// Timeout bounds the test's context (default 15 minutes).
 	Timeout time.Duration
 }
@@ -91,6 +93,9 @@ func Start(t testing.TB, s Setup) *Env {
 	nc := w.NodeClass("default", s.Zones...)
 	if s.LegacyConfigDelivery {
 		nc.Spec.Talos.ConfigDelivery = v1alpha1.ConfigDeliveryMaintenanceAPI
+	}
+	if s.NodeClass != nil {
+		s.NodeClass(nc)
 	}
 	if err := w.Apply(ctx, nc); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,8 @@
 //	  ro, removable                     0/1
 //	  queue/{logical_block_size,physical_block_size,hw_sector_size,rotational}
 //	  device/{model,serial,firmware_rev,transport}   (nvme: device -> the controller)
+//	  device/{vendor,model,vpd_pg80,wwid,rev}        (sata: device -> the SCSI device;
+//	                                      no serial file, as the kernel shows SCSI disks)
 //	  wwid, dev, holders/, slaves/
 //	sys/class/block/<disk>             same target as sys/block/<disk>
 //	sys/class/net/<nic> -> ../../devices/<pci path>/net/<nic>
@@ -255,6 +257,13 @@ func (w *writer) file(rel, content string) {
 	}
 }
 
+func (w *writer) raw(rel string, content []byte) {
+	w.mkdir(filepath.Dir(rel))
+	if w.err == nil {
+		w.err = os.WriteFile(filepath.Join(w.root, rel), content, 0o644)
+	}
+}
+
 // link makes rel a symlink to target (relative, like sysfs).
 func (w *writer) link(rel, target string) {
 	w.mkdir(filepath.Dir(rel))
@@ -307,7 +316,13 @@ func (w *writer) disk(i int, d Disk) {
 		w.file(filepath.Join(ctrlDir, "rev"), "0105")
 	}
 	w.file(filepath.Join(ctrlDir, "model"), d.Model)
-	w.file(filepath.Join(ctrlDir, "serial"), d.Serial)
+	if d.Transport == "sata" {
+		// SCSI devices have no serial attribute: the unit serial number
+		// VPD page (0x80) holds it, behind a 4-byte header.
+		w.raw(filepath.Join(ctrlDir, "vpd_pg80"), append([]byte{0, 0x80, 0, byte(len(d.Serial))}, d.Serial...))
+	} else {
+		w.file(filepath.Join(ctrlDir, "serial"), d.Serial)
+	}
 	w.linkAbs(filepath.Join(devDir, "device"), ctrlDir)
 	w.blockDevice(d.Name, devDir, blockAttrs{
 		sectors: d.SizeBytes / 512, dev: fmt.Sprintf("259:%d", i),

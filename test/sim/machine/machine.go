@@ -59,11 +59,13 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/configpart"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/kernelargs"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/localdisks"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/diskimage"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/hardware"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/talosapi"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/talosvolumes"
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/validation"
@@ -157,6 +159,9 @@ type Status struct {
 	TalosAddr string // maintenance
 	// BootDisk is the disk Talos booted from (normal boots).
 	BootDisk string
+	// EphemeralDisk is the disk EPHEMERAL is on (its kernel name), where
+	// the config's volume documents placed it.
+	EphemeralDisk string
 	// BootError says why a normal boot found no OS, or no config.
 	BootError string
 	// ConfigSource is where a running Talos got its config (ConfigFrom*).
@@ -524,13 +529,18 @@ func (h *Hosts) startKubeletLocked(x *host, cfg config.Provider, layout *diskima
 			hw.MemoryBytes += int64(mem.Capacity)
 		}
 	}
-	// Ephemeral storage is the boot disk as the offer sells it, not the
-	// scaled-down file.
-	for i, d := range x.tree.Spec.Disks {
-		if x.tree.DevicePath(d.Name) == x.status.BootDisk && i < len(offer.Disks) && offer.Disks[i] != nil {
-			hw.EphemeralBytes = int64(offer.Disks[i].Capacity)
-		}
+	// Ephemeral storage is the filesystem of EPHEMERAL on the disk the
+	// config's volume documents put it on, sized as the offer sells that
+	// disk (not the scaled-down file): a wrong selector is a wrong capacity.
+	eph, err := h.volumesLocked(x, cfg)
+	if err != nil {
+		// Talos waits for EPHEMERAL before it starts the kubelet.
+		x.status.KubeletError = "EPHEMERAL volume: " + err.Error()
+		log.Warn("volumes", "err", err)
+		h.event(x.m.ID, "join-rejected", x.status.KubeletError)
+		return
 	}
+	hw.EphemeralBytes = eph
 	neverReady := h.opts.NeverReady != nil && h.opts.NeverReady(x.m)
 	if x.neverReady != nil {
 		neverReady = *x.neverReady
@@ -549,6 +559,38 @@ func (h *Hosts) startKubeletLocked(x *host, cfg config.Provider, layout *diskima
 	x.status.NodeName = k.NodeName()
 	log.Info("kubelet started", "node", k.NodeName())
 	h.event(x.m.ID, "kubelet", k.NodeName())
+}
+
+// volumesLocked lets the simulated volume manager locate or provision
+// EPHEMERAL and the user volumes on the machine's disks, and returns the
+// ephemeral-storage capacity: EPHEMERAL's XFS on the offer's size of its disk.
+func (h *Hosts) volumesLocked(x *host, cfg config.Provider) (int64, error) {
+	sizes := make([]int64, len(x.tree.Spec.Disks))
+	system := -1
+	for i, d := range x.tree.Spec.Disks {
+		if i < len(x.m.Offer.Disks) && x.m.Offer.Disks[i] != nil {
+			sizes[i] = int64(x.m.Offer.Disks[i].Capacity)
+		}
+		if x.tree.DevicePath(d.Name) == x.status.BootDisk {
+			system = i
+		}
+	}
+	disks, err := talosvolumes.Disks(x.tree, sizes)
+	if err != nil {
+		return 0, err
+	}
+	eph, others := talosvolumes.Manage(cfg, disks, system)
+	for _, v := range others {
+		if v.Err != nil {
+			// A user volume Talos cannot place is reported, the node still runs.
+			h.event(x.m.ID, "volume-failed", v.Name+": "+v.Err.Error())
+		}
+	}
+	if eph.Err != nil {
+		return 0, eph.Err
+	}
+	x.status.EphemeralDisk = x.tree.Spec.Disks[eph.Disk].Name
+	return localdisks.EphemeralBytes(sizes[eph.Disk], eph.Disk == system), nil
 }
 
 // stopLocked powers the machine off: listeners, commands, heartbeat.

@@ -1,0 +1,77 @@
+package blockdev
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/hostroot"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/report"
+)
+
+// Disks describes every disk of the host for the report, virtual devices
+// left out.
+func Disks(root hostroot.Root) ([]report.Disk, error) {
+	all, err := List(root)
+	if err != nil {
+		return nil, err
+	}
+	var out []report.Disk
+	for _, in := range all {
+		if !in.Virtual {
+			out = append(out, in.Disk)
+		}
+	}
+	return out, nil
+}
+
+// Others lists the disks besides chosen (the install disk) that hold data a
+// node could use and so are wiped by write --wipe-other-disks: every whole
+// disk that is not virtual, removable, USB, read-only or empty (those are
+// returned in skipped, with the reason). A disk the running system uses, or
+// that RAID/LVM holds, is an ErrBusy error naming it: wiping under it would
+// break the running system, and leaving it would leave old signatures for
+// Talos to trip on. chosen must be one of the host's disks, never a file.
+func Others(root hostroot.Root, chosen *report.Disk) (others []Info, skipped []report.RejectedDisk, err error) {
+	if chosen == nil || chosen.Transport == "file" {
+		return nil, nil, fmt.Errorf("%w: wiping the other disks needs --disk to be one of this host's disks, not a file", ErrUnsuitable)
+	}
+	all, err := List(root)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", ErrNotFound, err)
+	}
+	var busy []string
+	for _, in := range all {
+		if in.Name == chosen.Name {
+			continue
+		}
+		reason := ""
+		switch {
+		case in.Virtual:
+			continue // loop, RAM, dm, md: never a disk of its own
+		case in.SizeBytes == 0:
+			reason = "no medium (size 0)"
+		case in.ReadOnly:
+			reason = "read-only"
+		case in.USB:
+			reason = "USB device"
+		case in.Removable:
+			reason = "removable media"
+		}
+		if reason != "" {
+			skipped = append(skipped, report.RejectedDisk{Path: in.Path, Reason: "not wiped: " + reason})
+			continue
+		}
+		if r := in.busyReason(); r != "" {
+			busy = append(busy, in.Path+" "+r)
+			continue
+		}
+		if p := nodeProblem(root, in); p != "" {
+			return nil, skipped, fmt.Errorf("%w: %s", ErrNotFound, p)
+		}
+		others = append(others, in)
+	}
+	if len(busy) > 0 {
+		return nil, skipped, fmt.Errorf("%w: cannot wipe the other disks: %s", ErrBusy, strings.Join(busy, "; "))
+	}
+	return others, skipped, nil
+}
