@@ -32,6 +32,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/capacity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/cloudprovider"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/garbagecollection"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagerbin"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagesource"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
@@ -163,9 +164,16 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 	for _, z := range snapshot.Zones {
 		zones = append(zones, string(z))
 	}
-	inv := &inventory.Inventory{API: api, Kube: kube, ClusterName: opts.ClusterName, DefaultZone: string(scwCfg.DefaultZone),
+	clusterID, err := identity.Resolve(ctx, direct, opts.ClusterID)
+	if err != nil {
+		return nil, err
+	}
+	logger.Info("cluster identity", "name", opts.ClusterName, "identity", clusterID)
+	owner := &identity.Owner{Identity: identity.Identity{Name: opts.ClusterName, ID: clusterID}, API: api, Kube: kube,
+		AdoptAll: opts.AdoptServersWithoutIdentity, Log: logger.WithName("identity"), Metrics: identity.NewMetrics(reg)}
+	inv := &inventory.Inventory{API: api, Kube: kube, Owner: owner, DefaultZone: string(scwCfg.DefaultZone),
 		AllZones: zones, SweepInterval: opts.ZoneSweepInterval, Log: logger.WithName("inventory")}
-	spares := &spare.Keeper{API: api, Offers: cat, Rescue: dialer, Keys: keys.KeyIDs, ClusterName: opts.ClusterName,
+	spares := &spare.Keeper{API: api, Offers: cat, Rescue: dialer, Keys: keys.KeyIDs, Owner: owner,
 		Log: logger.WithName("spare")}
 	tokens := &bootstraptoken.Manager{Kube: direct, Namespace: "kube-system", TTL: installer.Timeouts.Total() + 15*time.Minute}
 	// Direct reads: a status written on a stale cached copy would conflict.
@@ -193,7 +201,7 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 			Kube: kube, Secrets: joinSecrets, Images: images,
 			Credentials: credentialsChecker{api: api, keys: keys, cluster: opts.ClusterName},
 			DefaultZone: string(scwCfg.DefaultZone), ProjectID: scwCfg.ProjectID, Interval: opts.NodeClassRecheck,
-			Recorder: recorder, Installs: breakers,
+			Recorder: recorder, Installs: breakers, LeftAlone: owner.LeftAlone,
 		},
 		GarbageCollection: &garbagecollection.Controller{
 			Kube: kube, Servers: inv.Servers, Spares: spares,

@@ -9,6 +9,9 @@ import (
 // every server"). Scaleway tags are plain strings; we use "key=value".
 const (
 	TagManagedBy = "karpenter.sh/managed-by"
+	// TagClusterID is the cluster's identity (package identity): two
+	// clusters with one name never take each other's servers.
+	TagClusterID = "karpenter-scaleway-em/cluster-id"
 	TagNodePool  = "karpenter.sh/nodepool"
 	TagNodeClaim = "karpenter.sh/nodeclaim"
 	TagNodeClass = "karpenter-scaleway-em/nodeclass"

@@ -22,6 +22,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
@@ -120,13 +121,14 @@ const (
 
 // Keeper acts on the policy.
 type Keeper struct {
-	API         API
-	Offers      Offers
-	Rescue      *rescue.Dialer
-	Keys        func(ctx context.Context) ([]string, error)
-	ClusterName string
-	Clock       clock.Clock
-	Log         logr.Logger
+	API    API
+	Offers Offers
+	Rescue *rescue.Dialer
+	Keys   func(ctx context.Context) ([]string, error)
+	// Owner says which servers are this cluster's (name and identity).
+	Owner *identity.Owner
+	Clock clock.Clock
+	Log   logr.Logger
 
 	// mu serialises takes and keeps in this process: two NodeClaims never
 	// take one spare, and a spare is never taken while being kept.
@@ -146,8 +148,12 @@ func (k *Keeper) Release(ctx context.Context, zone scw.Zone, id, owner string, n
 	if err != nil {
 		return "", Decision{}, err
 	}
+	srv, mine, err := k.Owner.Check(ctx, srv)
+	if err != nil {
+		return "", Decision{}, err
+	}
 	tags := scaleway.ParseTags(srv.Tags)
-	if tags[scaleway.TagManagedBy] != k.ClusterName || (owner != "" && tags[scaleway.TagNodeClaim] != owner) {
+	if !mine || (owner != "" && tags[scaleway.TagNodeClaim] != owner) {
 		return NotOwned, Decision{}, nil
 	}
 	if srv.Status == baremetal.ServerStatusDeleting {
@@ -214,9 +220,12 @@ func (k *Keeper) Take(ctx context.Context, zone scw.Zone, offerName string, nc *
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	spares, err := k.API.ListServers(ctx, zone, []string{
-		scaleway.Tag(scaleway.TagManagedBy, k.ClusterName), scaleway.Tag(scaleway.TagPhase, string(install.PhaseSpare)),
+		scaleway.Tag(scaleway.TagManagedBy, k.Owner.Name), scaleway.Tag(scaleway.TagPhase, string(install.PhaseSpare)),
 		scaleway.Tag(scaleway.TagNodeClass, nc.Name),
 	})
+	if err == nil {
+		spares, err = k.Owner.Mine(ctx, zone, spares, false)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("looking for spare servers: %w", err)
 	}
