@@ -42,6 +42,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeinstall"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/operator/options"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/registration"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/removal"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescuekey"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
@@ -78,7 +79,7 @@ func Run() error {
 	op.
 		WithControllers(ctx, controllers.NewControllers(ctx, op.Manager, op.Clock, op.GetClient(), op.EventRecorder,
 			decorated, p.CloudProvider, clusterState, op.InstanceTypeStore)...).
-		WithControllers(ctx, p.NodeClassStatus, p.GarbageCollection, p.Installs, p.Spend,
+		WithControllers(ctx, p.NodeClassStatus, p.GarbageCollection, p.Installs, p.Spend, p.Removal,
 			&capacity.Controller{Kube: op.GetClient(), Catalog: p.Catalog, Interval: opts.CatalogRefresh}).
 		Start(ctx)
 	return nil
@@ -99,6 +100,7 @@ type Provider struct {
 	NodeClassStatus   *nodeclass.StatusController
 	GarbageCollection *garbagecollection.Controller
 	Spend             *spend.Controller
+	Removal           *removal.Controller
 }
 
 // NewProvider builds the provider. kube may be cached; direct must not be
@@ -213,6 +215,8 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 		// the servers by no more than a GC sweep does.
 		Spend: &spend.Controller{Servers: inv.Servers, Offers: cat,
 			Interval: opts.GCInterval, Gauges: spend.NewGauges(reg), Listed: serverphases.NewGauge(reg, cat).Update},
+		Removal: &removal.Controller{Kube: kube, Servers: inv.Servers, Spares: spares, Recorder: recorder,
+			Log: logger.WithName("removal")},
 	}, nil
 }
 
