@@ -367,7 +367,7 @@ func TestForeignServersWarnWithoutChangingReady(t *testing.T) {
 	if c := nc.StatusConditions().Get(v1alpha1.ConditionTypeClusterIdentityUnique); c != nil {
 		t.Fatalf("ClusterIdentityUnique = %+v with nothing left alone, want no condition", c)
 	}
-	e.events(t, "namesake", 5)
+	e.events(t, "namesake", 6) // four sub-conditions, InstallsHealthy, Ready
 
 	alone = []identity.LeftAlone{{ID: "srv-1", Zone: "fr-par-2", ClusterID: "uid-production", Reason: identity.ReasonForeignIdentity}}
 	nc = e.reconcile(t, "namesake")
@@ -379,7 +379,7 @@ func TestForeignServersWarnWithoutChangingReady(t *testing.T) {
 	if !nc.StatusConditions().Root().IsTrue() {
 		t.Errorf("Ready is not True: %+v", nc.StatusConditions().Root())
 	}
-	if ev := e.events(t, "namesake", 6)[5]; ev.typ != corev1.EventTypeWarning || ev.reason != nodeclass.ReasonForeignServers {
+	if ev := e.events(t, "namesake", 7)[6]; ev.typ != corev1.EventTypeWarning || ev.reason != nodeclass.ReasonForeignServers {
 		t.Errorf("event %+v, want Warning/%s", ev, nodeclass.ReasonForeignServers)
 	}
 
