@@ -249,7 +249,11 @@ func (c *CloudProvider) Get(ctx context.Context, providerID string) (*karpv1.Nod
 		}
 		return nil, err
 	}
-	if !scaleway.HasTags(srv.Tags, scaleway.Tag(scaleway.TagManagedBy, c.opts.ClusterName)) || install.PhaseOf(srv) == install.PhaseSpare {
+	srv, mine, err := c.Inventory.Owner.Check(ctx, srv)
+	if err != nil {
+		return nil, err
+	}
+	if !mine || install.PhaseOf(srv) == install.PhaseSpare {
 		return nil, cloudprovider.NewNodeClaimNotFoundError(fmt.Errorf("server %s is not a node of cluster %s", id, c.opts.ClusterName))
 	}
 	return c.fromServer(srv), nil

@@ -116,12 +116,11 @@ func (c *CloudProvider) order(ctx context.Context, claim *karpv1.NodeClaim, nc *
 // serverTags are an order's tags. The image tag is not among them: it says
 // what the disk holds, and is written after imaging.
 func (c *CloudProvider) serverTags(claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalNodeClass) []string {
-	tags := []string{
-		scaleway.Tag(scaleway.TagManagedBy, c.opts.ClusterName),
+	tags := append(c.Inventory.Owner.Tags(),
 		scaleway.Tag(scaleway.TagNodePool, claim.Labels[karpv1.NodePoolLabelKey]),
 		scaleway.Tag(scaleway.TagNodeClaim, claim.Name),
 		scaleway.Tag(scaleway.TagNodeClass, nc.Name),
-	}
+	)
 	tags = install.SetPhaseIn(tags, install.PhaseOrdered, time.Now())
 	return append(tags, nc.Spec.Tags...)
 }

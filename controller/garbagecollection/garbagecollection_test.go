@@ -19,6 +19,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/inventory"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
@@ -29,12 +30,15 @@ import (
 
 const zone = scw.Zone("fr-par-2")
 
+var c1 = identity.Identity{Name: "c1", ID: "uid-c1"}
+
 type fixture struct {
-	inv *inventory.Inventory
-	api *scaleway.Client
-	sim *scwsim.Sim
-	gc  *Controller
-	clk *clocktesting.FakeClock
+	owner *identity.Owner
+	inv   *inventory.Inventory
+	api   *scaleway.Client
+	sim   *scwsim.Sim
+	gc    *Controller
+	clk   *clocktesting.FakeClock
 }
 
 func setup(t *testing.T, objs ...client.Object) *fixture {
@@ -43,13 +47,14 @@ func setup(t *testing.T, objs ...client.Object) *fixture {
 	_ = v1alpha1.SchemeGroupVersion
 	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(objs...).Build()
 	clk := clocktesting.NewFakeClock(time.Now())
-	inv := &inventory.Inventory{API: api, Kube: kube, ClusterName: "c1", DefaultZone: string(zone), Log: testr.New(t)}
+	owner := &identity.Owner{Identity: c1, API: api, Kube: kube, Log: testr.New(t)}
+	inv := &inventory.Inventory{API: api, Kube: kube, Owner: owner, DefaultZone: string(zone), Log: testr.New(t)}
 	cat := catalog.New(catalog.Options{Client: api.SDK(), Zones: []scw.Zone{zone}})
 	if err := cat.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	keeper := &spare.Keeper{API: api, Offers: cat, Rescue: &rescue.Dialer{}, ClusterName: "c1", Clock: clk, Log: testr.New(t)}
-	return &fixture{inv: inv, api: api, sim: sim, clk: clk, gc: &Controller{
+	keeper := &spare.Keeper{API: api, Offers: cat, Rescue: &rescue.Dialer{}, Owner: owner, Clock: clk, Log: testr.New(t)}
+	return &fixture{owner: owner, inv: inv, api: api, sim: sim, clk: clk, gc: &Controller{
 		Kube: kube, Servers: inv.Servers, Spares: keeper, GracePeriod: 10 * time.Minute, Clock: clk, Log: testr.New(t),
 		Collected: NewCollectedCounter(prometheus.NewRegistry()),
 	}}
@@ -61,7 +66,7 @@ func (f *fixture) order(t *testing.T, tags ...string) *baremetal.Server {
 	if !ok {
 		t.Fatal("no EM-A116X-SSD offer in the simulator")
 	}
-	tags = append([]string{scaleway.Tag(scaleway.TagManagedBy, "c1")}, tags...)
+	tags = append(c1.Tags(), tags...)
 	srv, _, err := f.api.CreateServer(context.Background(), scaleway.CreateServerRequest{
 		Zone: zone, OfferID: offerID, Name: "n", Tags: tags, IdempotencyTag: tags[len(tags)-1]})
 	if err != nil {
@@ -166,7 +171,7 @@ func (f *fixture) orderIn(t *testing.T, z scw.Zone, period string, tags ...strin
 	if !ok {
 		t.Fatalf("no %s %s offer in %s", name, period, z)
 	}
-	tags = append([]string{scaleway.Tag(scaleway.TagManagedBy, "c1")}, tags...)
+	tags = append(c1.Tags(), tags...)
 	srv, _, err := f.api.CreateServer(context.Background(), scaleway.CreateServerRequest{
 		Zone: z, OfferID: offerID, Name: "n", Tags: tags, IdempotencyTag: tags[len(tags)-1]})
 	if err != nil {

@@ -4,6 +4,8 @@
 // the first use and then periodically, feeds the last set, so a zone removed
 // from a NodeClass keeps its servers found (a retried Create resumes them),
 // listed (Karpenter does not forget them) and collected (nothing leaks).
+// Every listing goes through the cluster identity rule (package identity):
+// a server with this cluster's name and another identity is never returned.
 package inventory
 
 import (
@@ -21,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 )
 
@@ -34,9 +37,10 @@ type API interface {
 
 // Inventory is safe for concurrent use.
 type Inventory struct {
-	API         API
-	Kube        client.Reader // NodeClasses
-	ClusterName string
+	API  API
+	Kube client.Reader // NodeClasses
+	// Owner keeps the servers that are this cluster's (name and identity).
+	Owner       *identity.Owner
 	DefaultZone string
 	// AllZones are every Elastic Metal zone (the catalogue's); zones the
 	// credentials cannot list are skipped by the sweep.
@@ -52,7 +56,7 @@ type Inventory struct {
 	sweptAt time.Time
 }
 
-func (i *Inventory) managedBy() string { return scaleway.Tag(scaleway.TagManagedBy, i.ClusterName) }
+func (i *Inventory) managedBy() string { return scaleway.Tag(scaleway.TagManagedBy, i.Owner.Name) }
 
 func (i *Inventory) clock() clock.Clock {
 	if i.Clock == nil {
@@ -145,6 +149,9 @@ func (i *Inventory) ServerOf(ctx context.Context, claim string) (*baremetal.Serv
 	var found []*baremetal.Server
 	for _, z := range zones {
 		srvs, err := i.API.ListServers(ctx, scw.Zone(z), []string{i.managedBy(), scaleway.Tag(scaleway.TagNodeClaim, claim)})
+		if err == nil {
+			srvs, err = i.Owner.Mine(ctx, scw.Zone(z), srvs, false)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("looking for the server of nodeclaim %s in %s: %w", claim, z, err)
 		}
@@ -171,6 +178,9 @@ func (i *Inventory) Servers(ctx context.Context) ([]*baremetal.Server, error) {
 	var out []*baremetal.Server
 	for _, z := range zones {
 		srvs, err := i.API.ListServers(ctx, scw.Zone(z), []string{i.managedBy()})
+		if err == nil {
+			srvs, err = i.Owner.Mine(ctx, scw.Zone(z), srvs, true)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("listing servers in %s: %w", z, err)
 		}

@@ -10,10 +10,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/simapi"
 )
+
+var c1 = identity.Identity{Name: "c1", ID: "uid-c1"}
 
 func setup(t *testing.T) (*Inventory, *scaleway.Client, *scwsim.Sim) {
 	t.Helper()
@@ -23,7 +26,8 @@ func setup(t *testing.T) (*Inventory, *scaleway.Client, *scwsim.Sim) {
 	nc.Name, nc.Spec.Zones = "nc", []string{"fr-par-2"}
 	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc).Build()
 	// pl-waw-2 is an Elastic Metal zone the simulator does not serve: the sweep skips it.
-	inv := &Inventory{API: api, Kube: kube, ClusterName: "c1", DefaultZone: "fr-par-2",
+	owner := &identity.Owner{Identity: c1, API: api, Kube: kube, Log: testr.New(t)}
+	inv := &Inventory{API: api, Kube: kube, Owner: owner, DefaultZone: "fr-par-2",
 		AllZones: []string{"fr-par-1", "fr-par-2", "nl-ams-1", "pl-waw-2"}, Log: testr.New(t)}
 	return inv, api, sim
 }
@@ -36,7 +40,7 @@ func order(t *testing.T, sim *scwsim.Sim, api *scaleway.Client, zone, claim stri
 	}
 	tag := scaleway.Tag(scaleway.TagNodeClaim, claim)
 	srv, _, err := api.CreateServer(context.Background(), scaleway.CreateServerRequest{Zone: scw.Zone(zone), OfferID: offerID, Name: claim,
-		Tags: []string{scaleway.Tag(scaleway.TagManagedBy, "c1"), tag}, IdempotencyTag: tag})
+		Tags: append(c1.Tags(), tag), IdempotencyTag: tag})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/karpenter/pkg/events"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagesource"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/joinsecret"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/report"
@@ -62,6 +63,9 @@ type StatusController struct {
 	Recorder events.Recorder
 	// Installs sets InstallsHealthy from the install-failure breaker's state (a *breaker.Store); nil: always True.
 	Installs InstallsBreaker
+	// LeftAlone lists the servers with this cluster's name that are not
+	// its own (identity.Owner.LeftAlone; nil: none).
+	LeftAlone func() []identity.LeftAlone
 }
 
 // InstallsBreaker keeps InstallsHealthy (*breaker.Store): Sync drops a stale
@@ -127,6 +131,7 @@ func (c *StatusController) Reconcile(ctx context.Context, nc *v1alpha1.ScalewayE
 	} else if at := c.Installs.Sync(ctx, nc); at != 0 {
 		breakerChange = time.Unix(0, at)
 	}
+	c.setIdentityCondition(conds)
 
 	if !equality.Semantic.DeepEqual(stored.Status, nc.Status) {
 		if err := c.Kube.Status().Patch(ctx, nc, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})); err != nil {

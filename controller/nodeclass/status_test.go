@@ -22,6 +22,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagesource"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeclass"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/manifest"
@@ -351,5 +352,40 @@ func TestCRDRefusesWhatCannotWork(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: Create = %v, want a refusal saying %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// Servers of a namesake cluster are a warning on every NodeClass, not a
+// reason to stop ordering: Ready stays True; the condition appears only
+// once there is something to say, and turns True when they are gone.
+func TestForeignServersWarnWithoutChangingReady(t *testing.T) {
+	e := start(t)
+	var alone []identity.LeftAlone
+	e.c.LeftAlone = func() []identity.LeftAlone { return alone }
+	e.nodeClass(t, "namesake")
+	nc := e.reconcile(t, "namesake")
+	if c := nc.StatusConditions().Get(v1alpha1.ConditionTypeClusterIdentityUnique); c != nil {
+		t.Fatalf("ClusterIdentityUnique = %+v with nothing left alone, want no condition", c)
+	}
+	e.events(t, "namesake", 6) // four sub-conditions, InstallsHealthy, Ready
+
+	alone = []identity.LeftAlone{{ID: "srv-1", Zone: "fr-par-2", ClusterID: "uid-production", Reason: identity.ReasonForeignIdentity}}
+	nc = e.reconcile(t, "namesake")
+	c := nc.StatusConditions().Get(v1alpha1.ConditionTypeClusterIdentityUnique)
+	if c == nil || !c.IsFalse() || c.Reason != nodeclass.ReasonForeignServers ||
+		!strings.Contains(c.Message, "fr-par-2/srv-1 (identity uid-production)") {
+		t.Fatalf("ClusterIdentityUnique = %+v, want False/ForeignServers naming the server", c)
+	}
+	if !nc.StatusConditions().Root().IsTrue() {
+		t.Errorf("Ready is not True: %+v", nc.StatusConditions().Root())
+	}
+	if ev := e.events(t, "namesake", 7)[6]; ev.typ != corev1.EventTypeWarning || ev.reason != nodeclass.ReasonForeignServers {
+		t.Errorf("event %+v, want Warning/%s", ev, nodeclass.ReasonForeignServers)
+	}
+
+	alone = nil
+	nc = e.reconcile(t, "namesake")
+	if c := nc.StatusConditions().Get(v1alpha1.ConditionTypeClusterIdentityUnique); c == nil || !c.IsTrue() {
+		t.Fatalf("ClusterIdentityUnique = %+v once the servers are gone, want True", c)
 	}
 }

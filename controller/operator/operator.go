@@ -32,6 +32,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/capacity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/cloudprovider"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/garbagecollection"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagerbin"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagesource"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
@@ -41,6 +42,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeinstall"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/operator/options"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/registration"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/removal"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescuekey"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
@@ -77,7 +79,7 @@ func Run() error {
 	op.
 		WithControllers(ctx, controllers.NewControllers(ctx, op.Manager, op.Clock, op.GetClient(), op.EventRecorder,
 			decorated, p.CloudProvider, clusterState, op.InstanceTypeStore)...).
-		WithControllers(ctx, p.NodeClassStatus, p.GarbageCollection, p.Installs, p.Spend,
+		WithControllers(ctx, p.NodeClassStatus, p.GarbageCollection, p.Installs, p.Spend, p.Removal,
 			&capacity.Controller{Kube: op.GetClient(), Catalog: p.Catalog, Interval: opts.CatalogRefresh}).
 		Start(ctx)
 	return nil
@@ -98,6 +100,7 @@ type Provider struct {
 	NodeClassStatus   *nodeclass.StatusController
 	GarbageCollection *garbagecollection.Controller
 	Spend             *spend.Controller
+	Removal           *removal.Controller
 }
 
 // NewProvider builds the provider. kube may be cached; direct must not be
@@ -164,9 +167,16 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 	for _, z := range snapshot.Zones {
 		zones = append(zones, string(z))
 	}
-	inv := &inventory.Inventory{API: api, Kube: kube, ClusterName: opts.ClusterName, DefaultZone: string(scwCfg.DefaultZone),
+	clusterID, err := identity.Resolve(ctx, direct, opts.ClusterID)
+	if err != nil {
+		return nil, err
+	}
+	logger.Info("cluster identity", "name", opts.ClusterName, "identity", clusterID)
+	owner := &identity.Owner{Identity: identity.Identity{Name: opts.ClusterName, ID: clusterID}, API: api, Kube: kube,
+		AdoptAll: opts.AdoptServersWithoutIdentity, Log: logger.WithName("identity"), Metrics: identity.NewMetrics(reg)}
+	inv := &inventory.Inventory{API: api, Kube: kube, Owner: owner, DefaultZone: string(scwCfg.DefaultZone),
 		AllZones: zones, SweepInterval: opts.ZoneSweepInterval, Log: logger.WithName("inventory")}
-	spares := &spare.Keeper{API: api, Offers: cat, Rescue: dialer, ClusterName: opts.ClusterName,
+	spares := &spare.Keeper{API: api, Offers: cat, Rescue: dialer, Owner: owner,
 		Log: logger.WithName("spare")}
 	tokens := &bootstraptoken.Manager{Kube: direct, Namespace: "kube-system", TTL: installer.Timeouts.Total() + 15*time.Minute}
 	// Direct reads: a status written on a stale cached copy would conflict.
@@ -194,7 +204,7 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 			Kube: kube, Secrets: joinSecrets, Images: images,
 			Credentials: credentialsChecker{api: api, keys: keys, cluster: opts.ClusterName},
 			DefaultZone: string(scwCfg.DefaultZone), ProjectID: scwCfg.ProjectID, Interval: opts.NodeClassRecheck,
-			Recorder: recorder, Installs: breakers,
+			Recorder: recorder, Installs: breakers, LeftAlone: owner.LeftAlone,
 		},
 		GarbageCollection: &garbagecollection.Controller{
 			Kube: kube, Servers: inv.Servers, Spares: spares,
@@ -206,6 +216,8 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 		// the servers by no more than a GC sweep does.
 		Spend: &spend.Controller{Servers: inv.Servers, Offers: cat,
 			Interval: opts.GCInterval, Gauges: spend.NewGauges(reg), Listed: serverphases.NewGauge(reg, cat).Update},
+		Removal: &removal.Controller{Kube: kube, Servers: inv.Servers, Spares: spares, Recorder: recorder,
+			Log: logger.WithName("removal")},
 	}, nil
 }
 

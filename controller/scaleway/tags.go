@@ -9,11 +9,17 @@ import (
 // every server"). Scaleway tags are plain strings; we use "key=value".
 const (
 	TagManagedBy = "karpenter.sh/managed-by"
-	TagNodePool  = "karpenter.sh/nodepool"
-	TagNodeClaim = "karpenter.sh/nodeclaim"
-	TagNodeClass = "karpenter-scaleway-em/nodeclass"
-	TagImage     = "karpenter-scaleway-em/image"
-	TagPhase     = "karpenter-scaleway-em/phase"
+	// TagClusterID is the cluster's identity (package identity): two
+	// clusters with one name never take each other's servers.
+	TagClusterID = "karpenter-scaleway-em/cluster-id"
+	// TagHandedOverBy marks a spare a deleted NodeClass (sparesOnDeletion:
+	// Keep) handed over: no longer the cluster's, found by this tag.
+	TagHandedOverBy = "karpenter-scaleway-em/handed-over-by"
+	TagNodePool     = "karpenter.sh/nodepool"
+	TagNodeClaim    = "karpenter.sh/nodeclaim"
+	TagNodeClass    = "karpenter-scaleway-em/nodeclass"
+	TagImage        = "karpenter-scaleway-em/image"
+	TagPhase        = "karpenter-scaleway-em/phase"
 )
 
 // Tags is a parsed key=value tag set.

@@ -22,6 +22,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
@@ -112,20 +113,22 @@ type API interface {
 type Outcome string
 
 const (
-	Released Outcome = "released"  // deleted (or being deleted)
-	Kept     Outcome = "kept"      // a spare
-	Gone     Outcome = "gone"      // no such server
-	NotOwned Outcome = "not_owned" // the server is not (any more) the owner's: left alone
+	Released   Outcome = "released"    // deleted (or being deleted)
+	Kept       Outcome = "kept"        // a spare
+	Gone       Outcome = "gone"        // no such server
+	NotOwned   Outcome = "not_owned"   // the server is not (any more) the owner's: left alone
+	HandedOver Outcome = "handed_over" // no longer the cluster's (EndSpare)
 )
 
 // Keeper acts on the policy.
 type Keeper struct {
-	API         API
-	Offers      Offers
-	Rescue      *rescue.Dialer
-	ClusterName string
-	Clock       clock.Clock
-	Log         logr.Logger
+	API    API
+	Offers Offers
+	Rescue *rescue.Dialer
+	// Owner says which servers are this cluster's (name and identity).
+	Owner *identity.Owner
+	Clock clock.Clock
+	Log   logr.Logger
 
 	// mu serialises takes and keeps in this process: two NodeClaims never
 	// take one spare, and a spare is never taken while being kept.
@@ -145,8 +148,12 @@ func (k *Keeper) Release(ctx context.Context, zone scw.Zone, id, owner string, n
 	if err != nil {
 		return "", Decision{}, err
 	}
+	srv, mine, err := k.Owner.Check(ctx, srv)
+	if err != nil {
+		return "", Decision{}, err
+	}
 	tags := scaleway.ParseTags(srv.Tags)
-	if tags[scaleway.TagManagedBy] != k.ClusterName || (owner != "" && tags[scaleway.TagNodeClaim] != owner) {
+	if !mine || (owner != "" && tags[scaleway.TagNodeClaim] != owner) {
 		return NotOwned, Decision{}, nil
 	}
 	if srv.Status == baremetal.ServerStatusDeleting {
@@ -206,6 +213,61 @@ func (k *Keeper) keep(ctx context.Context, srv *baremetal.Server, owner string) 
 	return nil
 }
 
+// EndSpare ends spare zone/id for good, when its NodeClass is deleted:
+// released, or with handOver, handed over (the cluster's tags removed,
+// tagged TagHandedOverBy, never touched again). A server that is no longer
+// a spare of this cluster (taken meanwhile) is left alone: NotOwned.
+func (k *Keeper) EndSpare(ctx context.Context, zone scw.Zone, id string, handOver bool) (Outcome, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	srv, err := k.API.GetServer(ctx, zone, id)
+	if scaleway.IsNotFound(err) {
+		return Gone, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	srv, mine, err := k.Owner.Check(ctx, srv)
+	if err != nil {
+		return "", err
+	}
+	if !mine || install.PhaseOf(srv) != install.PhaseSpare {
+		return NotOwned, nil
+	}
+	if srv.Status == baremetal.ServerStatusDeleting {
+		return Released, nil
+	}
+	if !handOver {
+		if _, err := k.API.DeleteServer(ctx, srv.Zone, srv.ID); err != nil && !scaleway.IsNotFound(err) {
+			return "", fmt.Errorf("releasing spare %s: %w", srv.ID, err)
+		}
+		k.Log.Info("released spare server: its nodeclass is deleted", "server", srv.ID, "zone", string(srv.Zone), "offer", srv.OfferName)
+		return Released, nil
+	}
+	lost := false
+	_, err = k.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
+		if install.PhaseOf(&baremetal.Server{Tags: tags}) != install.PhaseSpare {
+			lost = true // taken meanwhile
+			return tags, false
+		}
+		for _, key := range append([]string{scaleway.TagManagedBy, scaleway.TagClusterID, scaleway.TagNodeClaim, scaleway.TagNodePool,
+			scaleway.TagPhase, install.TagPhaseSince}, install.InstallTags...) {
+			tags, _ = scaleway.RemoveTagIn(tags, key)
+		}
+		tags, _ = scaleway.SetTagIn(tags, scaleway.TagHandedOverBy, k.Owner.Name)
+		return tags, true
+	})
+	if err != nil {
+		return "", fmt.Errorf("handing over spare %s: %w", srv.ID, err)
+	}
+	if lost {
+		return NotOwned, nil
+	}
+	k.Log.Info("handed over spare server: its nodeclass is deleted (sparesOnDeletion: Keep); this controller no longer manages it",
+		"server", srv.ID, "zone", string(srv.Zone), "offer", srv.OfferName, "tag", scaleway.Tag(scaleway.TagHandedOverBy, k.Owner.Name))
+	return HandedOver, nil
+}
+
 // Take gives NodeClaim claim (of nodePool) a spare of offerName in zone that
 // NodeClass nc built, if there is one: it is tagged for the claim and starts
 // its install over (phase ordered; the disk is written again).
@@ -213,9 +275,12 @@ func (k *Keeper) Take(ctx context.Context, zone scw.Zone, offerName string, nc *
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	spares, err := k.API.ListServers(ctx, zone, []string{
-		scaleway.Tag(scaleway.TagManagedBy, k.ClusterName), scaleway.Tag(scaleway.TagPhase, string(install.PhaseSpare)),
+		scaleway.Tag(scaleway.TagManagedBy, k.Owner.Name), scaleway.Tag(scaleway.TagPhase, string(install.PhaseSpare)),
 		scaleway.Tag(scaleway.TagNodeClass, nc.Name),
 	})
+	if err == nil {
+		spares, err = k.Owner.Mine(ctx, zone, spares, false)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("looking for spare servers: %w", err)
 	}

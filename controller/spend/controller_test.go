@@ -15,6 +15,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/inventory"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spend"
@@ -48,10 +49,10 @@ func TestControllerPricesTheClustersServers(t *testing.T) {
 		if !ok {
 			t.Fatalf("no %s %s offer", period, offer)
 		}
-		tags := []string{scaleway.Tag(scaleway.TagManagedBy, cluster), scaleway.Tag(scaleway.TagNodeClass, nodeClass),
+		tags := []string{scaleway.Tag(scaleway.TagManagedBy, cluster), scaleway.Tag(scaleway.TagClusterID, "uid-"+cluster), scaleway.Tag(scaleway.TagNodeClass, nodeClass),
 			scaleway.Tag(scaleway.TagNodeClaim, nodeClass+"-"+period+"-"+cluster)}
 		if _, _, err := api.CreateServer(ctx, scaleway.CreateServerRequest{Zone: scw.ZoneFrPar2, OfferID: id, Name: "n",
-			Tags: tags, IdempotencyTag: tags[2]}); err != nil {
+			Tags: tags, IdempotencyTag: tags[len(tags)-1]}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -62,8 +63,9 @@ func TestControllerPricesTheClustersServers(t *testing.T) {
 	cat := catalog.New(catalog.Options{})
 	gauges := spend.NewGauges(prometheus.NewRegistry())
 	// The inventory lists (cluster c1 only, every zone it may have servers in).
-	inv := &inventory.Inventory{API: api, Kube: fake.NewClientBuilder().WithScheme(scheme.Scheme).Build(), ClusterName: "c1",
-		DefaultZone: "fr-par-2", Log: testr.New(t)}
+	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).Build()
+	owner := &identity.Owner{Identity: identity.Identity{Name: "c1", ID: "uid-c1"}, API: api, Kube: kube, Log: testr.New(t)}
+	inv := &inventory.Inventory{API: api, Kube: kube, Owner: owner, DefaultZone: "fr-par-2", Log: testr.New(t)}
 	listed := -1
 	c := &spend.Controller{Servers: inv.Servers, Offers: cat, Clock: clocktesting.NewFakeClock(time.Now()), Gauges: gauges,
 		Listed: func(all []*baremetal.Server) { listed = len(all) }}

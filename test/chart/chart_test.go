@@ -171,7 +171,7 @@ func TestDefaults(t *testing.T) {
 		"BATCH_MAX_DURATION": "10s", "BATCH_IDLE_DURATION": "1s", "SCW_DEFAULT_ZONE": "fr-par-2",
 		"SCW_DEFAULT_PROJECT_ID": testProjectID, "RESCUE_SSH_KEY_SECRET": "karpenter-scaleway-em-rescue-ssh",
 		"TALOS_API_PORT": "50000", "DELIVERY_TIMEOUT": "30m", "IMAGING_TIMEOUT": "20m", "MAX_CONCURRENT_IMAGING": "8",
-		"ZONE_SWEEP_INTERVAL": "10m", "JOIN_SECRET_NAMESPACES": releaseNS,
+		"ZONE_SWEEP_INTERVAL": "10m", "JOIN_SECRET_NAMESPACES": releaseNS, "CLUSTER_ID": "", "ADOPT_SERVERS_WITHOUT_IDENTITY": "false",
 		"FEATURE_GATES": "NodeRepair=false,NodeOverlay=false,StaticCapacity=false,CapacityBuffer=false,ReservedCapacity=true,SpotToSpotConsolidation=false",
 	}
 	for name, want := range plain {

@@ -79,7 +79,7 @@ func TestTroubleshootingListsEveryReason(t *testing.T) {
 	// Built at run time: "Install" + the phase (controller/install), and the
 	// NodeClass's condition types as the reasons of their recovery events.
 	for _, r := range []string{"InstallOrdered", "InstallRescue", "InstallImaging", "InstallBooting",
-		"CredentialsReady", "ProjectReady", "ImageReady", "JoinConfigReady", "InstallsHealthy"} {
+		"CredentialsReady", "ProjectReady", "ImageReady", "JoinConfigReady", "InstallsHealthy", "ClusterIdentityUnique"} {
 		reasons[r] = "built at run time"
 	}
 	for _, must := range []string{"Ordered", "OrderRefused", "ProjectMismatch", "ImageDigestMismatch", "JoinSecretNotAllowed", "NotReady"} {

@@ -357,10 +357,14 @@ func TestGarbageCollectionKeepsHealthyNodes(t *testing.T) {
 	if !ok {
 		t.Fatal("no EM-A116X-SSD hourly offer in fr-par-2")
 	}
+	clusterTags, err := e.W.ClusterTags(e.Ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	orphan, err := baremetal.NewAPI(client).CreateServer(&baremetal.CreateServerRequest{
 		Zone: scw.ZoneFrPar2, OfferID: offerID, Name: "orphan", Description: "leaked by a lost NodeClaim",
-		Tags: []string{world.TagManagedBy + "=" + e.W.ClusterName, world.TagNodeClaim + "=ghost-nodeclaim",
-			world.TagNodePool + "=default", "karpenter-scaleway-em/nodeclass=default"},
+		Tags: append(clusterTags, world.TagNodeClaim+"=ghost-nodeclaim",
+			world.TagNodePool+"=default", "karpenter-scaleway-em/nodeclass=default"),
 	}, scw.WithContext(e.Ctx))
 	if err != nil {
 		t.Fatalf("order the orphan: %v", err)

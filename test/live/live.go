@@ -221,6 +221,22 @@ func checkServers(ctx context.Context, c *scaleway.Client, zone scw.Zone, cluste
 	if bad == 0 {
 		r.add(OK, where, "%d servers tagged %s, all with a known status and phase", len(servers), tag)
 	}
+	// Spares a deleted NodeClass handed over (sparesOnDeletion: Keep): paid,
+	// and no controller manages them any more.
+	handed := scaleway.Tag(scaleway.TagHandedOverBy, cluster)
+	kept, err := c.ListServers(ctx, zone, []string{handed})
+	switch {
+	case err != nil:
+		r.add(Fail, where, "listing servers tagged %s: %v", handed, err)
+	case len(kept) > 0:
+		ids := make([]string, 0, len(kept))
+		for _, s := range kept {
+			ids = append(ids, s.ID)
+		}
+		r.add(Warn, where, "%d servers tagged %s: handed over by a deleted NodeClass, paid and no longer managed: %s", len(kept), handed, strings.Join(ids, ", "))
+	default:
+		r.add(OK, where, "0 servers tagged %s", handed)
+	}
 }
 
 func checkKeys(ctx context.Context, c *scaleway.Client, cluster string, r *Report) {

@@ -16,6 +16,7 @@ const (
 	TagNodeClaim = "karpenter.sh/nodeclaim"
 	TagNodePool  = "karpenter.sh/nodepool"
 	TagManagedBy = "karpenter.sh/managed-by"
+	TagClusterID = "karpenter-scaleway-em/cluster-id"
 	TagPhase     = "karpenter-scaleway-em/phase"
 	TagImage     = "karpenter-scaleway-em/image"
 )

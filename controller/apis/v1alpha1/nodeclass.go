@@ -227,7 +227,24 @@ type BillingSpec struct {
 	// +kubebuilder:validation:Type="string"
 	// +optional
 	MinimumLifetime *metav1.Duration `json:"minimumLifetime,omitempty"`
+	// SparesOnDeletion says what deleting the NodeClass does with its spares (monthly servers kept for it),
+	// once its NodeClaims are gone: Release (the default) deletes them, forfeiting the rest of their paid
+	// month; Keep hands them over: the controller removes its tags (karpenter.sh/managed-by and the cluster
+	// identity), tags them karpenter-scaleway-em/handed-over-by=<clusterName> and never touches them again.
+	// Not a part of the drift hash: it changes nothing on the nodes.
+	// +kubebuilder:validation:Enum:={Release,Keep}
+	// +optional
+	SparesOnDeletion string `json:"sparesOnDeletion,omitempty" hash:"ignore"`
 }
+
+// What deleting a NodeClass does with its spares (BillingSpec.SparesOnDeletion).
+const (
+	SparesRelease = "Release"
+	SparesKeep    = "Keep"
+)
+
+// KeepSparesOnDeletion reports whether deleting the NodeClass hands its spares over.
+func (b BillingSpec) KeepSparesOnDeletion() bool { return b.SparesOnDeletion == SparesKeep }
 
 // RescueSpec tunes the rescue-system step.
 type RescueSpec struct {
@@ -244,6 +261,8 @@ type RescueSpec struct {
 }
 
 // ScalewayElasticMetalNodeClass is the Schema for Elastic Metal node classes.
+// Deleting one waits (finalizer karpenter-scaleway-em.io/termination) until no NodeClaim uses it, then ends its
+// spares as spec.billing.sparesOnDeletion says; while the Scaleway API fails it stays, with a RemovalBlocked event.
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:path=scalewayelasticmetalnodeclasses,scope=Cluster,categories=karpenter,shortName={emnc,emncs}
 // +kubebuilder:subresource:status

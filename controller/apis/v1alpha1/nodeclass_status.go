@@ -23,6 +23,12 @@ const (
 	ConditionTypeInstallsHealthy = "InstallsHealthy"
 )
 
+// ConditionTypeClusterIdentityUnique is a warning, not a part of Ready: False
+// when servers carry this cluster's name but another cluster's identity (or
+// none this cluster could prove its own). The controller leaves them alone
+// and its own servers carry its identity, so ordering stays safe.
+const ConditionTypeClusterIdentityUnique = "ClusterIdentityUnique"
+
 // Annotations on NodeClasses and NodeClaims.
 const (
 	// AnnotationNodeClassHash is the hash of the NodeClass spec, for drift.

@@ -18,6 +18,7 @@ import (
 	coreoptions "sigs.k8s.io/karpenter/pkg/operator/options"
 	"sigs.k8s.io/karpenter/pkg/utils/env"
 
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/joinsecret"
 )
 
@@ -29,23 +30,28 @@ type optionsKey struct{}
 
 // Options of the provider.
 type Options struct {
-	ClusterName      string
-	SystemNamespace  string
-	RescueSSHUser    string
-	RescueSSHPort    int
-	RescueKeySecret  string
-	TalosAPIPort     int
-	IPv6Gateway      string
-	DeliveryTimeout  time.Duration
-	RescueTimeout    time.Duration
-	ImagingTimeout   time.Duration
-	BootTimeout      time.Duration
-	RetryInterval    time.Duration
-	CatalogRefresh   time.Duration
-	GCGracePeriod    time.Duration
-	GCInterval       time.Duration
-	NodeClassRecheck time.Duration
-	RepairToleration time.Duration
+	ClusterName string
+	// ClusterID is the cluster's identity; empty: the kube-system namespace's UID.
+	ClusterID string
+	// AdoptServersWithoutIdentity adopts every server tagged with
+	// ClusterName and no identity (made before identities).
+	AdoptServersWithoutIdentity bool
+	SystemNamespace             string
+	RescueSSHUser               string
+	RescueSSHPort               int
+	RescueKeySecret             string
+	TalosAPIPort                int
+	IPv6Gateway                 string
+	DeliveryTimeout             time.Duration
+	RescueTimeout               time.Duration
+	ImagingTimeout              time.Duration
+	BootTimeout                 time.Duration
+	RetryInterval               time.Duration
+	CatalogRefresh              time.Duration
+	GCGracePeriod               time.Duration
+	GCInterval                  time.Duration
+	NodeClassRecheck            time.Duration
+	RepairToleration            time.Duration
 	// MaxConcurrentImaging bounds the images written at once.
 	MaxConcurrentImaging int
 	// ZoneSweepInterval between sweeps of every Elastic Metal zone for the cluster's servers.
@@ -66,6 +72,8 @@ type Options struct {
 // AddFlags implements Karpenter's options.Injectable.
 func (o *Options) AddFlags(fs *coreoptions.FlagSet) {
 	fs.StringVar(&o.ClusterName, "cluster-name", env.WithDefaultString("CLUSTER_NAME", ""), "[REQUIRED] Name of the cluster: scopes the servers this controller manages (tag karpenter.sh/managed-by).")
+	fs.StringVar(&o.ClusterID, "cluster-id", env.WithDefaultString("CLUSTER_ID", ""), "Identity of the cluster (tag karpenter-scaleway-em/cluster-id), unique to it: servers with this cluster's name and another identity are left alone. Empty: the kube-system namespace's UID. Set it on a cluster restored from another's etcd backup.")
+	fs.BoolVarWithEnv(&o.AdoptServersWithoutIdentity, "adopt-servers-without-identity", "ADOPT_SERVERS_WITHOUT_IDENTITY", false, "Adopt every server tagged with this cluster's name and no identity (ordered before identities), even one no NodeClaim names (spares, leaks). Set it for one upgrade, on the cluster that ordered them only.")
 	fs.StringVar(&o.SystemNamespace, "system-namespace", env.WithDefaultString("SYSTEM_NAMESPACE", "karpenter"), "Namespace of the controller (holds the rescue SSH key Secret).")
 	fs.StringVar(&o.RescueSSHUser, "rescue-ssh-user", env.WithDefaultString("RESCUE_SSH_USER", "rescue"), "User of Scaleway's rescue system.")
 	fs.IntVar(&o.RescueSSHPort, "rescue-ssh-port", env.WithDefaultInt("RESCUE_SSH_PORT", 22), "SSH port of the rescue system.")
@@ -187,6 +195,9 @@ func (o *Options) Validate() error {
 	}
 	if o.GCGracePeriod < MinGCGracePeriod {
 		errs = append(errs, fmt.Errorf("GC_GRACE_PERIOD (--gc-grace-period) %s is below the floor of %s: a younger server may be an order whose NodeClaim is not visible yet, and must never be released", o.GCGracePeriod, MinGCGracePeriod))
+	}
+	if err := identity.Validate(o.ClusterID); err != nil {
+		errs = append(errs, fmt.Errorf("CLUSTER_ID (--cluster-id): %w", err))
 	}
 	if _, err := joinsecret.ParseNamespaces(o.JoinSecretNamespaces); err != nil {
 		errs = append(errs, fmt.Errorf("JOIN_SECRET_NAMESPACES: %w", err))

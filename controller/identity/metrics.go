@@ -1,0 +1,33 @@
+package identity
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics of the rule.
+type Metrics struct {
+	// LeftAlone is karpenter_scaleway_em_servers_left_alone{reason}.
+	LeftAlone *prometheus.GaugeVec
+	// Adopted is karpenter_scaleway_em_servers_adopted_total.
+	Adopted prometheus.Counter
+}
+
+// NewMetrics registers the metrics with reg (nil: not registered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		LeftAlone: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "karpenter_scaleway_em_servers_left_alone",
+			Help: "Servers tagged with this cluster's name that it leaves alone, as of the last listing: another cluster's identity (foreign_identity: two clusters share the name) or no identity that this cluster could prove its own (no_identity).",
+		}, []string{"reason"}),
+		Adopted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "karpenter_scaleway_em_servers_adopted_total",
+			Help: "Servers ordered before cluster identities that were adopted (tagged with this cluster's identity).",
+		}),
+	}
+	// At zero from the start, so that an alert sees the first one.
+	for _, r := range []string{ReasonForeignIdentity, ReasonNoIdentity} {
+		m.LeftAlone.WithLabelValues(r)
+	}
+	if reg != nil {
+		reg.MustRegister(m.LeftAlone, m.Adopted)
+	}
+	return m
+}

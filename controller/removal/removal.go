@@ -1,0 +1,186 @@
+// Package removal is the NodeClass's finalizer. A NodeClass's spares
+// (monthly servers kept for its next NodeClaims) are paid for and belong to
+// no NodeClaim: without the finalizer, deleting the NodeClass left them to
+// garbage collection, and uninstalling left them paid with nobody to
+// release them. Deleting a NodeClass now waits until no NodeClaim uses it,
+// then releases its spares (or hands them over, spec.billing.sparesOnDeletion:
+// Keep), then lets the NodeClass go. A Scaleway API that does not answer
+// holds the NodeClass with a Warning event saying why, retried with
+// controller-runtime's exponential backoff.
+package removal
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	controllerruntime "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+	"sigs.k8s.io/karpenter/pkg/events"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
+)
+
+// Finalizer on every NodeClass.
+const Finalizer = "karpenter-scaleway-em.io/termination"
+
+// Event reasons on a NodeClass being deleted.
+const (
+	// ReasonWaitingForNodeClaims: NodeClaims still use the NodeClass.
+	ReasonWaitingForNodeClaims = "WaitingForNodeClaims"
+	// ReasonSparesReleased: its spares were deleted.
+	ReasonSparesReleased = "SparesReleased"
+	// ReasonSparesHandedOver: its spares were handed over (Keep).
+	ReasonSparesHandedOver = "SparesHandedOver"
+	// ReasonRemovalBlocked: the spares could not be listed or ended (the
+	// Scaleway API failed); retried with backoff.
+	ReasonRemovalBlocked = "RemovalBlocked"
+)
+
+// WaitInterval between checks while NodeClaims still use the NodeClass
+// (their deletion also triggers one).
+const WaitInterval = 30 * time.Second
+
+// Controller holds the finalizer.
+type Controller struct {
+	Kube client.Client
+	// Servers lists every server of the cluster (inventory.Servers).
+	Servers func(ctx context.Context) ([]*baremetal.Server, error)
+	Spares  *spare.Keeper
+	// Recorder may be nil.
+	Recorder events.Recorder
+	Log      logr.Logger
+}
+
+// Reconcile implements reconcile.ObjectReconciler.
+func (c *Controller) Reconcile(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass) (reconcile.Result, error) {
+	if nc.DeletionTimestamp.IsZero() {
+		if controllerutil.ContainsFinalizer(nc, Finalizer) {
+			return reconcile.Result{}, nil
+		}
+		stored := nc.DeepCopy()
+		controllerutil.AddFinalizer(nc, Finalizer)
+		return reconcile.Result{}, client.IgnoreNotFound(c.Kube.Patch(ctx, nc, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})))
+	}
+	if !controllerutil.ContainsFinalizer(nc, Finalizer) {
+		return reconcile.Result{}, nil
+	}
+	claims, err := c.claimsOf(ctx, nc.Name)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if len(claims) > 0 {
+		c.publish(nc, corev1.EventTypeNormal, ReasonWaitingForNodeClaims,
+			fmt.Sprintf("deletion waits for %d nodeclaim(s) to go: %s", len(claims), strings.Join(claims, ", ")))
+		return reconcile.Result{RequeueAfter: WaitInterval}, nil
+	}
+	ended, err := c.endSpares(ctx, nc)
+	if err != nil {
+		c.publish(nc, corev1.EventTypeWarning, ReasonRemovalBlocked,
+			fmt.Sprintf("deletion waits: its spares cannot be ended yet (retried with backoff): %v", err))
+		return reconcile.Result{}, err
+	}
+	if len(ended) > 0 {
+		reason, what := ReasonSparesReleased, "released (the rest of their paid month is forfeited)"
+		if nc.Spec.Billing.KeepSparesOnDeletion() {
+			reason, what = ReasonSparesHandedOver, fmt.Sprintf("handed over: tagged %s, no longer managed; find them with `scw baremetal server list tags.0=%s zone=<zone>`",
+				scaleway.Tag(scaleway.TagHandedOverBy, c.Spares.Owner.Name), scaleway.Tag(scaleway.TagHandedOverBy, c.Spares.Owner.Name))
+		}
+		c.publish(nc, corev1.EventTypeNormal, reason, fmt.Sprintf("%d spare(s) %s: %s", len(ended), what, strings.Join(ended, ", ")))
+	}
+	stored := nc.DeepCopy()
+	controllerutil.RemoveFinalizer(nc, Finalizer)
+	if err := c.Kube.Patch(ctx, nc, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	c.Log.Info("nodeclass deleted: no nodeclaim uses it and its spares are ended", "nodeclass", nc.Name, "spares", len(ended),
+		"sparesOnDeletion", nc.Spec.Billing.SparesOnDeletion)
+	return reconcile.Result{}, nil
+}
+
+// claimsOf names the NodeClaims that use NodeClass name.
+func (c *Controller) claimsOf(ctx context.Context, name string) ([]string, error) {
+	list := &karpv1.NodeClaimList{}
+	if err := c.Kube.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("listing nodeclaims: %w", err)
+	}
+	var out []string
+	for i := range list.Items {
+		if usesNodeClass(&list.Items[i], name) {
+			out = append(out, list.Items[i].Name)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func usesNodeClass(claim *karpv1.NodeClaim, name string) bool {
+	ref := claim.Spec.NodeClassRef
+	return ref != nil && ref.Name == name && ref.Group == v1alpha1.SchemeGroupVersion.Group
+}
+
+// endSpares releases (or hands over) every spare of nc, and returns the
+// IDs it ended. Any failure is an error: the NodeClass stays until a pass
+// ends them all.
+func (c *Controller) endSpares(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass) ([]string, error) {
+	srvs, err := c.Servers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ended []string
+	var errs []string
+	for _, s := range srvs {
+		if v, _ := scaleway.TagValue(s.Tags, scaleway.TagNodeClass); v != nc.Name || install.PhaseOf(s) != install.PhaseSpare ||
+			s.Status == baremetal.ServerStatusDeleting {
+			continue
+		}
+		outcome, err := c.Spares.EndSpare(ctx, s.Zone, s.ID, nc.Spec.Billing.KeepSparesOnDeletion())
+		switch {
+		case err != nil:
+			errs = append(errs, err.Error())
+		case outcome == spare.Released || outcome == spare.HandedOver:
+			ended = append(ended, string(s.Zone)+"/"+s.ID)
+		}
+	}
+	if len(errs) > 0 {
+		return ended, fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return ended, nil
+}
+
+func (c *Controller) publish(nc *v1alpha1.ScalewayElasticMetalNodeClass, typ, reason, msg string) {
+	if c.Recorder == nil {
+		return
+	}
+	c.Recorder.Publish(events.Event{InvolvedObject: nc, Type: typ, Reason: reason, Message: msg,
+		DedupeValues: []string{nc.Name, reason, msg}})
+}
+
+// Register adds the controller: NodeClasses, and the deletion of their NodeClaims.
+func (c *Controller) Register(_ context.Context, m manager.Manager) error {
+	return controllerruntime.NewControllerManagedBy(m).
+		Named("nodeclass.removal").
+		For(&v1alpha1.ScalewayElasticMetalNodeClass{}).
+		Watches(&karpv1.NodeClaim{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			claim, ok := o.(*karpv1.NodeClaim)
+			if !ok || claim.Spec.NodeClassRef == nil || claim.Spec.NodeClassRef.Group != v1alpha1.SchemeGroupVersion.Group {
+				return nil
+			}
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: claim.Spec.NodeClassRef.Name}}}
+		})).
+		Complete(reconcile.AsReconciler(m.GetClient(), c))
+}
