@@ -17,8 +17,7 @@ import (
 func TestCreateNeverTakesANamesakesServerForTheClaim(t *testing.T) {
 	e := startEnv(t, nil)
 	claim := e.nodeClaim()
-	client, err := scw.NewClient(scw.WithAPIURL(e.w.SimURL), scw.WithAuth("SCWSIMULATED00000000", e.w.Sim.SecretKey()),
-		scw.WithDefaultZone(scw.ZoneFrPar2), scw.WithDefaultProjectID(e.w.Sim.Options().ProjectID))
+	client, err := e.w.SDKClient()
 	if err != nil {
 		t.Fatal(err)
 	}

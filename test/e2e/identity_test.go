@@ -76,8 +76,7 @@ func TestNamesakeClusterLeavesServersAlone(t *testing.T) {
 	}
 
 	// One server as an earlier version left it: the name, no identity.
-	client, err := scw.NewClient(scw.WithAPIURL(e.W.SimURL), scw.WithAuth("SCWSIMULATED00000000", e.W.Sim.SecretKey()),
-		scw.WithDefaultZone(scw.ZoneFrPar2), scw.WithDefaultProjectID(e.W.Sim.Options().ProjectID))
+	client, err := e.W.SDKClient()
 	if err != nil {
 		t.Fatal(err)
 	}
