@@ -108,10 +108,11 @@ func (s *Store) setCondition(ctx context.Context, nc *v1alpha1.ScalewayElasticMe
 // before the order), else a NodeClassNotReadyError: the whole NodeClass
 // cannot install, so Karpenter deletes the NodeClaim and, once the
 // NodeClass is not Ready, schedules onto other NodePools.
+//
+// It always reads the NodeClass afresh, never trusting the caller's cached
+// copy: a failure recorded a moment ago must stop the very next order (one
+// read per order, and every order costs at least an hour of a server).
 func (s *Store) Admit(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass, claim string) error {
-	if nc.Status.Installs == nil {
-		return nil
-	}
 	var refusal error
 	err := s.update(ctx, nc.Name, func(fresh *v1alpha1.ScalewayElasticMetalNodeClass, key Key) {
 		refusal = nil

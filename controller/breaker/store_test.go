@@ -248,3 +248,24 @@ func TestFailedProbeJoinedAndSecretChange(t *testing.T) {
 		t.Errorf("after a joined install: installs %+v, InstallsHealthy %q", nc.Status.Installs, installsHealthy(nc))
 	}
 }
+
+// Create hands Admit the NodeClass from the informer's cache, which may not
+// show yet the failure that has just opened the breaker: Admit reads the
+// NodeClass afresh and refuses the order all the same.
+func TestAdmitDoesNotTrustAStaleNodeClass(t *testing.T) {
+	w := start(t)
+	w.nodeClass(t, "failing", "/dev/nvme9n1")
+	stale := w.get(t, "failing")
+	s := w.store()
+	for _, name := range []string{"a", "b"} {
+		if err := s.Failed(w.ctx, diskNotFound(w.claim(t, name, "failing", false))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if stale.Status.Installs != nil {
+		t.Fatal("the stale copy shows the failures: the test proves nothing")
+	}
+	if err := s.Admit(w.ctx, stale, "c"); !cloudprovider.IsNodeClassNotReadyError(err) {
+		t.Fatalf("Admit with a copy read before the breaker opened = %v, want a NodeClassNotReadyError", err)
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spendlimit"
@@ -78,6 +79,7 @@ func (c *CloudProvider) order(ctx context.Context, claim *karpv1.NodeClaim, nc *
 			Description:    fmt.Sprintf("Karpenter node of cluster %s (nodepool %s)", c.opts.ClusterName, claim.Labels[karpv1.NodePoolLabelKey]),
 			Tags:           c.serverTags(claim, nc),
 			IdempotencyTag: claimTag,
+			Match:          c.mayTakeAsOrdered,
 		})
 		if err == nil {
 			limits.Ordered(srv, zone, offer)
@@ -159,4 +161,15 @@ func offeringBilling(of *cloudprovider.Offering) catalog.BillingPeriod {
 		return catalog.BillingPeriod(r.Any())
 	}
 	return catalog.BillingHourly
+}
+
+// mayTakeAsOrdered: a server found under the claim's tag when ordering is
+// ours only with our identity, or with none (ordered by a version before
+// identities, mid-upgrade); a namesake cluster's is never taken for ours.
+func (c *CloudProvider) mayTakeAsOrdered(tags []string) bool {
+	switch c.Inventory.Owner.Classify(tags) {
+	case identity.Owned, identity.Legacy:
+		return true
+	}
+	return false
 }

@@ -108,6 +108,11 @@ type CreateServerRequest struct {
 	// ordering, and after any failure that does not prove the order was
 	// rejected, servers carrying it are looked up instead of ordering again.
 	IdempotencyTag string
+	// Match, when set, says which servers carrying IdempotencyTag may be
+	// taken for this order: another cluster of the same name tags its
+	// servers with the same NodeClaim tag shape, and its server must never
+	// be taken for ours (nil: any).
+	Match func(tags []string) bool
 }
 
 func (r CreateServerRequest) validate() error {
@@ -162,12 +167,12 @@ func (c *Client) CreateServer(ctx context.Context, req CreateServerRequest) (*ba
 	// second one finds the first one's server instead of ordering.
 	unlock := c.createLocks.lock(req.IdempotencyTag)
 	defer unlock()
-	if srv, err := c.findByTag(ctx, zone, req.IdempotencyTag); err != nil || srv != nil {
+	if srv, err := c.findByTag(ctx, zone, req.IdempotencyTag, req.Match); err != nil || srv != nil {
 		return srv, false, err
 	}
 	if p, ok := c.orders.get(req.IdempotencyTag); ok {
 		if p.zone != zone {
-			if srv, err := c.findByTag(ctx, p.zone, req.IdempotencyTag); err != nil || srv != nil {
+			if srv, err := c.findByTag(ctx, p.zone, req.IdempotencyTag, req.Match); err != nil || srv != nil {
 				if srv != nil {
 					c.orders.forget(req.IdempotencyTag)
 				}
@@ -219,7 +224,7 @@ func (c *Client) CreateServer(ctx context.Context, req CreateServerRequest) (*ba
 		return nil, false, c.markAmbiguous(err)
 	case <-c.clock.After(c.backoff(1, 0)):
 	}
-	found, ferr := c.findByTag(ctx, zone, req.IdempotencyTag)
+	found, ferr := c.findByTag(ctx, zone, req.IdempotencyTag, req.Match)
 	if ferr == nil && found != nil {
 		c.orders.forget(req.IdempotencyTag)
 		c.log.Info("order failed ambiguously but the server exists; adopting it", "zone", string(zone), "id", found.ID, "tag", req.IdempotencyTag)
@@ -285,17 +290,17 @@ func (c *Client) markAmbiguous(err error) error {
 // FindServerByTag returns the oldest non-deleting server of the zone that
 // carries tag, or nil when there is none.
 func (c *Client) FindServerByTag(ctx context.Context, zone scw.Zone, tag string) (*baremetal.Server, error) {
-	return c.findByTag(ctx, c.zone(zone), tag)
+	return c.findByTag(ctx, c.zone(zone), tag, nil)
 }
 
-func (c *Client) findByTag(ctx context.Context, zone scw.Zone, tag string) (*baremetal.Server, error) {
+func (c *Client) findByTag(ctx context.Context, zone scw.Zone, tag string, match func(tags []string) bool) (*baremetal.Server, error) {
 	servers, err := c.listServers(ctx, OpListServers, zone, []string{tag})
 	if err != nil {
 		return nil, err
 	}
 	live := servers[:0:0]
 	for _, s := range servers {
-		if s.Status != baremetal.ServerStatusDeleting {
+		if s.Status != baremetal.ServerStatusDeleting && (match == nil || match(s.Tags)) {
 			live = append(live, s)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -827,4 +828,31 @@ func newAuthorizedKey(t *testing.T, comment string) string {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(k))) + " " + comment
+}
+
+// A server carrying the order's NodeClaim tag that Match refuses (a
+// namesake cluster's) is neither returned nor stops the order: ours is
+// ordered beside it, and later calls find ours.
+func TestSimCreateSkipsServersMatchRefuses(t *testing.T) {
+	env := startSim(t, 1, nil, nil)
+	ctx := context.Background()
+	foreign, created, err := env.client.CreateServer(ctx, env.createReq("nc-1"))
+	if err != nil || !created {
+		t.Fatalf("the namesake's order: %v created=%v", err, created)
+	}
+	notForeign := func(tags []string) bool { return !slices.Contains(tags, Tag(TagPhase, "ordered")) }
+	req := env.createReq("nc-1")
+	req.Tags = []string{Tag(TagManagedBy, cluster), req.IdempotencyTag, Tag(TagPhase, "ours")}
+	req.Match = notForeign
+	ours, created, err := env.client.CreateServer(ctx, req)
+	if err != nil || !created || ours.ID == foreign.ID {
+		t.Fatalf("CreateServer beside the namesake's server: %v created=%v id=%s (namesake's %s)", err, created, ours.ID, foreign.ID)
+	}
+	again, created, err := env.client.CreateServer(ctx, req)
+	if err != nil || created || again.ID != ours.ID {
+		t.Fatalf("second CreateServer: %v created=%v id=%s want %s", err, created, again.ID, ours.ID)
+	}
+	if n := env.creates(t)["nc-1"]; n != 2 {
+		t.Fatalf("%d orders for nc-1, want the namesake's and ours", n)
+	}
 }

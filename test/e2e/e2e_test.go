@@ -348,8 +348,7 @@ func TestGarbageCollectionKeepsHealthyNodes(t *testing.T) {
 	e.WaitBound("gc", 2, harness.WaitLong)
 	healthy := e.W.Sim.Servers()
 
-	client, err := scw.NewClient(scw.WithAPIURL(e.W.SimURL), scw.WithAuth("SCWSIMULATED00000000", e.W.Sim.SecretKey()),
-		scw.WithDefaultZone(scw.ZoneFrPar2), scw.WithDefaultProjectID(e.W.Sim.Options().ProjectID))
+	client, err := e.W.SDKClient()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,8 +61,7 @@ func driveServerByHand(t *testing.T, w *World) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	img := w.Images[w.Opts.TalosVersion]
-	client, err := scw.NewClient(scw.WithAPIURL(w.SimURL), scw.WithAuth("SCWSIMULATED00000000", w.Sim.SecretKey()),
-		scw.WithDefaultZone(scw.ZoneFrPar2), scw.WithDefaultProjectID(w.Sim.Options().ProjectID))
+	client, err := w.SDKClient()
 	if err != nil {
 		t.Fatal(err)
 	}
