@@ -48,16 +48,24 @@ func (s *Store) now() clock.Clock {
 	return s.Clock
 }
 
-// KeyOf is nc's breaker key: its generation and its join Secret's
-// resourceVersion ("" when the Secret cannot be read).
-func (s *Store) KeyOf(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass) Key {
+// keyOf is nc's breaker key: its generation and its join Secret's
+// resourceVersion ("" when the Secret is gone). Any other error reading the
+// Secret is returned: taken for a changed Secret, it would reset the breaker.
+func (s *Store) keyOf(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass) (Key, error) {
+	key := Key{Generation: nc.Generation}
+	if s.Secrets == nil {
+		return key, nil
+	}
 	ref := nc.Spec.Talos.JoinSecretRef
 	sec := &corev1.Secret{}
-	rv := ""
-	if s.Secrets != nil && s.Secrets.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, sec) == nil {
-		rv = sec.ResourceVersion
+	err := s.Secrets.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, sec)
+	switch {
+	case err == nil:
+		key.JoinSecretResourceVersion = sec.ResourceVersion
+	case !apierrors.IsNotFound(err):
+		return key, fmt.Errorf("reading join Secret %s/%s: %w", ref.Namespace, ref.Name, err)
 	}
-	return Key{Generation: nc.Generation, JoinSecretResourceVersion: rv}
+	return key, nil
 }
 
 // probeAlive reports whether the probe NodeClaim of st exists.
@@ -74,8 +82,11 @@ func (s *Store) probeAlive(ctx context.Context, st *v1alpha1.InstallsStatus) boo
 // dropped, and InstallsHealthy is set. It returns when the condition will
 // change by itself (the end of a backoff), zero if never.
 func (s *Store) Sync(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass) (next int64) {
-	if nc.Status.Installs != nil && Current(nc.Status.Installs, s.KeyOf(ctx, nc)) == nil {
-		nc.Status.Installs = nil
+	if nc.Status.Installs != nil {
+		// A Secret that cannot be read now leaves the state as it is.
+		if key, err := s.keyOf(ctx, nc); err == nil && Current(nc.Status.Installs, key) == nil {
+			nc.Status.Installs = nil
+		}
 	}
 	s.setCondition(ctx, nc)
 	if st := nc.Status.Installs; st != nil && st.NextAttempt != nil && s.now().Now().Before(st.NextAttempt.Time) {
@@ -114,7 +125,7 @@ func (s *Store) setCondition(ctx context.Context, nc *v1alpha1.ScalewayElasticMe
 // read per order, and every order costs at least an hour of a server).
 func (s *Store) Admit(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass, claim string) error {
 	var refusal error
-	err := s.update(ctx, nc.Name, func(fresh *v1alpha1.ScalewayElasticMetalNodeClass, key Key) {
+	err := s.update(ctx, nc.Name, false, func(fresh *v1alpha1.ScalewayElasticMetalNodeClass, key Key) {
 		refusal = nil
 		st := Current(fresh.Status.Installs, key)
 		if st != nil && st.ProbeNodeClaim == claim {
@@ -169,7 +180,7 @@ func (s *Store) Failed(ctx context.Context, f Failure) error {
 	var opened, reopened bool
 	var after *v1alpha1.InstallsStatus
 	var disk string
-	err := s.update(ctx, name, func(fresh *v1alpha1.ScalewayElasticMetalNodeClass, key Key) {
+	err := s.update(ctx, name, true, func(fresh *v1alpha1.ScalewayElasticMetalNodeClass, key Key) {
 		disk = fresh.Spec.Rescue.Disk
 		before := Current(fresh.Status.Installs, key)
 		after = s.Policy.Failure(before, key, v1alpha1.InstallFailure{
@@ -207,32 +218,37 @@ func (s *Store) Joined(ctx context.Context, claim *karpv1.NodeClaim) error {
 		return nil
 	}
 	name := claim.Spec.NodeClassRef.Name
-	nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
-	if err := s.Kube.Get(ctx, types.NamespacedName{Name: name}, nc); err != nil || nc.Status.Installs == nil {
-		return client.IgnoreNotFound(err)
-	}
 	wasOpen := false
-	err := s.update(ctx, name, func(fresh *v1alpha1.ScalewayElasticMetalNodeClass, _ Key) {
+	err := s.update(ctx, name, false, func(fresh *v1alpha1.ScalewayElasticMetalNodeClass, _ Key) {
 		wasOpen = fresh.Status.Installs != nil && fresh.Status.Installs.Opened > 0
 		fresh.Status.Installs = nil
 	})
 	if err == nil && wasOpen {
 		s.publish(name, corev1.EventTypeNormal, EventBreakerClosed, fmt.Sprintf("nodeclaim %s installed and joined: servers are ordered again", claim.Name))
 	}
-	return err
+	return client.IgnoreNotFound(err)
 }
 
 // update applies change to a fresh copy of NodeClass name and writes its
 // status (InstallsHealthy included) with an optimistic lock, retrying
-// conflicts.
-func (s *Store) update(ctx context.Context, name string, change func(*v1alpha1.ScalewayElasticMetalNodeClass, Key)) error {
+// conflicts. The key (one Secret read) is read when the NodeClass has a
+// breaker state, or always with needKey (a failure records it); without
+// either, change gets the zero Key.
+func (s *Store) update(ctx context.Context, name string, needKey bool, change func(*v1alpha1.ScalewayElasticMetalNodeClass, Key)) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
 		if err := s.Kube.Get(ctx, types.NamespacedName{Name: name}, nc); err != nil {
 			return err
 		}
+		var key Key
+		if needKey || nc.Status.Installs != nil {
+			var err error
+			if key, err = s.keyOf(ctx, nc); err != nil {
+				return err
+			}
+		}
 		stored := nc.DeepCopy()
-		change(nc, s.KeyOf(ctx, nc))
+		change(nc, key)
 		s.setCondition(ctx, nc)
 		if equality.Semantic.DeepEqual(stored.Status, nc.Status) {
 			return nil

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider"
 
@@ -267,5 +268,38 @@ func TestAdmitDoesNotTrustAStaleNodeClass(t *testing.T) {
 	}
 	if err := s.Admit(w.ctx, stale, "c"); !cloudprovider.IsNodeClassNotReadyError(err) {
 		t.Fatalf("Admit with a copy read before the breaker opened = %v, want a NodeClassNotReadyError", err)
+	}
+}
+
+// failingReader fails every read, as an API server that cannot be reached.
+type failingReader struct{ client.Reader }
+
+func (failingReader) Get(context.Context, client.ObjectKey, client.Object, ...client.GetOption) error {
+	return errors.New("connection refused")
+}
+
+// A join Secret that cannot be read for a moment is not a changed Secret:
+// the open breaker stays open (Create refuses, the status keeps its state).
+func TestUnreadableSecretDoesNotResetTheBreaker(t *testing.T) {
+	w := start(t)
+	w.nodeClass(t, "failing", "/dev/nvme9n1")
+	s := w.store()
+	for _, name := range []string{"a", "b"} {
+		if err := s.Failed(w.ctx, diskNotFound(w.claim(t, name, "failing", false))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	blind := w.store()
+	blind.Secrets = failingReader{}
+	if err := blind.Admit(w.ctx, w.get(t, "failing"), "c"); err == nil {
+		t.Fatal("Admit ordered while the join Secret could not be read and the breaker was open")
+	}
+	nc := w.get(t, "failing")
+	blind.Sync(w.ctx, nc)
+	if nc.Status.Installs == nil {
+		t.Fatal("Sync dropped the breaker's state because the join Secret could not be read")
+	}
+	if w.get(t, "failing").Status.Installs == nil {
+		t.Fatal("the breaker's state was removed from the status")
 	}
 }

@@ -43,14 +43,29 @@ func FindBinary(name string) (string, error) {
 	if name == BinEMImager {
 		sources = []string{filepath.Join(root, "imager")}
 	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	// One walk of the sources per binary build and test process: a world
+	// start asks several times.
+	key := path + "@" + st.ModTime().String()
+	if _, ok := freshBinaries.Load(key); ok {
+		return path, nil
+	}
 	if err := checkFresh(path, root, sources); err != nil {
 		return "", err
 	}
+	freshBinaries.Store(key, true)
 	return path, nil
 }
 
-// checkFresh fails when a Go source (tests and test/ aside), go.mod or
-// go.sum under one of dirs, or root's go.mod or go.sum, is newer than bin.
+// freshBinaries are the builds checkFresh passed in this process.
+var freshBinaries sync.Map
+
+// checkFresh fails when a Go source under one of dirs (tests, and test/,
+// bin/, testdata/ and hidden directories, aside), or root's go.mod or
+// go.sum, is newer than bin.
 func checkFresh(bin, root string, dirs []string) error {
 	st, err := os.Stat(bin)
 	if err != nil {

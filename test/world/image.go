@@ -7,13 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/publish"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/diskimage"
@@ -81,12 +79,7 @@ func (w *World) PublishImageWith(ctx context.Context, version, kernelArgs string
 // CorruptImages flips a byte in the middle of every compressed image in the
 // bucket, keeping its metadata: em-imager's digest check must catch it.
 func (w *World) CorruptImages(ctx context.Context) error {
-	u, err := url.Parse(w.S3.Endpoint)
-	if err != nil {
-		return err
-	}
-	mc, err := minio.New(u.Host, &minio.Options{Creds: credentials.NewStaticV4(w.S3.AccessKey, w.S3.SecretKey, ""),
-		Secure: u.Scheme == "https", Region: w.S3.Region, BucketLookup: minio.BucketLookupPath})
+	mc, err := w.S3.Client()
 	if err != nil {
 		return err
 	}
