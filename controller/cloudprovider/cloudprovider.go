@@ -42,12 +42,6 @@ type ImageSource interface {
 	Resolve(ctx context.Context, s imagesource.Settings) (*imagesource.Image, error)
 }
 
-// RescueKeys checks, without registering it, that the rescue SSH key and
-// IAM are usable (*rescuekey.Store).
-type RescueKeys interface {
-	Check(ctx context.Context) error
-}
-
 // Installs stops a NodeClaim's install before Delete acts (*nodeinstall.Controller).
 type Installs interface {
 	Stop(nodeClaim string)
@@ -77,7 +71,6 @@ type Deps struct {
 	Spares    *spare.Keeper
 	Installs  Installs
 	Images    ImageSource
-	Keys      RescueKeys
 	// Breaker and Limits gate orders (nil: none).
 	Breaker Breaker
 	Limits  *spendlimit.Limiter
@@ -178,9 +171,8 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 	if _, err := c.Images.Resolve(ctx, nodeclass.ImageSettings(nc)); err != nil {
 		return nil, cloudprovider.NewNodeClassNotReadyError(fmt.Errorf("resolving the image: %w", err))
 	}
-	if err := c.Keys.Check(ctx); err != nil {
-		return nil, fmt.Errorf("rescue SSH key: %w", err)
-	}
+	// The rescue key and IAM are proven by the NodeClass's CredentialsReady
+	// (Ready above), not again per order.
 	if c.Breaker != nil {
 		if err := c.Breaker.Admit(ctx, nc, claim.Name); err != nil {
 			return nil, err

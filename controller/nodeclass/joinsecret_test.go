@@ -32,7 +32,7 @@ func (okImages) Resolve(context.Context, imagesource.Settings) (*imagesource.Ima
 
 type okCredentials struct{}
 
-func (okCredentials) CheckCredentials(context.Context, scw.Zone) error { return nil }
+func (okCredentials) CheckCredentials(context.Context, []scw.Zone) error { return nil }
 
 // The controller runs as a ServiceAccount that, as with the chart's default
 // RBAC, may get Secrets in its own namespace only. A NodeClass naming a

@@ -35,9 +35,10 @@ type ImageChecker interface {
 	Resolve(ctx context.Context, s imagesource.Settings) (*imagesource.Image, error)
 }
 
-// CredentialsChecker proves the Scaleway credentials work in a zone.
+// CredentialsChecker proves the Scaleway credentials work in the zones (and
+// project-wide, once).
 type CredentialsChecker interface {
-	CheckCredentials(ctx context.Context, zone scw.Zone) error
+	CheckCredentials(ctx context.Context, zones []scw.Zone) error
 }
 
 // StatusController keeps NodeClass status current: each sub-condition of
@@ -99,13 +100,11 @@ func (c *StatusController) Reconcile(ctx context.Context, nc *v1alpha1.ScalewayE
 	}
 	setCondition(conds, v1alpha1.ConditionTypeProjectReady, ReasonProjectMismatch, projectErr)
 
-	var credErr error
-	for _, z := range nc.Status.Zones {
-		if err := c.Credentials.CheckCredentials(ctx, scw.Zone(z)); err != nil {
-			credErr = fmt.Errorf("zone %s: %w", z, err)
-			break
-		}
+	zones := make([]scw.Zone, len(nc.Status.Zones))
+	for i, z := range nc.Status.Zones {
+		zones[i] = scw.Zone(z)
 	}
+	credErr := c.Credentials.CheckCredentials(ctx, zones)
 	setCondition(conds, v1alpha1.ConditionTypeCredentialsReady, ReasonScalewayAPIUnavailable, credErr)
 
 	img, imgErr := c.Images.Resolve(ctx, ImageSettings(nc))

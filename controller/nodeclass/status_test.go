@@ -45,8 +45,10 @@ func (i *images) Resolve(context.Context, imagesource.Settings) (*imagesource.Im
 
 type credentials struct{ zones []string }
 
-func (c *credentials) CheckCredentials(_ context.Context, zone scw.Zone) error {
-	c.zones = append(c.zones, string(zone))
+func (c *credentials) CheckCredentials(_ context.Context, zones []scw.Zone) error {
+	for _, z := range zones {
+		c.zones = append(c.zones, string(z))
+	}
 	return nil
 }
 

@@ -192,7 +192,7 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 	}
 	cp := cloudprovider.New(cloudprovider.Deps{
 		Kube: kube, Recorder: recorder, Catalog: cat, API: api, Inventory: inv, Spares: spares, Installs: installs,
-		Images: images, Keys: keys, Breaker: breakers,
+		Images: images, Breaker: breakers,
 		Limits: &spendlimit.Limiter{Servers: inv.Servers, Offers: cat, Metrics: spendlimit.NewMetrics(reg, kube)},
 	}, cloudprovider.Options{
 		ClusterName: opts.ClusterName, DefaultZone: string(scwCfg.DefaultZone), RepairToleration: opts.RepairToleration,
@@ -230,10 +230,15 @@ type credentialsChecker struct {
 	cluster string
 }
 
-func (c credentialsChecker) CheckCredentials(ctx context.Context, zone scw.Zone) error {
+func (c credentialsChecker) CheckCredentials(ctx context.Context, zones []scw.Zone) error {
+	// IAM is project-wide: one listing of its keys, not one per zone.
 	if err := c.keys.Check(ctx); err != nil {
 		return err
 	}
-	_, err := c.api.ListServers(ctx, zone, []string{scaleway.Tag(scaleway.TagManagedBy, c.cluster)})
-	return err
+	for _, z := range zones {
+		if _, err := c.api.ListServers(ctx, z, []string{scaleway.Tag(scaleway.TagManagedBy, c.cluster)}); err != nil {
+			return fmt.Errorf("zone %s: %w", z, err)
+		}
+	}
+	return nil
 }
