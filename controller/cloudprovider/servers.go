@@ -16,21 +16,13 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 )
 
-// billingOf is how srv is paid for.
-func (c *CloudProvider) billingOf(srv *baremetal.Server) catalog.BillingPeriod {
-	if spare.Monthly(c.Catalog, srv) {
-		return catalog.BillingMonthly
-	}
-	return catalog.BillingHourly
-}
-
 // fromServer is the NodeClaim Karpenter sees for a server (Get and List).
 func (c *CloudProvider) fromServer(s *baremetal.Server) *karpv1.NodeClaim {
 	tags := scaleway.ParseTags(s.Tags)
 	labels := map[string]string{
 		corev1.LabelTopologyZone:    string(s.Zone),
 		karpv1.CapacityTypeLabelKey: karpv1.CapacityTypeOnDemand,
-		catalog.LabelBillingPeriod:  string(c.billingOf(s)),
+		catalog.LabelBillingPeriod:  string(spare.Billing(c.Catalog, s)),
 	}
 	if s.OfferName != "" {
 		labels[corev1.LabelInstanceTypeStable] = s.OfferName
@@ -72,7 +64,7 @@ func (c *CloudProvider) hydrate(ctx context.Context, claim *karpv1.NodeClaim, sr
 		f.Zones, f.BillingPeriods = nil, catalog.BillingPeriods
 	}
 	if its, err := c.Catalog.InstanceTypes(ctx, f); err == nil {
-		it, of := matchServer(its, srv, c.billingOf(srv))
+		it, of := matchServer(its, srv, spare.Billing(c.Catalog, srv))
 		if it != nil {
 			for key, req := range it.Requirements {
 				if req.Len() == 1 {
@@ -93,7 +85,7 @@ func (c *CloudProvider) hydrate(ctx context.Context, claim *karpv1.NodeClaim, sr
 		c.log.Error(err, "instance types for a server's labels", "server", srv.ID)
 	}
 	out.Labels[corev1.LabelTopologyZone] = string(srv.Zone)
-	out.Labels[catalog.LabelBillingPeriod] = string(c.billingOf(srv))
+	out.Labels[catalog.LabelBillingPeriod] = string(spare.Billing(c.Catalog, srv))
 	if nc != nil {
 		out.Annotations = map[string]string{
 			v1alpha1.AnnotationNodeClassHash:        nc.Hash(),

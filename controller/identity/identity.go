@@ -7,7 +7,7 @@
 // with the name and another identity is another cluster's: never listed,
 // collected, reused or released, only reported. A server with the name and
 // no identity was ordered before identities existed: it is adopted (the tag
-// added) only when this cluster proves it is its own (AdoptionRule).
+// added) only when this cluster proves it is its own (adoptionRule).
 package identity
 
 import (
@@ -221,14 +221,14 @@ func (o *Owner) nodeClaims(ctx context.Context) (map[string]*karpv1.NodeClaim, e
 	return out, nil
 }
 
-// AdoptionRule says whether a server without an identity is this
+// adoptionRule says whether a server without an identity is this
 // cluster's: with AdoptAll, always; else only when a NodeClaim of this
 // cluster names it: the NodeClaim its nodeclaim tag names exists and
 // either points at it (provider ID) or points nowhere yet and is older than
 // the server (an order the previous version made and had not recorded).
 // A cluster installed afresh with another's values has none of that
 // cluster's NodeClaims, so it adopts none of its servers.
-func (o *Owner) AdoptionRule(srv *baremetal.Server, claims map[string]*karpv1.NodeClaim) (bool, string) {
+func (o *Owner) adoptionRule(srv *baremetal.Server, claims map[string]*karpv1.NodeClaim) (bool, string) {
 	if o.AdoptAll {
 		return true, "ADOPT_SERVERS_WITHOUT_IDENTITY is set"
 	}
@@ -247,7 +247,7 @@ func (o *Owner) AdoptionRule(srv *baremetal.Server, claims map[string]*karpv1.No
 }
 
 func (o *Owner) adoptIfProven(ctx context.Context, srv *baremetal.Server, claims map[string]*karpv1.NodeClaim) (*baremetal.Server, error) {
-	ok, why := o.AdoptionRule(srv, claims)
+	ok, why := o.adoptionRule(srv, claims)
 	if !ok {
 		return nil, nil
 	}

@@ -165,8 +165,8 @@ func (w *worker) countFailure(ctx context.Context, claim *karpv1.NodeClaim, srv 
 		return
 	}
 	billing := catalog.BillingHourly
-	if srv != nil && spare.Monthly(c.Offerings, srv) {
-		billing = catalog.BillingMonthly
+	if srv != nil {
+		billing = spare.Billing(c.Offerings, srv)
 	}
 	if err := c.Breaker.Failed(ctx, breaker.Failure{Claim: claim, Server: srv, Billing: billing, Err: cause}); err != nil {
 		w.log.Error(err, "counting the install failure")
@@ -363,11 +363,7 @@ func (w *worker) release(ctx context.Context, claim *karpv1.NodeClaim, srv *bare
 	fresh, err := c.API.GetServer(ctx, srv.Zone, srv.ID)
 	if err == nil && fresh.Status == baremetal.ServerStatusOutOfStock {
 		// Ordered, then never delivered: the next order must go elsewhere.
-		billing := catalog.BillingHourly
-		if spare.Monthly(c.Offerings, fresh) {
-			billing = catalog.BillingMonthly
-		}
-		c.Offerings.MarkUnavailable(string(fresh.Zone), fresh.OfferName, billing, catalog.ReasonOutOfStock)
+		c.Offerings.MarkUnavailable(string(fresh.Zone), fresh.OfferName, spare.Billing(c.Offerings, fresh), catalog.ReasonOutOfStock)
 	}
 	nc, _ := nodeclass.Get(ctx, c.Kube, claim.Spec.NodeClassRef) // nil when gone: no policy, release
 	outcome, d, err := c.Spares.Release(ctx, srv.Zone, srv.ID, w.name, nc)

@@ -287,12 +287,8 @@ func (c *Client) markAmbiguous(err error) error {
 	return &Error{Op: OpCreateServer, Ambiguous: true, Class: Classify(err), Err: err, redact: c.redact}
 }
 
-// FindServerByTag returns the oldest non-deleting server of the zone that
-// carries tag, or nil when there is none.
-func (c *Client) FindServerByTag(ctx context.Context, zone scw.Zone, tag string) (*baremetal.Server, error) {
-	return c.findByTag(ctx, c.zone(zone), tag, nil)
-}
-
+// findByTag returns the oldest non-deleting server of the zone that carries
+// tag and that match (when set) accepts, or nil when there is none.
 func (c *Client) findByTag(ctx context.Context, zone scw.Zone, tag string, match func(tags []string) bool) (*baremetal.Server, error) {
 	servers, err := c.listServers(ctx, OpListServers, zone, []string{tag})
 	if err != nil {

@@ -46,6 +46,15 @@ func Monthly(offers Offers, srv *baremetal.Server) bool {
 	return ok && o.ID == srv.OfferID
 }
 
+// Billing is how srv is paid for: monthly when its offer ID is the monthly
+// offer's, else hourly.
+func Billing(offers Offers, srv *baremetal.Server) catalog.BillingPeriod {
+	if Monthly(offers, srv) {
+		return catalog.BillingMonthly
+	}
+	return catalog.BillingHourly
+}
+
 // MinimumLifetime is the NodeClass's billing.minimumLifetime, by default one
 // month: the period the order paid for.
 func MinimumLifetime(nc *v1alpha1.ScalewayElasticMetalNodeClass) time.Duration {
