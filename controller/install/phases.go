@@ -22,8 +22,13 @@ import (
 func (i *Installer) deliver(ctx, pctx context.Context, job *Job, srv *baremetal.Server) (*baremetal.Server, error) {
 	i.progress(job, PhaseOrdered, fmt.Sprintf("waiting for delivery of server %s", srv.ID))
 	// Ready is not enough: the API can show a delivered server without IPs for a while.
+	var expect []scaleway.WaitOption
+	if srv.Status == baremetal.ServerStatusDelivering {
+		// Polls follow the delivery's expected end (a taken spare has none).
+		expect = append(expect, scaleway.Expecting(scaleway.TransitionDelivery, srv.OfferName, PhaseSince(srv)))
+	}
 	got, _, err := i.Poller.WaitIPv4(pctx, srv.Zone, srv.ID, scaleway.StatusIs(baremetal.ServerStatusReady),
-		func(msg string) { i.progress(job, PhaseOrdered, msg) })
+		func(msg string) { i.progress(job, PhaseOrdered, msg) }, expect...)
 	if err != nil {
 		return srv, waitError(ctx, PhaseOrdered, "delivery", err)
 	}
@@ -351,12 +356,13 @@ func readyIn(srv *baremetal.Server, bootType baremetal.ServerBootType) bool {
 	return srv.BootType == bootType && srv.Status == baremetal.ServerStatusReady
 }
 
-// waitBoot waits until srv is ready in bootType.
+// waitBoot waits until srv, just asked to reboot, is ready in bootType;
+// polls follow the reboot's expected end.
 func (i *Installer) waitBoot(ctx context.Context, srv *baremetal.Server, bootType baremetal.ServerBootType) (*baremetal.Server, error) {
 	return i.Poller.WaitFor(ctx, srv.Zone, srv.ID, func(s *baremetal.Server) (bool, error) {
 		done, err := scaleway.StatusIs(baremetal.ServerStatusReady)(s)
 		return done && s.BootType == bootType, err
-	})
+	}, scaleway.Expecting(scaleway.RebootTo(bootType), srv.OfferName, time.Time{}))
 }
 
 // boot reboots into the written image, waits for the Talos API and applies

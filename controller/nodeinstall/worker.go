@@ -102,7 +102,7 @@ func (w *worker) attempt(ctx context.Context) (done bool, err error) {
 	if err != nil {
 		return true, nil // not a server of ours
 	}
-	srv, err := c.API.GetServer(ctx, zone, id)
+	srv, err := c.API.RecentServer(ctx, zone, id) // usually the state the order or the last write returned
 	if scaleway.IsNotFound(err) {
 		w.fail(ctx, nil, errors.New("the server is gone"))
 		return true, nil

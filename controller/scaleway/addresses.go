@@ -52,9 +52,9 @@ func (e *NoAddressError) Unwrap() error { return e.Err }
 // server and that address. Once done holds without an IPv4, onMissing (if
 // set) is told once, in words for an operator, and the address is waited for
 // at most Config.SettleWait: then, or when ctx ends first, the error is a
-// *NoAddressError. Other failures are WaitFor's.
+// *NoAddressError. Other failures are WaitFor's; opts are WaitFor's.
 func (p *Poller) WaitIPv4(ctx context.Context, zone scw.Zone, id string, done func(*baremetal.Server) (bool, error),
-	onMissing func(msg string)) (*baremetal.Server, string, error) {
+	onMissing func(msg string), opts ...WaitOption) (*baremetal.Server, string, error) {
 	var since time.Time
 	var missing *NoAddressError
 	srv, err := p.WaitFor(ctx, zone, id, func(s *baremetal.Server) (bool, error) {
@@ -80,7 +80,7 @@ func (p *Poller) WaitIPv4(ctx context.Context, zone scw.Zone, id string, done fu
 			return false, missing
 		}
 		return false, nil
-	})
+	}, opts...)
 	if err != nil && missing != nil && !errors.As(err, new(*NoAddressError)) && ctx.Err() != nil {
 		missing.Waited, missing.Err = p.c.clock.Now().Sub(since), err
 		return srv, "", missing

@@ -76,6 +76,7 @@ type Client struct {
 	rand   *rand.Rand
 
 	tagLocks    keyedMutex
+	seen        seenServers
 	createLocks keyedMutex
 	orders      pendingOrders
 	iamMu       sync.Mutex
@@ -108,6 +109,7 @@ func New(cfg Config, opts ...Option) (*Client, error) {
 		metrics: m,
 		clock:   o.clock,
 		rand:    rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x5ca1e)),
+		seen:    seenServers{maxAge: seenMaxAge(cfg)},
 	}
 	// Each attempt carries its own context deadline (Config.RequestTimeout,
 	// covering the rate-limit wait and every page). The client timeout is a

@@ -34,6 +34,8 @@ type Poller struct {
 	mu    sync.Mutex
 	zones map[scw.Zone]*zonePoller
 	loops sync.WaitGroup
+
+	expect expectations
 }
 
 // NewPoller returns a Poller over servers carrying all of selector (e.g.
@@ -75,6 +77,10 @@ type zonePoller struct {
 	updated chan struct{} // closed and replaced on every new snapshot
 	demand  int           // callers waiting for a snapshot
 	running bool
+	// dues: when the transitions that waiters expect should end (Expecting);
+	// a waiter without one is served every interval.
+	dues    map[uint64]time.Time
+	waiters uint64
 	// wantAfter: a caller needs a list started at or after this instant,
 	// sooner than the interval would give it. A list already in flight that
 	// started late enough satisfies it.
@@ -95,10 +101,21 @@ func (p *Poller) zonePoller(zone scw.Zone) *zonePoller {
 }
 
 // acquire registers a waiter and starts the zone's loop if needed.
-// wantAfter, when not zero, asks for a list started at or after it now.
-func (z *zonePoller) acquire(wantAfter time.Time) {
+// wantAfter, when not zero, asks for a list started at or after it now;
+// due, when not zero, is when the waiter expects its transition to end.
+// It returns the waiter's token for release.
+func (z *zonePoller) acquire(wantAfter, due time.Time) uint64 {
 	z.mu.Lock()
+	defer z.mu.Unlock()
 	z.demand++
+	z.waiters++
+	token := z.waiters
+	if !due.IsZero() {
+		if z.dues == nil {
+			z.dues = map[uint64]time.Time{}
+		}
+		z.dues[token] = due
+	}
 	z.p.c.metrics.waiters.WithLabelValues(string(z.zone)).Set(float64(z.demand))
 	urgent := !wantAfter.IsZero() && wantAfter.After(z.lastList)
 	if urgent && wantAfter.After(z.wantAfter) {
@@ -108,20 +125,39 @@ func (z *zonePoller) acquire(wantAfter time.Time) {
 		z.running = true
 		z.p.loops.Add(1)
 		go z.loop()
-	} else if urgent {
+	} else {
+		// Urgent, or a waiter whose cadence may be denser than the
+		// sleeping loop's: it recomputes its next list.
 		select {
 		case z.wake <- struct{}{}:
 		default:
 		}
 	}
+	return token
+}
+
+func (z *zonePoller) release(token uint64) {
+	z.mu.Lock()
+	z.demand--
+	delete(z.dues, token)
+	z.p.c.metrics.waiters.WithLabelValues(string(z.zone)).Set(float64(z.demand))
 	z.mu.Unlock()
 }
 
-func (z *zonePoller) release() {
-	z.mu.Lock()
-	z.demand--
-	z.p.c.metrics.waiters.WithLabelValues(string(z.zone)).Set(float64(z.demand))
-	z.mu.Unlock()
+// nextList is when the next list should start: the earliest any waiter
+// wants one, an interval after the last for a waiter without an
+// expectation, on Cadence for one with. Caller holds mu.
+func (z *zonePoller) nextList() time.Time {
+	var next time.Time
+	if z.demand > len(z.dues) {
+		next = z.lastList.Add(z.p.interval)
+	}
+	for _, due := range z.dues {
+		if n := Cadence(z.lastList, due, z.p.interval); next.IsZero() || n.Before(next) {
+			next = n
+		}
+	}
+	return next
 }
 
 func (z *zonePoller) current() (*snapshot, <-chan struct{}) {
@@ -145,7 +181,7 @@ func (z *zonePoller) loop() {
 		}
 		wait := time.Duration(0)
 		if urgent := z.wantAfter.After(z.lastList); !urgent && !z.lastList.IsZero() {
-			wait = z.lastList.Add(z.p.interval).Sub(clock.Now())
+			wait = z.nextList().Sub(clock.Now())
 		}
 		z.mu.Unlock()
 		if wait > 0 {
@@ -193,8 +229,8 @@ func (p *Poller) Get(ctx context.Context, zone scw.Zone, id string, maxAge time.
 	if snap, _ := z.current(); snap != nil && !snap.started.Before(notBefore) {
 		return p.lookup(ctx, zone, snap, id)
 	}
-	z.acquire(notBefore)
-	defer z.release()
+	token := z.acquire(notBefore, time.Time{})
+	defer z.release(token)
 	for {
 		snap, updated := z.current()
 		if snap != nil && !snap.started.Before(notBefore) {
@@ -231,17 +267,35 @@ func (p *Poller) lookup(ctx context.Context, zone scw.Zone, snap *snapshot, id s
 // with the last one: an API that keeps failing is reported, not
 // mistaken for a server that never gets there. The caller's ctx bounds the
 // wait.
-func (p *Poller) WaitFor(ctx context.Context, zone scw.Zone, id string, done func(*baremetal.Server) (bool, error)) (*baremetal.Server, error) {
+//
+// With Expecting, the lists follow the transition's expected end (Cadence)
+// and the wait's duration is learned for the next ones.
+func (p *Poller) WaitFor(ctx context.Context, zone scw.Zone, id string, done func(*baremetal.Server) (bool, error), opts ...WaitOption) (*baremetal.Server, error) {
 	zone = p.c.zone(zone)
 	if id == "" {
 		return nil, errors.New("scaleway WaitFor: server id is required")
 	}
+	var w waitSpec
+	for _, o := range opts {
+		o(&w)
+	}
 	z := p.zonePoller(zone)
 	since := p.c.clock.Now()
-	z.acquire(time.Time{})
-	defer z.release()
+	var due time.Time
+	if w.key.kind != "" {
+		w.key.zone = zone
+		if w.since.IsZero() {
+			w.since = since
+		}
+		if typical, ok := p.expect.typical(w.key); ok {
+			due = w.since.Add(typical)
+		}
+	}
+	token := z.acquire(time.Time{}, due)
+	defer z.release(token)
 	var seen uint64
 	var last *baremetal.Server
+	notDone := w.since // the latest list that showed the transition not done yet
 	failed := 0
 	for {
 		snap, updated := z.current()
@@ -257,8 +311,15 @@ func (p *Poller) WaitFor(ctx context.Context, zone scw.Zone, id string, done fun
 					return srv, perr
 				}
 				if ok {
+					if w.key.kind != "" && !w.since.IsZero() {
+						// It ended after the last list that showed it not
+						// done: the lower bound, so the dense polling of
+						// the next waits starts early rather than late.
+						p.expect.observe(w.key, notDone.Sub(w.since))
+					}
 					return srv, nil
 				}
+				notDone = snap.started
 			case IsNotFound(err) || !IsRetryable(err) && ctx.Err() == nil:
 				return last, err
 			case ctx.Err() == nil:

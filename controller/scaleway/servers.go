@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -47,7 +48,30 @@ func (c *Client) GetServer(ctx context.Context, zone scw.Zone, id string) (*bare
 		srv, err = c.bm.GetServer(&baremetal.GetServerRequest{Zone: zone, ServerID: id}, scw.WithContext(ctx))
 		return err
 	})
+	c.observe(zone, id, srv, err)
 	return srv, err
+}
+
+// RecentServer is the server as this client last read or wrote it, when
+// that was within the freshness the batched poll accepts (see seenServers),
+// else GetServer. For callers that act on the state and would otherwise
+// read it right after an order, a poll or a write returned it; a caller
+// waiting for a change (a deletion to finish) reads with GetServer.
+func (c *Client) RecentServer(ctx context.Context, zone scw.Zone, id string) (*baremetal.Server, error) {
+	zone = c.zone(zone)
+	if srv, ok := c.seen.fresh(zone, id, c.clock.Now()); ok {
+		return srv, nil
+	}
+	return c.GetServer(ctx, zone, id)
+}
+
+// observe records the outcome of a call that returned the server (or not).
+func (c *Client) observe(zone scw.Zone, id string, srv *baremetal.Server, err error) {
+	if err != nil {
+		c.seen.forget(zone, id) // the outcome of a failed write is unknown
+		return
+	}
+	c.seen.observe(srv, c.clock.Now())
 }
 
 // ListServers returns every server of the zone (all pages, oldest first)
@@ -83,6 +107,10 @@ func (c *Client) listServers(ctx context.Context, op string, zone scw.Zone, tags
 	})
 	if err != nil {
 		return nil, err
+	}
+	now := c.clock.Now()
+	for _, s := range out {
+		c.seen.observe(s, now)
 	}
 	return out, nil
 }
@@ -207,6 +235,7 @@ func (c *Client) CreateServer(ctx context.Context, req CreateServerRequest) (*ba
 	})
 	if err == nil {
 		c.log.Info("ordered server", "zone", string(zone), "id", srv.ID, "name", srv.Name, "offer", req.OfferID, "tag", req.IdempotencyTag)
+		c.seen.observe(srv, c.clock.Now())
 		return srv, true, nil
 	}
 	if !IsRetryable(err) || notSent(err) {
@@ -331,6 +360,7 @@ func (c *Client) UpdateServerTags(ctx context.Context, zone scw.Zone, id string,
 		srv, err = c.bm.UpdateServer(&baremetal.UpdateServerRequest{Zone: zone, ServerID: id, Tags: &tags}, scw.WithContext(ctx))
 		return err
 	})
+	c.observe(zone, id, srv, err)
 	return srv, err
 }
 
@@ -361,11 +391,15 @@ func (c *Client) mutateTags(ctx context.Context, zone scw.Zone, id string, edit 
 	zone = c.zone(zone)
 	unlock := c.tagLocks.lock(string(zone) + "/" + id)
 	defer unlock()
-	srv, err := c.GetServer(ctx, zone, id)
-	if err != nil {
-		return nil, err
+	// The state a read or write just returned is as good as a new read.
+	srv, ok := c.seen.fresh(zone, id, c.clock.Now())
+	if !ok {
+		var err error
+		if srv, err = c.GetServer(ctx, zone, id); err != nil {
+			return nil, err
+		}
 	}
-	tags, changed := edit(srv.Tags)
+	tags, changed := edit(slices.Clone(srv.Tags))
 	if !changed {
 		return srv, nil
 	}
@@ -387,6 +421,7 @@ func (c *Client) DeleteServer(ctx context.Context, zone scw.Zone, id string) (*b
 		srv, err = c.bm.DeleteServer(&baremetal.DeleteServerRequest{Zone: zone, ServerID: id}, scw.WithContext(ctx))
 		return err
 	})
+	c.observe(zone, id, srv, err)
 	if err != nil && IsTransientState(err) {
 		cur, gerr := c.GetServer(ctx, zone, id)
 		switch {
@@ -414,6 +449,7 @@ func (c *Client) RebootServer(ctx context.Context, zone scw.Zone, id string, boo
 		srv, err = c.bm.RebootServer(&baremetal.RebootServerRequest{Zone: zone, ServerID: id, BootType: bootType, SSHKeyIDs: sshKeyIDs}, scw.WithContext(ctx))
 		return err
 	})
+	c.observe(zone, id, srv, err)
 	return srv, err
 }
 

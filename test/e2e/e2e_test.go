@@ -70,6 +70,9 @@ func TestScaleUpFromZeroThenConsolidate(t *testing.T) {
 		return n == 0, fmt.Sprintf("%d nodes", n)
 	})
 	e.AssertNoDuplicateOrders()
+	for _, tl := range e.Track.Timelines() {
+		t.Logf("server %s (%s) life:\n%s", tl.ID[:8], tl.Offer, harness.ServerLife(e.W.Sim, tl.ID))
+	}
 	e.AssertCallsPerServer(maxCallsPerServer)
 }
 

@@ -242,7 +242,8 @@ func (e *Env) AssertNoDuplicateOrders() {
 }
 
 // AssertCallsPerServer fails if a server was the subject of more API calls
-// than max (polling must be batched and bounded, not per-second per node).
+// than max (polling must be batched and bounded, not per-second per node);
+// a server over the budget has its life (ServerLife) in the failure.
 func (e *Env) AssertCallsPerServer(max int) {
 	e.T.Helper()
 	var worst []string
@@ -250,11 +251,63 @@ func (e *Env) AssertCallsPerServer(max int) {
 		n := len(e.W.Sim.CallsForServer(tl.ID))
 		worst = append(worst, fmt.Sprintf("%s:%d", tl.ID[:8], n))
 		if n > max {
-			e.T.Errorf("server %s (%s): %d API calls about it, want at most %d", tl.ID, tl.Offer, n, max)
+			e.T.Errorf("server %s (%s): %d API calls about it, want at most %d:\n%s", tl.ID, tl.Offer, n, max, ServerLife(e.W.Sim, tl.ID))
 		}
 	}
 	sort.Strings(worst)
 	e.T.Logf("API calls per server: %v; all calls: %d", worst, len(e.W.Sim.Calls()))
+}
+
+// ServerLife lists, in time order, every API call about a server and every
+// change of it the API showed (status, boot type, IPs listed), with the
+// time since its order; each call that follows a change says how long after
+// the change it came (how long the provider took to notice and act).
+func ServerLife(sim *scwsim.Sim, id string) string {
+	type line struct {
+		at   time.Time
+		text string
+		call bool
+	}
+	var lines []line
+	for _, c := range sim.CallsForServer(id) {
+		lines = append(lines, line{c.At, fmt.Sprintf("%-6s %-28s %d", c.Method, CallKind(c.Path), c.Status), true})
+	}
+	for _, tr := range sim.Transitions(id) {
+		lines = append(lines, line{tr.At, fmt.Sprintf("[%s %s]", tr.Status, tr.BootType), false})
+	}
+	sort.SliceStable(lines, func(i, j int) bool { return lines[i].at.Before(lines[j].at) })
+	var b strings.Builder
+	var t0, change time.Time
+	for _, l := range lines {
+		if t0.IsZero() {
+			t0 = l.at
+		}
+		fmt.Fprintf(&b, "  %9s  %s", l.at.Sub(t0).Round(time.Millisecond), l.text)
+		switch {
+		case !l.call:
+			change = l.at
+		case !change.IsZero():
+			fmt.Fprintf(&b, "  (%s after the change)", l.at.Sub(change).Round(time.Millisecond))
+			change = time.Time{}
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// CallKind names an API path without its zone and IDs, e.g.
+// "servers/{id}/reboot".
+func CallKind(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	for i := range parts {
+		if i > 0 && (parts[i-1] == "zones" || parts[i-1] == "servers" || parts[i-1] == "private-networks" || parts[i-1] == "ssh-keys") {
+			parts[i] = "{" + strings.TrimSuffix(parts[i-1], "s") + "}"
+		}
+	}
+	if len(parts) > 4 && parts[0] == "baremetal" {
+		parts = parts[4:] // baremetal/v1/zones/{zone}
+	}
+	return strings.Join(parts, "/")
 }
 
 // TalosAPICalls is, per server still in the API, how many calls its

@@ -598,6 +598,23 @@ func (s *Sim) setStatus(sv *server, status string) {
 	sv.status = status
 	sv.updatedAt = s.now()
 	s.history[sv.id] = append(s.history[sv.id], status)
+	s.changes[sv.id] = append(s.changes[sv.id], Transition{Status: status, BootType: sv.bootType, At: sv.updatedAt})
+}
+
+// Transition is a change of a server the client can observe: a status, or
+// "ips-listed" when a server ready without IPs gets them in the API.
+type Transition struct {
+	Status   string
+	BootType string // the server's boot type then
+	At       time.Time
+}
+
+// Transitions returns a server's observable changes, oldest first, also
+// after it is gone (a "gone" transition is last then).
+func (s *Sim) Transitions(id string) []Transition {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Transition(nil), s.changes[id]...)
 }
 
 // History returns every status a server went through, in order, also after
@@ -660,7 +677,10 @@ func (s *Sim) listIPsAtReady(sv *server) {
 	case mode == ReadyIPsLate, mode == ReadyIPsRecorded && !sv.ipsListed && s.rng.Float64() < ReadyWithoutIPsRate:
 		sv.ipsListed = false
 		s.logf("server %s: ready without IPs for %s", sv.id, s.opts.scaled(s.opts.Delays.IPsAfterReady))
-		s.after(s.opts.Delays.IPsAfterReady, func() { sv.ipsListed = true })
+		s.after(s.opts.Delays.IPsAfterReady, func() {
+			sv.ipsListed = true
+			s.changes[sv.id] = append(s.changes[sv.id], Transition{Status: "ips-listed", At: s.now()})
+		})
 	default:
 		sv.ipsListed = true
 	}
@@ -979,6 +999,7 @@ func (s *Sim) remove(sv *server) {
 	}
 	s.gone[sv.id] = true
 	s.history[sv.id] = append(s.history[sv.id], "gone")
+	s.changes[sv.id] = append(s.changes[sv.id], Transition{Status: "gone", At: s.now()})
 	if sv.holdsStock {
 		s.stock[sv.zone+"/"+sv.offer.Name]++
 		s.releaseStockout(sv.zone, sv.offer.Name)

@@ -27,10 +27,11 @@ type Sim struct {
 	servers   map[string]*server // every server not yet gone
 	gone      map[string]bool    // deleted servers: untyped 404
 	history   map[string][]string
-	order     int            // creation counter, for created_at ordering
-	ipSeq     int            // loopback IPv4 allocator, never reused
-	stock     map[string]int // "zone/OFFER-NAME"
-	quotas    map[string]int // "project/OFFER-NAME" or "OFFER-NAME"
+	changes   map[string][]Transition // history with times, and IPs listed
+	order     int                     // creation counter, for created_at ordering
+	ipSeq     int                     // loopback IPv4 allocator, never reused
+	stock     map[string]int          // "zone/OFFER-NAME"
+	quotas    map[string]int          // "project/OFFER-NAME" or "OFFER-NAME"
 	keys      map[string]*sshKey
 	keyOrder  int
 	pns       map[string]*pnAttachment // v3 attachments by ID
@@ -74,7 +75,7 @@ func New(opts Options) *Sim {
 	opts = opts.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Sim{opts: opts, ctx: ctx, cancel: cancel, zones: map[string]*zoneCatalog{},
-		servers: map[string]*server{}, gone: map[string]bool{}, history: map[string][]string{}, stock: map[string]int{}, quotas: map[string]int{},
+		servers: map[string]*server{}, gone: map[string]bool{}, history: map[string][]string{}, changes: map[string][]Transition{}, stock: map[string]int{}, quotas: map[string]int{},
 		keys: map[string]*sshKey{}, pns: map[string]*pnAttachment{}, faultByID: map[FaultID]*faultEntry{},
 		timers: map[*time.Timer]struct{}{}, rng: rand.New(rand.NewPCG(opts.Seed, opts.Seed))}
 	for _, z := range opts.Zones {

@@ -1,0 +1,96 @@
+package scaleway
+
+import (
+	"sync"
+	"time"
+
+	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+	"github.com/scaleway/scaleway-sdk-go/scw"
+)
+
+// seenServers is the latest state of each server the client read or wrote
+// (GetServer, ListServers, the Poller's lists, tag updates, reboots), so a
+// tag edit right after a read or a write that returned the server starts
+// from that state instead of reading it again: most phase changes of an
+// install follow a poll or another write by moments.
+//
+// Every tag write of the process goes through the client (one per
+// process), under the server's tag lock, and is recorded here, so the
+// state can only miss changes made by someone else (a person in the
+// console); it is used for at most maxAge after it was seen (seenMaxAge:
+// a few poll intervals, a minute by default) and read again after that.
+//
+// A state is replaced only by one at least as recent by the API's own
+// updated_at: a list answered from a replica that has not seen our last
+// write yet never overrides it.
+type seenServers struct {
+	mu     sync.Mutex
+	byKey  map[string]seenServer
+	maxAge time.Duration
+}
+
+type seenServer struct {
+	srv *baremetal.Server
+	at  time.Time // when the answer arrived
+}
+
+// seenMaxAge is how long a seen state stands in for a read: four poll
+// intervals, so that the state a poll or a write returned serves the
+// writes that follow it within a phase (e.g. the phase change after a
+// wait, the reboot mark after a phase change) but not those after a long
+// step (imaging), in every delay profile alike.
+func seenMaxAge(cfg Config) time.Duration { return 4 * cfg.PollInterval }
+
+func seenKey(zone scw.Zone, id string) string { return string(zone) + "/" + id }
+
+// observe records srv as seen at now.
+func (s *seenServers) observe(srv *baremetal.Server, now time.Time) {
+	if srv == nil || srv.ID == "" || s.maxAge <= 0 {
+		return
+	}
+	k := seenKey(srv.Zone, srv.ID)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byKey == nil {
+		s.byKey = map[string]seenServer{}
+	}
+	if old, ok := s.byKey[k]; ok && newerThan(old.srv, srv) {
+		return
+	}
+	s.byKey[k] = seenServer{srv: srv, at: now}
+	if len(s.byKey) > 4096 {
+		s.expire(now)
+	}
+}
+
+// newerThan reports whether a is strictly more recent than b by updated_at.
+func newerThan(a, b *baremetal.Server) bool {
+	return a.UpdatedAt != nil && (b.UpdatedAt == nil || a.UpdatedAt.After(*b.UpdatedAt))
+}
+
+// fresh returns the state of the server seen within maxAge of now.
+func (s *seenServers) fresh(zone scw.Zone, id string, now time.Time) (*baremetal.Server, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.byKey[seenKey(zone, id)]
+	if !ok || now.Sub(e.at) > s.maxAge {
+		return nil, false
+	}
+	return e.srv, true
+}
+
+// forget drops a server's state (it is gone, or a write's outcome is unknown).
+func (s *seenServers) forget(zone scw.Zone, id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.byKey, seenKey(zone, id))
+}
+
+// expire drops the states too old to be used. Caller holds mu.
+func (s *seenServers) expire(now time.Time) {
+	for k, e := range s.byKey {
+		if now.Sub(e.at) > s.maxAge {
+			delete(s.byKey, k)
+		}
+	}
+}

@@ -1,0 +1,87 @@
+package scaleway
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+)
+
+// Tag writes right after an order or another write start from the server
+// those returned: no GetServer before each PATCH. Past the freshness bound
+// the server is read again.
+func TestTagWritesReuseTheServerJustSeen(t *testing.T) {
+	env := startSim(t, 1, nil, func(c *Config) { c.PollInterval = time.Hour })
+	ctx := context.Background()
+	srv, _, err := env.client.CreateServer(ctx, env.createReq("nc-seen"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.resetCalls(t)
+	if _, err := env.client.SetTag(ctx, zone, srv.ID, TagPhase, "rescue"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := env.client.EditTags(ctx, zone, srv.ID, func(tags []string) ([]string, bool) {
+		return SetTagIn(tags, "karpenter-scaleway-em/rescue-boot", "install")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := env.client.RecentServer(ctx, zone, srv.ID); err != nil || !slices.Equal(again.Tags, got.Tags) {
+		t.Fatalf("RecentServer after a write: %v, %v; want the written tags %v", again, err, got.Tags)
+	}
+	if gets, patches := env.count(t, "GET", serverRE), env.count(t, "PATCH", serverRE); gets != 0 || patches != 2 {
+		t.Errorf("two tag writes after the order: %d GET, %d PATCH; want 0 GET, 2 PATCH:\n%v", gets, patches, env.sim.CallsForServer(srv.ID))
+	}
+	want := []string{Tag(TagManagedBy, cluster), Tag(TagNodeClaim, "nc-seen"), Tag(TagPhase, "rescue"), "karpenter-scaleway-em/rescue-boot=install"}
+	for _, w := range want {
+		if !slices.Contains(got.Tags, w) {
+			t.Errorf("tags %v lack %s: a write lost an earlier one", got.Tags, w)
+		}
+	}
+
+	// Older than four poll intervals: read again before writing.
+	env.clock.advance(4*time.Hour + time.Second)
+	env.resetCalls(t)
+	if _, err := env.client.SetTag(ctx, zone, srv.ID, TagPhase, "imaging"); err != nil {
+		t.Fatal(err)
+	}
+	if gets := env.count(t, "GET", serverRE); gets != 1 {
+		t.Errorf("a tag write long after the last read: %d GET, want 1", gets)
+	}
+	env.clock.advance(4*time.Hour + time.Second)
+	env.resetCalls(t)
+	if _, err := env.client.RecentServer(ctx, zone, srv.ID); err != nil {
+		t.Fatal(err)
+	}
+	if gets := env.count(t, "GET", serverRE); gets != 1 {
+		t.Errorf("RecentServer long after the last read: %d GET, want 1", gets)
+	}
+}
+
+// A state older by the API's updated_at (a list answered before our write
+// reached it) never replaces a newer one; a failed call forgets the state.
+func TestSeenServersKeepTheNewest(t *testing.T) {
+	now := time.Now()
+	t0, t1 := now.Add(-time.Minute), now
+	s := seenServers{maxAge: time.Minute}
+	s.observe(&baremetal.Server{ID: "a", Zone: zone, Tags: []string{"phase=rescue"}, UpdatedAt: &t1}, now)
+	s.observe(&baremetal.Server{ID: "a", Zone: zone, Tags: []string{"phase=ordered"}, UpdatedAt: &t0}, now)
+	if got, ok := s.fresh(zone, "a", now); !ok || !slices.Equal(got.Tags, []string{"phase=rescue"}) {
+		t.Fatalf("fresh = %v, %v; want the newer state (phase=rescue)", got, ok)
+	}
+	if _, ok := s.fresh(zone, "a", now.Add(time.Minute+time.Second)); ok {
+		t.Error("a state older than maxAge is still served")
+	}
+	s.forget(zone, "a")
+	if _, ok := s.fresh(zone, "a", now); ok {
+		t.Error("a forgotten state is still served")
+	}
+	off := seenServers{}
+	off.observe(&baremetal.Server{ID: "b", Zone: zone}, now)
+	if _, ok := off.fresh(zone, "b", now); ok {
+		t.Error("a zero maxAge serves states")
+	}
+}
