@@ -198,6 +198,12 @@ func (c *CloudProvider) Delete(ctx context.Context, claim *karpv1.NodeClaim) err
 	if srv == nil {
 		return cloudprovider.NewNodeClaimNotFoundError(fmt.Errorf("no server for nodeclaim %s", claim.Name))
 	}
+	if c.API.SeenDeleting(srv.Zone, srv.ID) {
+		// Released by an earlier call (a deletion is final): gone for
+		// Karpenter, as karpenter-provider-aws treats a shutting-down
+		// instance, without reading it again.
+		return cloudprovider.NewNodeClaimNotFoundError(fmt.Errorf("server %s is being deleted", srv.ID))
+	}
 	nc, _ := nodeclass.Get(ctx, c.Kube, claim.Spec.NodeClassRef) // nil when gone: no policy, release
 	outcome, d, err := c.Spares.Release(ctx, srv.Zone, srv.ID, claim.Name, nc)
 	if err != nil {

@@ -224,6 +224,11 @@ type Job struct {
 	// Joined reports whether the node registered (the config was applied
 	// but its answer lost, or a restart after the apply).
 	Joined func(ctx context.Context) (bool, error)
+
+	// foldImageTags: writeImage leaves the image, disk and uplink tags to
+	// the booting phase's write (imageTags) instead of writing them.
+	foldImageTags bool
+	imageTags     func([]string) []string
 }
 
 // ReasonRescueHostKeyChanged starts the error of an install given up

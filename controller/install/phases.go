@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,7 +37,21 @@ func (i *Installer) deliver(ctx, pctx context.Context, job *Job, srv *baremetal.
 	if err := i.API.AttachPrivateNetworks(pctx, srv.Zone, srv.ID, job.PrivateNetworkIDs); err != nil {
 		return srv, &PhaseError{Phase: PhaseOrdered, Err: err}
 	}
-	return i.setPhase(ctx, srv, PhaseRescue)
+	if srv.BootType == baremetal.ServerBootTypeRescue {
+		// A spare in a rescue boot that may not be ours: rescue decides.
+		return i.setPhase(ctx, srv, PhaseRescue)
+	}
+	// The reboot into rescue comes next: its mark goes with the phase, one
+	// write instead of two (rebootIntoRescue finds it there).
+	return i.setPhase(ctx, srv, PhaseRescue, markRescueBoot)
+}
+
+// markRescueBoot records, before a reboot into rescue, that the next rescue
+// boot is an install's, with the controller's key; the old pin goes (the
+// new boot has a new host key).
+func markRescueBoot(tags []string) []string {
+	tags, _ = scaleway.SetTagIn(withHostKey("")(tags), TagRescueBoot, "install")
+	return tags
 }
 
 // address reads the server's IPv4 from its latest state, waiting (bounded)
@@ -111,8 +126,7 @@ func (i *Installer) rebootIntoRescue(ctx, pctx context.Context, job *Job, srv *b
 	// marked as ours, booted with the key.
 	if v, _ := scaleway.TagValue(srv.Tags, TagRescueHostKey); v != "" || !scaleway.HasTags(srv.Tags, rescueBootTag) {
 		updated, err := i.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
-			tags, _ = scaleway.SetTagIn(withHostKey("")(tags), TagRescueBoot, "install")
-			return tags, true
+			return markRescueBoot(tags), true
 		})
 		if err != nil {
 			return srv, &PhaseError{Phase: p, Err: fmt.Errorf("recording the reboot into rescue: %w", err)}
@@ -139,7 +153,12 @@ func (i *Installer) rebootIntoRescue(ctx, pctx context.Context, job *Job, srv *b
 // NodeClaim, then moves on to booting. A disk already holding the image to
 // write (a restart after writing) is not written again; the config is
 // (write-config replaces it), as rendering may have changed.
-func (i *Installer) image(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server) (*baremetal.Server, error) {
+func (i *Installer) image(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server) (_ *baremetal.Server, err error) {
+	defer func() {
+		if err != nil {
+			i.saveImageTags(ctx, job, srv)
+		}
+	}()
 	img, err := job.Image(pctx)
 	if err != nil {
 		return srv, &PhaseError{Phase: PhaseImaging, Err: fmt.Errorf("resolving the image: %w", err)}
@@ -148,6 +167,7 @@ func (i *Installer) image(ctx, pctx context.Context, log logr.Logger, job *Job, 
 		img.Delivery = DeliveryDisk
 	}
 	needImage := !Imaged(srv, img.SHA256)
+	job.foldImageTags, job.imageTags = true, nil
 	if needImage || img.Delivery == DeliveryDisk {
 		srv, err = i.inRescue(ctx, pctx, log, job, srv, func(sess *rescue.Session) (*baremetal.Server, error) {
 			if needImage {
@@ -169,7 +189,25 @@ func (i *Installer) image(ctx, pctx context.Context, log logr.Logger, job *Job, 
 			return srv, &PhaseError{Phase: PhaseImaging, Err: fmt.Errorf("recording the image on the nodeclaim: %w", err)}
 		}
 	}
-	return i.setPhase(ctx, srv, PhaseBooting, withDelivery(img.Delivery))
+	more := []func([]string) []string{withDelivery(img.Delivery)}
+	if job.imageTags != nil {
+		more = append(more, job.imageTags)
+	}
+	return i.setPhase(ctx, srv, PhaseBooting, more...)
+}
+
+// saveImageTags writes the image tags held for the booting phase's write
+// when the phase ends without it (a failure to retry), so that the retry
+// does not write the image again.
+func (i *Installer) saveImageTags(ctx context.Context, job *Job, srv *baremetal.Server) {
+	if job.imageTags == nil {
+		return
+	}
+	if _, err := i.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
+		return job.imageTags(tags), true
+	}); err == nil {
+		job.imageTags = nil
+	}
 }
 
 // inRescue runs fn with an SSH session to srv's rescue system, holding an
@@ -265,13 +303,25 @@ func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *
 	if rep.Image != nil && rep.Image.RawSHA256 != "" {
 		written = rep.Image.RawSHA256
 	}
+	hw := func(tags []string) []string {
+		return withHardware(tags, uplink, rep.Disk.Path, rep.Disk.Serial, written)
+	}
+	i.progress(job, PhaseImaging, fmt.Sprintf("image verified on %s", rep.Disk.Path))
+	if job.foldImageTags {
+		// An install: the tags go with the booting phase, one write
+		// instead of two; the config is rendered from this copy until
+		// then. A restart in between writes the image again.
+		job.imageTags = hw
+		cp := *srv
+		cp.Tags = hw(slices.Clone(srv.Tags))
+		return &cp, nil
+	}
 	updated, err := i.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
-		return withHardware(tags, uplink, rep.Disk.Path, rep.Disk.Serial, written), true
+		return hw(tags), true
 	})
 	if err != nil {
 		return srv, &PhaseError{Phase: PhaseImaging, Err: err}
 	}
-	i.progress(job, PhaseImaging, fmt.Sprintf("image verified on %s", rep.Disk.Path))
 	return updated, nil
 }
 

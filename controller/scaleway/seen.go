@@ -79,6 +79,15 @@ func (s *seenServers) fresh(zone scw.Zone, id string, now time.Time) (*baremetal
 	return e.srv, true
 }
 
+// deleting reports whether the server was last seen being deleted, however
+// long ago: a deletion never goes back, so that answer does not age.
+func (s *seenServers) deleting(zone scw.Zone, id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.byKey[seenKey(zone, id)]
+	return ok && e.srv.Status == baremetal.ServerStatusDeleting
+}
+
 // forget drops a server's state (it is gone, or a write's outcome is unknown).
 func (s *seenServers) forget(zone scw.Zone, id string) {
 	s.mu.Lock()
@@ -89,7 +98,7 @@ func (s *seenServers) forget(zone scw.Zone, id string) {
 // expire drops the states too old to be used. Caller holds mu.
 func (s *seenServers) expire(now time.Time) {
 	for k, e := range s.byKey {
-		if now.Sub(e.at) > s.maxAge {
+		if now.Sub(e.at) > s.maxAge && (e.srv.Status != baremetal.ServerStatusDeleting || len(s.byKey) > 8192) {
 			delete(s.byKey, k)
 		}
 	}

@@ -65,6 +65,13 @@ func (c *Client) RecentServer(ctx context.Context, zone scw.Zone, id string) (*b
 	return c.GetServer(ctx, zone, id)
 }
 
+// SeenDeleting reports whether this client last saw the server being
+// deleted (its DeleteServer was accepted, or a read showed it): a deletion
+// is final, so callers may take the server as gone without reading it.
+func (c *Client) SeenDeleting(zone scw.Zone, id string) bool {
+	return c.seen.deleting(c.zone(zone), id)
+}
+
 // observe records the outcome of a call that returned the server (or not).
 func (c *Client) observe(zone scw.Zone, id string, srv *baremetal.Server, err error) {
 	if err != nil {
