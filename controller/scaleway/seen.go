@@ -21,8 +21,9 @@ import (
 // a few poll intervals, a minute by default) and read again after that.
 //
 // A state is replaced only by one at least as recent by the API's own
-// updated_at: a list answered from a replica that has not seen our last
-// write yet never overrides it.
+// updated_at (and the answer of our write only by a strictly newer read): a
+// list or read answered before our last write reached the API never
+// overrides it. After a failed call the state is read again before use.
 type seenServers struct {
 	mu     sync.Mutex
 	byKey  map[string]seenServer
@@ -31,7 +32,11 @@ type seenServers struct {
 
 type seenServer struct {
 	srv *baremetal.Server
-	at  time.Time // when the answer arrived
+	at  time.Time // when the answer arrived; zero: read before use
+	// written: the answer of our own write. A read with the same
+	// updated_at does not replace it (an API that does not move updated_at
+	// on a tag change must not let a list started before the write undo it).
+	written bool
 }
 
 // seenMaxAge is how long a seen state stands in for a read: four poll
@@ -43,8 +48,8 @@ func seenMaxAge(cfg Config) time.Duration { return 4 * cfg.PollInterval }
 
 func seenKey(zone scw.Zone, id string) string { return string(zone) + "/" + id }
 
-// observe records srv as seen at now.
-func (s *seenServers) observe(srv *baremetal.Server, now time.Time) {
+// observe records srv as seen at now; written: the answer of a write.
+func (s *seenServers) observe(srv *baremetal.Server, now time.Time, written bool) {
 	if srv == nil || srv.ID == "" || s.maxAge <= 0 {
 		return
 	}
@@ -54,10 +59,10 @@ func (s *seenServers) observe(srv *baremetal.Server, now time.Time) {
 	if s.byKey == nil {
 		s.byKey = map[string]seenServer{}
 	}
-	if old, ok := s.byKey[k]; ok && newerThan(old.srv, srv) {
+	if old, ok := s.byKey[k]; ok && (newerThan(old.srv, srv) || old.written && !written && !newerThan(srv, old.srv)) {
 		return
 	}
-	s.byKey[k] = seenServer{srv: srv, at: now}
+	s.byKey[k] = seenServer{srv: srv, at: now, written: written}
 	if len(s.byKey) > 4096 {
 		s.expire(now)
 	}
@@ -73,7 +78,7 @@ func (s *seenServers) fresh(zone scw.Zone, id string, now time.Time) (*baremetal
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.byKey[seenKey(zone, id)]
-	if !ok || now.Sub(e.at) > s.maxAge {
+	if !ok || e.at.IsZero() || now.Sub(e.at) > s.maxAge {
 		return nil, false
 	}
 	return e.srv, true
@@ -85,14 +90,20 @@ func (s *seenServers) deleting(zone scw.Zone, id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.byKey[seenKey(zone, id)]
-	return ok && e.srv.Status == baremetal.ServerStatusDeleting
+	return ok && !e.at.IsZero() && e.srv.Status == baremetal.ServerStatusDeleting
 }
 
-// forget drops a server's state (it is gone, or a write's outcome is unknown).
+// forget makes the next use of a server's state read it again (it is gone,
+// or a write's outcome is unknown). The state stays as the floor that older
+// answers (a lagging list) cannot go below.
 func (s *seenServers) forget(zone scw.Zone, id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.byKey, seenKey(zone, id))
+	k := seenKey(zone, id)
+	if e, ok := s.byKey[k]; ok {
+		e.at = time.Time{}
+		s.byKey[k] = e
+	}
 }
 
 // expire drops the states too old to be used. Caller holds mu.

@@ -62,25 +62,48 @@ func TestTagWritesReuseTheServerJustSeen(t *testing.T) {
 }
 
 // A state older by the API's updated_at (a list answered before our write
-// reached it) never replaces a newer one; a failed call forgets the state.
+// reached the API) never replaces a newer one, nor a read with the same
+// updated_at our write's answer; after a failed call the state is read
+// again before use, and an older answer does not make it usable again.
 func TestSeenServersKeepTheNewest(t *testing.T) {
 	now := time.Now()
 	t0, t1 := now.Add(-time.Minute), now
-	s := seenServers{maxAge: time.Minute}
-	s.observe(&baremetal.Server{ID: "a", Zone: zone, Tags: []string{"phase=rescue"}, UpdatedAt: &t1}, now)
-	s.observe(&baremetal.Server{ID: "a", Zone: zone, Tags: []string{"phase=ordered"}, UpdatedAt: &t0}, now)
-	if got, ok := s.fresh(zone, "a", now); !ok || !slices.Equal(got.Tags, []string{"phase=rescue"}) {
-		t.Fatalf("fresh = %v, %v; want the newer state (phase=rescue)", got, ok)
+	srv := func(phase string, at *time.Time) *baremetal.Server {
+		return &baremetal.Server{ID: "a", Zone: zone, Tags: []string{"phase=" + phase}, UpdatedAt: at}
 	}
+	var s seenServers
+	want := func(what, phase string) {
+		t.Helper()
+		got, ok := s.fresh(zone, "a", now)
+		if phase == "" {
+			if ok {
+				t.Errorf("%s: state %v served, want a read first", what, got.Tags)
+			}
+			return
+		}
+		if !ok || !slices.Equal(got.Tags, []string{"phase=" + phase}) {
+			t.Errorf("%s: fresh = %v, %v; want phase=%s", what, got, ok, phase)
+		}
+	}
+	s.maxAge = time.Minute
+	s.observe(srv("rescue", &t1), now, true)
+	s.observe(srv("ordered", &t0), now, false)
+	want("an older list after a write", "rescue")
+	s.observe(srv("ordered", &t1), now, false)
+	want("a list with the write's updated_at", "rescue")
 	if _, ok := s.fresh(zone, "a", now.Add(time.Minute+time.Second)); ok {
 		t.Error("a state older than maxAge is still served")
 	}
 	s.forget(zone, "a")
-	if _, ok := s.fresh(zone, "a", now); ok {
-		t.Error("a forgotten state is still served")
-	}
+	want("after a failed call", "")
+	s.observe(srv("ordered", &t0), now, false)
+	want("an older list after a failed call", "")
+	t2 := now.Add(time.Second)
+	s.observe(srv("imaging", &t2), now, false)
+	want("a newer read after a failed call", "imaging")
+
 	off := seenServers{}
-	off.observe(&baremetal.Server{ID: "b", Zone: zone}, now)
+	off.observe(&baremetal.Server{ID: "b", Zone: zone}, now, false)
 	if _, ok := off.fresh(zone, "b", now); ok {
 		t.Error("a zero maxAge serves states")
 	}

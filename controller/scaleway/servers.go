@@ -48,7 +48,7 @@ func (c *Client) GetServer(ctx context.Context, zone scw.Zone, id string) (*bare
 		srv, err = c.bm.GetServer(&baremetal.GetServerRequest{Zone: zone, ServerID: id}, scw.WithContext(ctx))
 		return err
 	})
-	c.observe(zone, id, srv, err)
+	c.observe(zone, id, srv, err, false)
 	return srv, err
 }
 
@@ -72,13 +72,14 @@ func (c *Client) SeenDeleting(zone scw.Zone, id string) bool {
 	return c.seen.deleting(c.zone(zone), id)
 }
 
-// observe records the outcome of a call that returned the server (or not).
-func (c *Client) observe(zone scw.Zone, id string, srv *baremetal.Server, err error) {
+// observe records the outcome of a call that returned the server (or not);
+// written: the call changed it.
+func (c *Client) observe(zone scw.Zone, id string, srv *baremetal.Server, err error, written bool) {
 	if err != nil {
-		c.seen.forget(zone, id) // the outcome of a failed write is unknown
+		c.seen.forget(zone, id) // gone, or the outcome of a write is unknown
 		return
 	}
-	c.seen.observe(srv, c.clock.Now())
+	c.seen.observe(srv, c.clock.Now(), written)
 }
 
 // ListServers returns every server of the zone (all pages, oldest first)
@@ -117,7 +118,7 @@ func (c *Client) listServers(ctx context.Context, op string, zone scw.Zone, tags
 	}
 	now := c.clock.Now()
 	for _, s := range out {
-		c.seen.observe(s, now)
+		c.seen.observe(s, now, false)
 	}
 	return out, nil
 }
@@ -242,7 +243,7 @@ func (c *Client) CreateServer(ctx context.Context, req CreateServerRequest) (*ba
 	})
 	if err == nil {
 		c.log.Info("ordered server", "zone", string(zone), "id", srv.ID, "name", srv.Name, "offer", req.OfferID, "tag", req.IdempotencyTag)
-		c.seen.observe(srv, c.clock.Now())
+		c.seen.observe(srv, c.clock.Now(), true)
 		return srv, true, nil
 	}
 	if !IsRetryable(err) || notSent(err) {
@@ -367,7 +368,7 @@ func (c *Client) UpdateServerTags(ctx context.Context, zone scw.Zone, id string,
 		srv, err = c.bm.UpdateServer(&baremetal.UpdateServerRequest{Zone: zone, ServerID: id, Tags: &tags}, scw.WithContext(ctx))
 		return err
 	})
-	c.observe(zone, id, srv, err)
+	c.observe(zone, id, srv, err, true)
 	return srv, err
 }
 
@@ -428,7 +429,7 @@ func (c *Client) DeleteServer(ctx context.Context, zone scw.Zone, id string) (*b
 		srv, err = c.bm.DeleteServer(&baremetal.DeleteServerRequest{Zone: zone, ServerID: id}, scw.WithContext(ctx))
 		return err
 	})
-	c.observe(zone, id, srv, err)
+	c.observe(zone, id, srv, err, true)
 	if err != nil && IsTransientState(err) {
 		cur, gerr := c.GetServer(ctx, zone, id)
 		switch {
@@ -456,7 +457,7 @@ func (c *Client) RebootServer(ctx context.Context, zone scw.Zone, id string, boo
 		srv, err = c.bm.RebootServer(&baremetal.RebootServerRequest{Zone: zone, ServerID: id, BootType: bootType, SSHKeyIDs: sshKeyIDs}, scw.WithContext(ctx))
 		return err
 	})
-	c.observe(zone, id, srv, err)
+	c.observe(zone, id, srv, err, true)
 	return srv, err
 }
 
