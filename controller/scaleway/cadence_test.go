@@ -139,24 +139,12 @@ func TestPollerCadenceTightensNearTheExpectedEnd(t *testing.T) {
 		done <- err
 	}()
 	released := false
-	for {
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatal(err)
-			}
-			goto waited
-		default:
-		}
+	clock.drive(t, done, func() {
 		if !released && clock.Now().Sub(since) >= typical+30*time.Second {
 			env.sim.RemoveFault(stuck) // delivered 30 s after the expected end
 			released = true
 		}
-		if !clock.fireNext() {
-			time.Sleep(time.Millisecond) // the poll loop is listing or not yet waiting
-		}
-	}
-waited:
+	})
 	lists.mu.Lock()
 	at := append([]time.Time(nil), lists.at...)
 	lists.mu.Unlock()
@@ -187,5 +175,37 @@ waited:
 	}
 	if n := len(poller.expect.samples[key]); n != 2 {
 		t.Errorf("%d durations known after the wait, want 2 (it learned this one)", n)
+	}
+
+	// Done on the first list (a wait resumed after a restart): no lower
+	// bound, nothing learned.
+	go func() {
+		_, err := poller.WaitFor(ctx, zone, srv.ID, StatusIs(baremetal.ServerStatusReady),
+			Expecting(TransitionDelivery, srv.OfferName, clock.Now().Add(-time.Hour)))
+		done <- err
+	}()
+	clock.drive(t, done, func() {})
+	if n := len(poller.expect.samples[key]); n != 2 {
+		t.Errorf("%d durations known after a wait done on its first list, want still 2", n)
+	}
+}
+
+// drive fires the clock's timers until done delivers the wait's outcome,
+// calling each before every step.
+func (c *manualClock) drive(t *testing.T, done <-chan error, each func()) {
+	t.Helper()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			return
+		default:
+		}
+		each()
+		if !c.fireNext() {
+			time.Sleep(time.Millisecond) // the poll loop is listing or not yet waiting
+		}
 	}
 }

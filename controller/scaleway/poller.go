@@ -295,7 +295,7 @@ func (p *Poller) WaitFor(ctx context.Context, zone scw.Zone, id string, done fun
 	defer z.release(token)
 	var seen uint64
 	var last *baremetal.Server
-	notDone := w.since // the latest list that showed the transition not done yet
+	var notDone time.Time // start of the latest list that showed it not done yet
 	failed := 0
 	for {
 		snap, updated := z.current()
@@ -311,10 +311,11 @@ func (p *Poller) WaitFor(ctx context.Context, zone scw.Zone, id string, done fun
 					return srv, perr
 				}
 				if ok {
-					if w.key.kind != "" && !w.since.IsZero() {
+					if w.key.kind != "" && !notDone.IsZero() {
 						// It ended after the last list that showed it not
 						// done: the lower bound, so the dense polling of
-						// the next waits starts early rather than late.
+						// the next waits starts early rather than late. Done
+						// on the first list (a restart): nothing learned.
 						p.expect.observe(w.key, notDone.Sub(w.since))
 					}
 					return srv, nil
