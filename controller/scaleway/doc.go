@@ -59,6 +59,8 @@
 //     the number of servers being built. A server missing from the list costs
 //     one GetServer (gone -> IsNotFound, or just not listed yet). A wait
 //     ends after maxPollFailures failed lists in a row, with the API's error.
+//     A wait Expecting a delivery or reboot lists sparsely early and densely
+//     near the end its offer and zone usually take (Cadence, cadence.go).
 //
 // # Metrics
 //
@@ -97,10 +99,12 @@
 //
 // Scaleway tags are strings; the provider uses "key=value" (Tag, FormatTags,
 // ParseTags, TagValue, HasTags, SetTagIn, RemoveTagIn). UpdateServerTags
-// replaces the whole list; SetTag/RemoveTag do a read-modify-write that is
-// serialised per server inside the process but can race with writers in
-// other processes (the API has no compare-and-swap), so each key should
-// have one owner.
+// replaces the whole list; SetTag/RemoveTag/EditTags do a read-modify-write
+// that is serialised per server inside the process but can race with
+// writers in other processes (the API has no compare-and-swap), so each key
+// should have one owner. The read is the server as a read, list or write of
+// this client returned it within four poll intervals (seen.go), else a
+// GetServer.
 //
 // # Tests
 //
