@@ -211,6 +211,10 @@ type Job struct {
 	RecordDisks func(ctx context.Context, disks string) error
 	Disks       func(ctx context.Context) (string, error)
 	disks       string // what this run's em-imager found (EncodeDisks)
+	// foldImageTags: writeImage leaves the image, disk and uplink tags to
+	// the booting phase's write (imageTags) instead of writing them.
+	foldImageTags bool
+	imageTags     func([]string) []string
 	// Render returns the node's machine config from what em-imager found.
 	Render func(ctx context.Context, hw *report.Report, net talosgen.Network) ([]byte, error)
 	// Progress is told of phase changes and imaging progress, for events.
@@ -224,11 +228,6 @@ type Job struct {
 	// Joined reports whether the node registered (the config was applied
 	// but its answer lost, or a restart after the apply).
 	Joined func(ctx context.Context) (bool, error)
-
-	// foldImageTags: writeImage leaves the image, disk and uplink tags to
-	// the booting phase's write (imageTags) instead of writing them.
-	foldImageTags bool
-	imageTags     func([]string) []string
 }
 
 // ReasonRescueHostKeyChanged starts the error of an install given up
