@@ -108,3 +108,37 @@ func TestSeenServersKeepTheNewest(t *testing.T) {
 		t.Error("a zero maxAge serves states")
 	}
 }
+
+// A server whose deletion this client saw accepted stays "being deleted"
+// however long ago (cloudprovider.Delete answers NodeClaimNotFound without
+// a read); one read as gone afterwards is no longer reported so.
+func TestSeenDeletingAfterDelete(t *testing.T) {
+	env := startSim(t, 1, nil, func(c *Config) { c.PollInterval = time.Hour })
+	ctx := context.Background()
+	srv, _, err := env.client.CreateServer(ctx, env.createReq("nc-del"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.client.SeenDeleting(zone, srv.ID) {
+		t.Fatal("a server just ordered is reported as being deleted")
+	}
+	if _, err := env.client.DeleteServer(ctx, zone, srv.ID); err != nil {
+		t.Fatal(err)
+	}
+	env.clock.advance(24 * time.Hour)
+	if !env.client.SeenDeleting(zone, srv.ID) {
+		t.Fatal("a server whose deletion was accepted is not reported as being deleted a day later")
+	}
+	for {
+		if _, ok := env.sim.Server(srv.ID); !ok {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // the simulator's deletion delay
+	}
+	if _, err := env.client.GetServer(ctx, zone, srv.ID); !IsNotFound(err) {
+		t.Fatalf("GetServer after the deletion: %v, want not found", err)
+	}
+	if env.client.SeenDeleting(zone, srv.ID) {
+		t.Error("a server read as gone is still reported as being deleted")
+	}
+}
