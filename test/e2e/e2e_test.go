@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/e2e/harness"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
@@ -285,16 +286,20 @@ func TestNodeNeverReadyIsRepaired(t *testing.T) {
 	// Age the condition instead of waiting the provider's toleration out:
 	// the NotReady started 2h ago as far as the node status says, and the
 	// simulated kubelet keeps the transition time while the status holds.
-	node, err := e.W.Clientset.CoreV1().Nodes().Get(e.Ctx, sick, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range node.Status.Conditions {
-		if node.Status.Conditions[i].Type == corev1.NodeReady {
-			node.Status.Conditions[i].LastTransitionTime = metav1.NewTime(time.Now().Add(-2 * time.Hour))
+	// The kubelet and Karpenter write the node too: retried on a conflict.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := e.W.Clientset.CoreV1().Nodes().Get(e.Ctx, sick, metav1.GetOptions{})
+		if err != nil {
+			return err
 		}
-	}
-	if _, err := e.W.Clientset.CoreV1().Nodes().UpdateStatus(e.Ctx, node, metav1.UpdateOptions{}); err != nil {
+		for i := range node.Status.Conditions {
+			if node.Status.Conditions[i].Type == corev1.NodeReady {
+				node.Status.Conditions[i].LastTransitionTime = metav1.NewTime(time.Now().Add(-2 * time.Hour))
+			}
+		}
+		_, err = e.W.Clientset.CoreV1().Nodes().UpdateStatus(e.Ctx, node, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	var sickServer string
