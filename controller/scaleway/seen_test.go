@@ -13,12 +13,8 @@ import (
 // those returned: no GetServer before each PATCH. Past the freshness bound
 // the server is read again.
 func TestTagWritesReuseTheServerJustSeen(t *testing.T) {
-	env := startSim(t, 1, nil, func(c *Config) { c.PollInterval = time.Hour })
+	env, srv := orderWithSlowPolls(t, "nc-seen")
 	ctx := context.Background()
-	srv, _, err := env.client.CreateServer(ctx, env.createReq("nc-seen"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	env.resetCalls(t)
 	if _, err := env.client.SetTag(ctx, zone, srv.ID, TagPhase, "rescue"); err != nil {
 		t.Fatal(err)
@@ -113,12 +109,8 @@ func TestSeenServersKeepTheNewest(t *testing.T) {
 // however long ago (cloudprovider.Delete answers NodeClaimNotFound without
 // a read); one read as gone afterwards is no longer reported so.
 func TestSeenDeletingAfterDelete(t *testing.T) {
-	env := startSim(t, 1, nil, func(c *Config) { c.PollInterval = time.Hour })
+	env, srv := orderWithSlowPolls(t, "nc-del")
 	ctx := context.Background()
-	srv, _, err := env.client.CreateServer(ctx, env.createReq("nc-del"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	if env.client.SeenDeleting(zone, srv.ID) {
 		t.Fatal("a server just ordered is reported as being deleted")
 	}
@@ -141,4 +133,16 @@ func TestSeenDeletingAfterDelete(t *testing.T) {
 	if env.client.SeenDeleting(zone, srv.ID) {
 		t.Error("a server read as gone is still reported as being deleted")
 	}
+}
+
+// orderWithSlowPolls orders a server against the simulator with a one-hour
+// poll interval: seen states stay fresh until the test moves the clock.
+func orderWithSlowPolls(t *testing.T, nodeclaim string) (*simEnv, *baremetal.Server) {
+	t.Helper()
+	env := startSim(t, 1, nil, func(c *Config) { c.PollInterval = time.Hour })
+	srv, _, err := env.client.CreateServer(context.Background(), env.createReq(nodeclaim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env, srv
 }
