@@ -16,8 +16,8 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/ordertags"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spendlimit"
 )
@@ -79,7 +79,7 @@ func (c *CloudProvider) order(ctx context.Context, claim *karpv1.NodeClaim, nc *
 			Description:    fmt.Sprintf("Karpenter node of cluster %s (nodepool %s)", c.opts.ClusterName, claim.Labels[karpv1.NodePoolLabelKey]),
 			Tags:           c.serverTags(claim, nc),
 			IdempotencyTag: claimTag,
-			Match:          c.mayTakeAsOrdered,
+			Match:          ordertags.Match(c.Inventory.Owner),
 		})
 		if err == nil {
 			limits.Ordered(srv, zone, offer)
@@ -115,16 +115,11 @@ func (c *CloudProvider) order(ctx context.Context, claim *karpv1.NodeClaim, nc *
 	return nil, cloudprovider.NewInsufficientCapacityError(fmt.Errorf("every compatible offering is out of stock, over quota or over a spend limit: %w", lastErr))
 }
 
-// serverTags are an order's tags. The image tag is not among them: it says
-// what the disk holds, and is written after imaging.
+// serverTags are an order's tags (package ordertags).
 func (c *CloudProvider) serverTags(claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalNodeClass) []string {
-	tags := append(c.Inventory.Owner.Tags(),
+	return ordertags.For(c.Inventory.Owner, nc, install.PhaseOrdered, time.Now(),
 		scaleway.Tag(scaleway.TagNodePool, claim.Labels[karpv1.NodePoolLabelKey]),
-		scaleway.Tag(scaleway.TagNodeClaim, claim.Name),
-		scaleway.Tag(scaleway.TagNodeClass, nc.Name),
-	)
-	tags = install.SetPhaseIn(tags, install.PhaseOrdered, time.Now())
-	return append(tags, nc.Spec.Tags...)
+		scaleway.Tag(scaleway.TagNodeClaim, claim.Name))
 }
 
 type candidate struct {
@@ -161,15 +156,4 @@ func offeringBilling(of *cloudprovider.Offering) catalog.BillingPeriod {
 		return catalog.BillingPeriod(r.Any())
 	}
 	return catalog.BillingHourly
-}
-
-// mayTakeAsOrdered: a server found under the claim's tag when ordering is
-// ours only with our identity, or with none (ordered by a version before
-// identities, mid-upgrade); a namesake cluster's is never taken for ours.
-func (c *CloudProvider) mayTakeAsOrdered(tags []string) bool {
-	switch c.Inventory.Owner.Classify(tags) {
-	case identity.Owned, identity.Legacy:
-		return true
-	}
-	return false
 }

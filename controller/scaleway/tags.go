@@ -20,6 +20,11 @@ const (
 	TagNodeClass    = "karpenter-scaleway-em/nodeclass"
 	TagImage        = "karpenter-scaleway-em/image"
 	TagPhase        = "karpenter-scaleway-em/phase"
+	// TagWarmPool marks a spare of a NodeClass's warm pool (value "true");
+	// TagWarmPoolSlot is its place in the pool, the idempotency tag of its
+	// order (package warmpool). Both are removed when a NodeClaim takes it.
+	TagWarmPool     = "karpenter-scaleway-em/warm-pool"
+	TagWarmPoolSlot = "karpenter-scaleway-em/warm-pool-slot"
 )
 
 // Tags is a parsed key=value tag set.

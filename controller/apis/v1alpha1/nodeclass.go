@@ -71,6 +71,44 @@ type ScalewayElasticMetalNodeClassSpec struct {
 	// Limits cap what the NodeClass's servers cost, in euros (docs/money-safety.md).
 	// +optional
 	Limits *LimitsSpec `json:"limits,omitempty" hash:"ignore"`
+	// WarmPool keeps servers delivered and idle in rescue (spares) for fast scale-up: a NodeClaim of the same
+	// offer, zone and billing period takes one instead of waiting for a delivery (~3 min to Ready from a
+	// pre-imaged server instead of ~10). Absent: no pool. Pool servers are paid whether used or not: hourly
+	// ones by the hour until released, monthly ones for their whole month (docs/warm-pool.md). At most
+	// WarmPoolMaxServers servers in all, so that a typo cannot order a rack.
+	// +kubebuilder:validation:MaxItems=10
+	// +kubebuilder:validation:XValidation:message="spec.warmPool holds at most 10 servers in all",rule="self.map(e, e.servers).sum() <= 10"
+	// +optional
+	WarmPool []WarmPoolEntry `json:"warmPool,omitempty" hash:"ignore"`
+}
+
+// WarmPoolMaxServers caps the servers of a NodeClass's warm pool: each one
+// costs from ~0.1 EUR/h (or a month's fee), and a pool larger than a burst
+// of scale-up is better served by a NodePool with more monthly capacity.
+const WarmPoolMaxServers = 10
+
+// WarmPoolEntry is N spare servers of one offer, zone and billing period.
+type WarmPoolEntry struct {
+	// Offer is the Elastic Metal offer name, e.g. EM-A115X-SSD.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +required
+	Offer string `json:"offer"`
+	// Zone of the servers; empty: the NodeClass's first zone (or the controller's default zone).
+	// +kubebuilder:validation:Enum:={fr-par-1,fr-par-2,nl-ams-1,nl-ams-2,pl-waw-2,pl-waw-3}
+	// +optional
+	Zone string `json:"zone,omitempty"`
+	// BillingPeriod of the orders: hourly (released when no longer wanted) or monthly (paid for the month;
+	// kept as an ordinary spare until its paid period ends when no longer wanted).
+	// +kubebuilder:validation:Enum:={hourly,monthly}
+	// +kubebuilder:default:=hourly
+	// +optional
+	BillingPeriod string `json:"billingPeriod,omitempty"`
+	// Servers kept ready; 0 keeps the entry but orders none.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10
+	// +required
+	Servers int32 `json:"servers"`
 }
 
 // LocalDisksUnused is the default local-disk policy (see package localdisks
