@@ -20,6 +20,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/ordertags"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spendlimit"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/warmpool"
 )
 
 // order gives the NodeClaim a server: a spare monthly server of the
@@ -54,13 +55,14 @@ func (c *CloudProvider) order(ctx context.Context, claim *karpv1.NodeClaim, nc *
 		if !ok {
 			continue
 		}
-		if billing == catalog.BillingMonthly {
-			srv, err := c.Spares.Take(ctx, scw.Zone(zone), offer.Name, nc, claim.Name, claim.Labels[karpv1.NodePoolLabelKey])
+		// Hourly spares exist only in a warm pool: no listing otherwise.
+		if billing == catalog.BillingMonthly || warmpool.Wants(nc, c.opts.DefaultZone, zone, offer.Name, billing) {
+			srv, err := c.Spares.Take(ctx, scw.Zone(zone), offer.Name, billing, nc, claim.Name, claim.Labels[karpv1.NodePoolLabelKey])
 			if err != nil {
 				return nil, err
 			}
 			if srv != nil {
-				c.publish(claim, corev1.EventTypeNormal, "ReusedSpare", fmt.Sprintf("reusing spare monthly server %s (%s) in %s", srv.ID, srv.OfferName, zone))
+				c.publish(claim, corev1.EventTypeNormal, "ReusedSpare", fmt.Sprintf("reusing spare %s server %s (%s) in %s", billing, srv.ID, srv.OfferName, zone))
 				return srv, nil
 			}
 		}

@@ -32,6 +32,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/warmpool"
 )
 
 // Reasons a server is collected (the metric's label).
@@ -209,6 +210,8 @@ func (c *Controller) collectable(ctx context.Context, srvs []*baremetal.Server, 
 			switch {
 			case nc == nil:
 				out = append(out, victim{s, nil, ReasonSpareOrphaned, "its nodeclass " + tags[scaleway.TagNodeClass] + " is gone"})
+			case warmpool.InPool(s) && warmpool.Wants(nc, "", string(s.Zone), s.OfferName, spare.Billing(c.Spares.Offers, s)):
+				// The pool sizes its own (an hourly pool server is idle by design).
 			case !spare.Decide(c.Spares.Offers, s, nc, now).Keep:
 				out = append(out, victim{s, nc, ReasonSpareExpired, "its paid period ends"})
 			}

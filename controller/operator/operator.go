@@ -50,6 +50,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spend"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spendlimit"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/warmpool"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/talosapi"
 )
 
@@ -79,7 +80,7 @@ func Run() error {
 	op.
 		WithControllers(ctx, controllers.NewControllers(ctx, op.Manager, op.Clock, op.GetClient(), op.EventRecorder,
 			decorated, p.CloudProvider, clusterState, op.InstanceTypeStore)...).
-		WithControllers(ctx, p.NodeClassStatus, p.GarbageCollection, p.Installs, p.Spend, p.Removal,
+		WithControllers(ctx, p.NodeClassStatus, p.GarbageCollection, p.Installs, p.Spend, p.Removal, p.WarmPool,
 			&capacity.Controller{Kube: op.GetClient(), Catalog: p.Catalog, Interval: opts.CatalogRefresh}).
 		Start(ctx)
 	return nil
@@ -101,6 +102,7 @@ type Provider struct {
 	GarbageCollection *garbagecollection.Controller
 	Spend             *spend.Controller
 	Removal           *removal.Controller
+	WarmPool          *warmpool.Controller
 }
 
 // NewProvider builds the provider. kube may be cached; direct must not be
@@ -190,10 +192,11 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 		Recorder: recorder, Log: logger.WithName("nodeinstall"), Metrics: nodeinstall.NewMetrics(reg),
 		Breaker: breakers,
 	}
+	// One limiter for Create and the warm pool: one count of orders not listed yet.
+	limits := &spendlimit.Limiter{Servers: inv.Servers, Offers: cat, Metrics: spendlimit.NewMetrics(reg, kube)}
 	cp := cloudprovider.New(cloudprovider.Deps{
 		Kube: kube, Recorder: recorder, Catalog: cat, API: api, Inventory: inv, Spares: spares, Installs: installs,
-		Images: images, Breaker: breakers,
-		Limits: &spendlimit.Limiter{Servers: inv.Servers, Offers: cat, Metrics: spendlimit.NewMetrics(reg, kube)},
+		Images: images, Breaker: breakers, Limits: limits,
 	}, cloudprovider.Options{
 		ClusterName: opts.ClusterName, DefaultZone: string(scwCfg.DefaultZone), RepairToleration: opts.RepairToleration,
 	}, logger.WithName("cloudprovider"))
@@ -218,6 +221,9 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 			Interval: opts.GCInterval, Gauges: spend.NewGauges(reg), Listed: serverphases.NewGauge(reg, cat).Update},
 		Removal: &removal.Controller{Kube: kube, Servers: inv.Servers, Spares: spares, Recorder: recorder,
 			Log: logger.WithName("removal")},
+		WarmPool: &warmpool.Controller{Kube: kube, API: api, Catalog: cat, Servers: inv.Servers, Saw: inv.Saw,
+			Spares: spares, Rescue: dialer, Breaker: breakers, Limits: limits, DefaultZone: string(scwCfg.DefaultZone),
+			Recorder: recorder, Metrics: warmpool.NewMetrics(reg), Log: logger.WithName("warmpool")},
 	}, nil
 }
 

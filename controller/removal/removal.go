@@ -148,7 +148,9 @@ func (c *Controller) endSpares(ctx context.Context, nc *v1alpha1.ScalewayElastic
 			s.Status == baremetal.ServerStatusDeleting {
 			continue
 		}
-		outcome, err := c.Spares.EndSpare(ctx, s.Zone, s.ID, nc.Spec.Billing.KeepSparesOnDeletion())
+		// Only a monthly spare is handed over: an hourly one (a warm-pool
+		// server) would bill its new owner by the hour for nothing.
+		outcome, err := c.Spares.EndSpare(ctx, s.Zone, s.ID, nc.Spec.Billing.KeepSparesOnDeletion() && spare.Monthly(c.Spares.Offers, s))
 		switch {
 		case err != nil:
 			errs = append(errs, err.Error())

@@ -277,10 +277,11 @@ func (k *Keeper) EndSpare(ctx context.Context, zone scw.Zone, id string, handOve
 	return HandedOver, nil
 }
 
-// Take gives NodeClaim claim (of nodePool) a spare of offerName in zone that
-// NodeClass nc built, if there is one: it is tagged for the claim and starts
-// its install over (phase ordered; the disk is written again).
-func (k *Keeper) Take(ctx context.Context, zone scw.Zone, offerName string, nc *v1alpha1.ScalewayElasticMetalNodeClass, claim, nodePool string) (*baremetal.Server, error) {
+// Take gives NodeClaim claim (of nodePool) a spare of offerName in zone,
+// paid by billing, that NodeClass nc built, if there is one: it is tagged
+// for the claim, leaves the warm pool if it was in it, and starts its
+// install over (phase ordered; the disk is written again).
+func (k *Keeper) Take(ctx context.Context, zone scw.Zone, offerName string, billing catalog.BillingPeriod, nc *v1alpha1.ScalewayElasticMetalNodeClass, claim, nodePool string) (*baremetal.Server, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	spares, err := k.API.ListServers(ctx, zone, []string{
@@ -295,7 +296,8 @@ func (k *Keeper) Take(ctx context.Context, zone scw.Zone, offerName string, nc *
 	}
 	now := k.clock().Now()
 	for _, s := range spares {
-		if s.OfferName != offerName || s.Status == baremetal.ServerStatusDeleting || s.Status == baremetal.ServerStatusError {
+		// Billing: an hourly warm-pool server is not a monthly claim's (nor the reverse).
+		if s.OfferName != offerName || Billing(k.Offers, s) != billing || s.Status == baremetal.ServerStatusDeleting || s.Status == baremetal.ServerStatusError {
 			continue
 		}
 		taken := false
@@ -306,7 +308,7 @@ func (k *Keeper) Take(ctx context.Context, zone scw.Zone, offerName string, nc *
 			taken = true
 			tags, _ = scaleway.SetTagIn(tags, scaleway.TagNodeClaim, claim)
 			tags, _ = scaleway.SetTagIn(tags, scaleway.TagNodePool, nodePool)
-			for _, key := range install.InstallTags {
+			for _, key := range append([]string{scaleway.TagWarmPool, scaleway.TagWarmPoolSlot}, install.InstallTags...) {
 				tags, _ = scaleway.RemoveTagIn(tags, key)
 			}
 			return install.SetPhaseIn(tags, install.PhaseOrdered, now), true

@@ -29,6 +29,12 @@ const (
 // and its own servers carry its identity, so ordering stays safe.
 const ConditionTypeClusterIdentityUnique = "ClusterIdentityUnique"
 
+// ConditionTypeWarmPoolReady is not a part of Ready either: set only on a
+// NodeClass with spec.warmPool, True when every pool server is delivered,
+// False with why not (being delivered, an entry that cannot be served,
+// orders blocked by the breaker or a spend limit, an offering out of stock).
+const ConditionTypeWarmPoolReady = "WarmPoolReady"
+
 // Annotations on NodeClasses and NodeClaims.
 const (
 	// AnnotationNodeClassHash is the hash of the NodeClass spec, for drift.

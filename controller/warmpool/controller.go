@@ -1,0 +1,376 @@
+package warmpool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/awslabs/operatorpkg/reconciler"
+	"github.com/awslabs/operatorpkg/singleton"
+	"github.com/go-logr/logr"
+	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+	"github.com/scaleway/scaleway-sdk-go/scw"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
+	controllerruntime "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/karpenter/pkg/events"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/ordertags"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spendlimit"
+)
+
+// Condition reasons of WarmPoolReady.
+const (
+	ReasonFull            = "Full"
+	ReasonFilling         = "Filling"
+	ReasonInvalidEntry    = "InvalidEntry"
+	ReasonOrdersBlocked   = "OrdersBlocked"
+	ReasonOfferingUnavail = "OfferingUnavailable"
+)
+
+// InFlight is how long a slot ordered here counts as there while listings
+// do not show its server yet (Scaleway's listings lag orders).
+const InFlight = 10 * time.Minute
+
+// Breaker is the install-failure breaker (*breaker.Store).
+type Breaker interface {
+	Admit(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass, claim string) error
+}
+
+// Controller is a singleton that sizes every NodeClass's pool each Interval.
+type Controller struct {
+	Kube    client.Client
+	API     *scaleway.Client
+	Catalog *catalog.Catalog
+	// Servers lists every server of the cluster ((*inventory.Inventory).Servers);
+	// Saw records a zone an order went to ((*inventory.Inventory).Saw).
+	Servers func(ctx context.Context) ([]*baremetal.Server, error)
+	Saw     func(zone string)
+	Spares  *spare.Keeper
+	Rescue  *rescue.Dialer
+	// Breaker and Limits gate orders as they gate Create's (nil: none).
+	Breaker     Breaker
+	Limits      *spendlimit.Limiter
+	DefaultZone string
+	Recorder    events.Recorder
+	Metrics     *Metrics
+	Interval    time.Duration
+	Clock       clock.Clock
+	Log         logr.Logger
+
+	mu      sync.Mutex
+	ordered map[string]time.Time // slot tag -> when ordered here
+}
+
+// Reconcile sizes every pool once.
+func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
+	ncs := &v1alpha1.ScalewayElasticMetalNodeClassList{}
+	if err := c.Kube.List(ctx, ncs); err != nil {
+		return reconciler.Result{}, err
+	}
+	interval := c.Interval
+	if interval == 0 {
+		interval = time.Minute
+	}
+	pools := map[string][]*baremetal.Server{}
+	pooled := false
+	for i := range ncs.Items {
+		pooled = pooled || len(ncs.Items[i].Spec.WarmPool) > 0
+	}
+	var srvs []*baremetal.Server
+	if pooled || c.Metrics.hadPools() {
+		var err error
+		if srvs, err = c.Servers(ctx); err != nil {
+			return reconciler.Result{}, err // never size on a partial view
+		}
+	}
+	for _, s := range srvs {
+		if InPool(s) {
+			nc, _ := scaleway.TagValue(s.Tags, scaleway.TagNodeClass)
+			pools[nc] = append(pools[nc], s)
+		}
+	}
+	c.Metrics.reset()
+	var errs []error
+	for i := range ncs.Items {
+		nc := &ncs.Items[i]
+		if len(nc.Spec.WarmPool) == 0 && len(pools[nc.Name]) == 0 {
+			if nc.StatusConditions().Get(v1alpha1.ConditionTypeWarmPoolReady) != nil {
+				errs = append(errs, c.setCondition(ctx, nc, nil))
+			}
+			continue
+		}
+		if err := c.reconcile(ctx, nc, pools[nc.Name]); err != nil {
+			errs = append(errs, fmt.Errorf("warm pool of nodeclass %s: %w", nc.Name, err))
+		}
+	}
+	return reconciler.Result{RequeueAfter: interval}, errors.Join(errs...)
+}
+
+type condition struct {
+	ok              bool
+	reason, message string
+}
+
+func (c *Controller) reconcile(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass, pool []*baremetal.Server) error {
+	want, problems := Entries(nc, c.DefaultZone, c.Catalog)
+	billing := func(s *baremetal.Server) catalog.BillingPeriod { return spare.Billing(c.Catalog, s) }
+	plan := Decide(want, pool, billing, c.inFlight(pool), nc.Name)
+	var errs []error
+	for _, s := range plan.Release {
+		if _, err := c.Spares.EndSpare(ctx, s.Zone, s.ID, false); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.publish(nc, corev1.EventTypeNormal, "WarmPoolReleased", fmt.Sprintf("released warm-pool server %s (%s, %s) in %s: %s", s.ID, s.OfferName, billing(s), s.Zone, releaseWhy(s)))
+	}
+	for _, s := range plan.Demote {
+		if err := c.demote(ctx, s); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.publish(nc, corev1.EventTypeNormal, "WarmPoolDemoted", fmt.Sprintf("monthly server %s (%s) in %s left the warm pool: kept as an ordinary spare until its paid period ends", s.ID, s.OfferName, s.Zone))
+	}
+	for _, list := range plan.Keep {
+		for _, s := range list {
+			c.toRescue(ctx, s)
+		}
+	}
+	cond := condition{ok: true, reason: ReasonFull, message: "every warm-pool server is delivered"}
+	if len(plan.Order) > 0 {
+		cond = c.order(ctx, nc, plan.Order)
+	} else if n := delivering(plan.Keep); n > 0 {
+		cond = condition{reason: ReasonFilling, message: fmt.Sprintf("%d warm-pool server(s) being delivered", n)}
+	}
+	if len(problems) > 0 {
+		cond = condition{reason: ReasonInvalidEntry, message: strings.Join(problems, "; ")}
+	}
+	c.Metrics.observe(nc.Name, want, plan.Keep, c.Catalog, c.clock().Now())
+	errs = append(errs, c.setCondition(ctx, nc, &cond))
+	return errors.Join(errs...)
+}
+
+// order places the missing slots' orders through Create's gates; the
+// condition says why the pool is not full.
+func (c *Controller) order(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass, slots []Slot) condition {
+	if !nc.StatusConditions().Root().IsTrue() {
+		return condition{reason: ReasonOrdersBlocked, message: "no order while the nodeclass is not Ready"}
+	}
+	if st := nc.Status.Installs; st != nil && st.Opened > 0 {
+		// A pool server proves no install: it waits until the probe of a
+		// NodeClaim closes the breaker.
+		return c.blocked(nc, fmt.Errorf("nodeclass %s: the install-failure breaker is open; no warm-pool order until an install joins", nc.Name))
+	}
+	if c.Breaker != nil {
+		if err := c.Breaker.Admit(ctx, nc, "warm-pool"); err != nil {
+			return c.blocked(nc, err)
+		}
+	}
+	var limits *spendlimit.Session
+	if c.Limits != nil {
+		var err error
+		if limits, err = c.Limits.Begin(ctx, nc); err != nil {
+			return c.blocked(nc, err)
+		}
+		defer limits.End()
+	}
+	cond := condition{reason: ReasonFilling, message: fmt.Sprintf("ordering %d warm-pool server(s)", len(slots))}
+	for _, slot := range slots {
+		k := slot.Key
+		offer, ok := c.Catalog.Offer(k.Zone, k.Offer, k.Billing)
+		if !ok {
+			continue // Entries checked it; the catalogue changed since
+		}
+		if reason, unavailable := c.Catalog.Unavailable(k.Zone, k.Offer, k.Billing); unavailable {
+			cond = condition{reason: ReasonOfferingUnavail, message: fmt.Sprintf("%s is set aside (%s); ordering again when it expires", k, reason)}
+			continue
+		}
+		if err := limits.Check(k.Zone, offer); err != nil {
+			c.publish(nc, corev1.EventTypeWarning, "WarmPoolSpendLimit", fmt.Sprintf("warm-pool server %s not ordered: %v", k, err))
+			cond = condition{reason: ReasonOrdersBlocked, message: err.Error()}
+			continue
+		}
+		tag := SlotTag(nc.Name, k, slot.Index)
+		srv, ordered, err := c.API.CreateServer(ctx, scaleway.CreateServerRequest{
+			Zone:           scw.Zone(k.Zone),
+			OfferID:        offer.ID,
+			Name:           fmt.Sprintf("%s-warm-%s-%d", nc.Name, strings.ToLower(k.Offer), slot.Index),
+			Description:    fmt.Sprintf("Karpenter warm-pool server of cluster %s (nodeclass %s)", c.Spares.Owner.Name, nc.Name),
+			Tags:           ordertags.For(c.Spares.Owner, nc, install.PhaseSpare, c.clock().Now(), scaleway.Tag(scaleway.TagWarmPool, "true"), tag),
+			IdempotencyTag: tag,
+			Match:          ordertags.Match(c.Spares.Owner),
+		})
+		if err != nil {
+			cond = c.orderFailed(nc, k, err)
+			if reason, unavailable := c.Catalog.Unavailable(k.Zone, k.Offer, k.Billing); !unavailable || reason == catalog.ReasonRefused {
+				break // a lost answer, 5xx, 429: the next pass, not the next slot
+			}
+			continue
+		}
+		c.remember(tag)
+		if c.Saw != nil {
+			c.Saw(k.Zone)
+		}
+		if ordered {
+			limits.Ordered(srv, k.Zone, offer)
+			c.Metrics.ordered(nc.Name, k)
+			c.publish(nc, corev1.EventTypeNormal, "WarmPoolOrdered", fmt.Sprintf("ordered warm-pool server %s (%s) in %s: server %s", k.Offer, k.Billing, k.Zone, srv.ID))
+		}
+	}
+	return cond
+}
+
+func (c *Controller) orderFailed(nc *v1alpha1.ScalewayElasticMetalNodeClass, k Key, err error) condition {
+	switch {
+	case scaleway.IsOutOfStock(err):
+		c.Catalog.MarkUnavailable(k.Zone, k.Offer, k.Billing, catalog.ReasonOutOfStock)
+	case scaleway.IsQuotaExceeded(err):
+		c.Catalog.MarkUnavailable(k.Zone, k.Offer, k.Billing, catalog.ReasonQuota)
+	case scaleway.IsOrderRefused(err):
+		c.Catalog.MarkUnavailable(k.Zone, k.Offer, k.Billing, catalog.ReasonRefused)
+	}
+	msg := fmt.Sprintf("ordering warm-pool server %s: %s: %v", k, scaleway.Classify(err), err)
+	c.Log.Info("warm-pool order failed", "nodeclass", nc.Name, "offering", k.String(), "error", err.Error())
+	c.publish(nc, corev1.EventTypeWarning, "WarmPoolOrderFailed", msg)
+	return condition{reason: ReasonOfferingUnavail, message: msg}
+}
+
+func (c *Controller) blocked(nc *v1alpha1.ScalewayElasticMetalNodeClass, err error) condition {
+	c.publish(nc, corev1.EventTypeWarning, "WarmPoolOrdersBlocked", err.Error())
+	return condition{reason: ReasonOrdersBlocked, message: err.Error()}
+}
+
+// toRescue reboots a delivered pool server into rescue (no SSH key, like
+// any spare), where the background imager finds it and a take needs no
+// delivery; a server already in rescue or not yet delivered is left as is.
+func (c *Controller) toRescue(ctx context.Context, s *baremetal.Server) {
+	if s.Status != baremetal.ServerStatusReady || s.BootType == baremetal.ServerBootTypeRescue {
+		return
+	}
+	if _, err := c.Rescue.RebootIntoRescue(ctx, c.API, s, nil); err != nil {
+		c.Log.Error(err, "rebooting a warm-pool server into rescue", "server", s.ID)
+	}
+}
+
+// demote takes a monthly server out of the pool: an ordinary spare from now on.
+func (c *Controller) demote(ctx context.Context, s *baremetal.Server) error {
+	_, err := c.API.EditTags(ctx, s.Zone, s.ID, func(tags []string) ([]string, bool) {
+		tags, a := scaleway.RemoveTagIn(tags, scaleway.TagWarmPool)
+		tags, b := scaleway.RemoveTagIn(tags, scaleway.TagWarmPoolSlot)
+		return tags, a || b
+	})
+	if scaleway.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+func (c *Controller) setCondition(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass, cond *condition) error {
+	stored := nc.DeepCopy()
+	conds := nc.StatusConditions()
+	switch {
+	case cond == nil:
+		_ = conds.Clear(v1alpha1.ConditionTypeWarmPoolReady)
+	case cond.ok:
+		conds.SetTrueWithReason(v1alpha1.ConditionTypeWarmPoolReady, cond.reason, cond.message)
+	default:
+		conds.SetFalse(v1alpha1.ConditionTypeWarmPoolReady, cond.reason, cond.message)
+	}
+	if equalConditions(stored, nc) {
+		return nil
+	}
+	// The optimistic lock: the status controller patches the same list.
+	return client.IgnoreNotFound(c.Kube.Status().Patch(ctx, nc, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})))
+}
+
+func equalConditions(a, b *v1alpha1.ScalewayElasticMetalNodeClass) bool {
+	ca, cb := a.StatusConditions().Get(v1alpha1.ConditionTypeWarmPoolReady), b.StatusConditions().Get(v1alpha1.ConditionTypeWarmPoolReady)
+	if ca == nil || cb == nil {
+		return ca == nil && cb == nil
+	}
+	return ca.Status == cb.Status && ca.Reason == cb.Reason && ca.Message == cb.Message
+}
+
+// inFlight are the slots ordered here that the listing does not show yet.
+func (c *Controller) inFlight(pool []*baremetal.Server) map[string]bool {
+	listed := map[string]bool{}
+	for _, s := range pool {
+		if v, ok := scaleway.TagValue(s.Tags, scaleway.TagWarmPoolSlot); ok {
+			listed[scaleway.Tag(scaleway.TagWarmPoolSlot, v)] = true
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]bool{}
+	now := c.clock().Now()
+	for tag, at := range c.ordered {
+		if listed[tag] || now.Sub(at) > InFlight {
+			delete(c.ordered, tag)
+			continue
+		}
+		out[tag] = true
+	}
+	return out
+}
+
+func (c *Controller) remember(tag string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ordered == nil {
+		c.ordered = map[string]time.Time{}
+	}
+	c.ordered[tag] = c.clock().Now()
+}
+
+func delivering(keep map[Key][]*baremetal.Server) int {
+	n := 0
+	for _, list := range keep {
+		for _, s := range list {
+			if s.Status != baremetal.ServerStatusReady {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func releaseWhy(s *baremetal.Server) string {
+	if s.Status == baremetal.ServerStatusError || s.Status == baremetal.ServerStatusOutOfStock {
+		return "it is in status " + string(s.Status)
+	}
+	return "the pool wants fewer"
+}
+
+func (c *Controller) publish(nc *v1alpha1.ScalewayElasticMetalNodeClass, typ, reason, msg string) {
+	if c.Recorder == nil {
+		return
+	}
+	c.Recorder.Publish(events.Event{InvolvedObject: nc, Type: typ, Reason: reason, Message: msg,
+		DedupeValues: []string{nc.Name, reason, msg}})
+}
+
+func (c *Controller) clock() clock.Clock {
+	if c.Clock == nil {
+		return clock.RealClock{}
+	}
+	return c.Clock
+}
+
+// Register adds the singleton to the manager.
+func (c *Controller) Register(_ context.Context, m manager.Manager) error {
+	return controllerruntime.NewControllerManagedBy(m).
+		Named("scaleway-em.warmpool").
+		WatchesRawSource(singleton.Source()).
+		Complete(singleton.AsReconciler(c))
+}
