@@ -50,8 +50,8 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spend"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spendlimit"
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/warmpool"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/talosapi"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/warmpool"
 )
 
 // Run builds the operator and runs it until the process is stopped.
