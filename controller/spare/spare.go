@@ -260,7 +260,7 @@ func (k *Keeper) EndSpare(ctx context.Context, zone scw.Zone, id string, handOve
 			return tags, false
 		}
 		for _, key := range append([]string{scaleway.TagManagedBy, scaleway.TagClusterID, scaleway.TagNodeClaim, scaleway.TagNodePool,
-			scaleway.TagPhase, install.TagPhaseSince}, install.InstallTags...) {
+			scaleway.TagPhase, install.TagPhaseSince, scaleway.TagWarmPool, scaleway.TagWarmPoolSlot}, install.InstallTags...) {
 			tags, _ = scaleway.RemoveTagIn(tags, key)
 		}
 		tags, _ = scaleway.SetTagIn(tags, scaleway.TagHandedOverBy, k.Owner.Name)
