@@ -309,6 +309,10 @@ extraVolumes: [{name: extra, configMap: {name: extra}}]
 				"spec":{"image":{"manifestURL":"https://x/m.json"},"talos":{"joinSecretRef":{"name":"a","namespace":"b"}},"limits":{"monthlyCommitment":"1k"}}}`,
 			"spend limit as a number": `{"apiVersion":"karpenter-scaleway-em.io/v1alpha1","kind":"ScalewayElasticMetalNodeClass","metadata":{"name":"bad11"},
 				"spec":{"image":{"manifestURL":"https://x/m.json"},"talos":{"joinSecretRef":{"name":"a","namespace":"b"}},"limits":{"hourlySpend":2.5}}}`,
+			"warm pool over 10 servers in all": `{"apiVersion":"karpenter-scaleway-em.io/v1alpha1","kind":"ScalewayElasticMetalNodeClass","metadata":{"name":"bad12"},
+				"spec":{"image":{"manifestURL":"https://x/m.json"},"talos":{"joinSecretRef":{"name":"a","namespace":"b"}},"warmPool":[{"offer":"EM-A116X-SSD","servers":6},{"offer":"EM-B112X-SSD","servers":5}]}}`,
+			"warm pool with an unknown billing period": `{"apiVersion":"karpenter-scaleway-em.io/v1alpha1","kind":"ScalewayElasticMetalNodeClass","metadata":{"name":"bad13"},
+				"spec":{"image":{"manifestURL":"https://x/m.json"},"talos":{"joinSecretRef":{"name":"a","namespace":"b"}},"warmPool":[{"offer":"EM-A116X-SSD","servers":1,"billingPeriod":"weekly"}]}}`,
 		}
 		for name, j := range bad {
 			u := &unstructured.Unstructured{}
@@ -338,6 +342,15 @@ extraVolumes: [{name: extra, configMap: {name: extra}}]
 		}
 		if err := apply(ctx, k.Client, limits, true); err != nil {
 			t.Errorf("spend limits 2.5 and 0 refused: %v", err)
+		}
+		// A warm pool of 10 servers in all is the cap, not over it.
+		pool := &unstructured.Unstructured{}
+		if err := pool.UnmarshalJSON([]byte(`{"apiVersion":"karpenter-scaleway-em.io/v1alpha1","kind":"ScalewayElasticMetalNodeClass","metadata":{"name":"pool"},
+			"spec":{"image":{"manifestURL":"https://x/m.json"},"talos":{"joinSecretRef":{"name":"a","namespace":"b"}},"warmPool":[{"offer":"EM-A116X-SSD","servers":6},{"offer":"EM-B112X-SSD","servers":4}]}}`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := apply(ctx, k.Client, pool, true); err != nil {
+			t.Errorf("a warm pool of 10 servers refused: %v", err)
 		}
 		// Stable disk names (by-id with '.' and ':') are accepted.
 		for i, disk := range []string{"/dev/disk/by-id/nvme-eui.0025388b71b2a1c4", "/dev/disk/by-id/wwn-0x5000c500a1b2c3d4:0",
