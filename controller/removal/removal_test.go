@@ -3,7 +3,6 @@ package removal
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
-	"sigs.k8s.io/karpenter/pkg/events"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
@@ -26,6 +24,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/eventlog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/simapi"
 )
@@ -34,32 +33,11 @@ const zone = scw.Zone("fr-par-2")
 
 var c1 = identity.Identity{Name: "c1", ID: "uid-c1"}
 
-type recorder struct {
-	mu     sync.Mutex
-	events []events.Event
-}
-
-func (r *recorder) Publish(evs ...events.Event) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, evs...)
-}
-
-func (r *recorder) reasons() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []string
-	for _, e := range r.events {
-		out = append(out, e.Reason)
-	}
-	return strings.Join(out, ",")
-}
-
 type fixture struct {
 	sim  *scwsim.Sim
 	api  *scaleway.Client
 	kube client.Client
-	rec  *recorder
+	rec  *eventlog.Recorder
 	c    *Controller
 }
 
@@ -74,7 +52,7 @@ func setup(t *testing.T, nc *v1alpha1.ScalewayElasticMetalNodeClass, objs ...cli
 		t.Fatal(err)
 	}
 	keeper := &spare.Keeper{API: api, Offers: cat, Rescue: &rescue.Dialer{}, Owner: owner, Log: testr.New(t)}
-	rec := &recorder{}
+	rec := &eventlog.Recorder{}
 	f := &fixture{sim: sim, api: api, kube: kube, rec: rec,
 		c: &Controller{Kube: kube, Servers: inv.Servers, Spares: keeper, Recorder: rec, Log: testr.New(t)}}
 	f.reconcile(t, nc.Name) // adds the finalizer
@@ -189,7 +167,7 @@ func TestDeletionWaitsForNodeClaimsThenReleasesSpares(t *testing.T) {
 	if s := f.server(t, sp.ID); s.Status == string(baremetal.ServerStatusDeleting) {
 		t.Fatal("spare released while a nodeclaim still uses the nodeclass")
 	}
-	if got := f.rec.reasons(); got != ReasonWaitingForNodeClaims {
+	if got := f.rec.Reasons(); got != ReasonWaitingForNodeClaims {
 		t.Errorf("events %q, want %s", got, ReasonWaitingForNodeClaims)
 	}
 
@@ -213,7 +191,7 @@ func TestDeletionWaitsForNodeClaimsThenReleasesSpares(t *testing.T) {
 	if s := f.server(t, otherSpare.ID); s.Status == string(baremetal.ServerStatusDeleting) {
 		t.Error("another nodeclass's spare released")
 	}
-	if got := f.rec.reasons(); !strings.HasSuffix(got, ReasonSparesReleased) {
+	if got := f.rec.Reasons(); !strings.HasSuffix(got, ReasonSparesReleased) {
 		t.Errorf("events %q, want the last %s", got, ReasonSparesReleased)
 	}
 }
@@ -246,7 +224,7 @@ func TestDeletionWithKeepHandsSparesOver(t *testing.T) {
 	if err != nil || len(srvs) != 0 {
 		t.Errorf("the cluster still lists %d servers (%v)", len(srvs), err)
 	}
-	if got := f.rec.reasons(); got != ReasonSparesHandedOver {
+	if got := f.rec.Reasons(); got != ReasonSparesHandedOver {
 		t.Errorf("events %q, want %s", got, ReasonSparesHandedOver)
 	}
 }
@@ -268,9 +246,7 @@ func TestDeletionWaitsForTheAPIAndSaysWhy(t *testing.T) {
 	if !f.exists(t, "gp") {
 		t.Fatal("nodeclass gone with its spare unreleased")
 	}
-	f.rec.mu.Lock()
-	last := f.rec.events[len(f.rec.events)-1]
-	f.rec.mu.Unlock()
+	last := f.rec.Last()
 	if last.Reason != ReasonRemovalBlocked || last.Type != "Warning" || !strings.Contains(last.Message, "503") {
 		t.Errorf("last event %+v, want a Warning %s naming the API's answer", last, ReasonRemovalBlocked)
 	}

@@ -3,7 +3,6 @@ package warmpool
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,7 +16,6 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/karpenter/pkg/events"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
@@ -28,6 +26,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spendlimit"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/eventlog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/simapi"
 )
@@ -36,35 +35,13 @@ const zone = scw.Zone("fr-par-2")
 
 var c1 = identity.Identity{Name: "c1", ID: "uid-c1"}
 
-type recorder struct {
-	mu     sync.Mutex
-	events []events.Event
-}
-
-func (r *recorder) Publish(evs ...events.Event) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, evs...)
-}
-
-func (r *recorder) has(reason string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, e := range r.events {
-		if e.Reason == reason {
-			return true
-		}
-	}
-	return false
-}
-
 type fixture struct {
 	sim    *scwsim.Sim
 	url    string
 	kube   client.Client
 	cat    *catalog.Catalog
 	keeper *spare.Keeper
-	rec    *recorder
+	rec    *eventlog.Recorder
 	c      *Controller
 }
 
@@ -85,7 +62,7 @@ func setup(t *testing.T, nc *v1alpha1.ScalewayElasticMetalNodeClass, edits ...fu
 	sim, api, url := simapi.StartURL(t, zone, edits...)
 	_ = v1alpha1.SchemeGroupVersion
 	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc).WithStatusSubresource(nc).Build()
-	f := &fixture{sim: sim, url: url, kube: kube, rec: &recorder{}}
+	f := &fixture{sim: sim, url: url, kube: kube, rec: &eventlog.Recorder{}}
 	f.c = f.controller(t, api)
 	return f
 }
@@ -219,7 +196,7 @@ func TestPoolIsOrderedDeliveredAndKeptFull(t *testing.T) {
 	if got := testutil.ToFloat64(f.c.Metrics.Servers.WithLabelValues("nc", string(zone), "EM-A116X-SSD", "hourly", "ready")); got != 2 {
 		t.Errorf("ready pool servers %v", got)
 	}
-	if !f.rec.has("WarmPoolOrdered") {
+	if !f.rec.Has("WarmPoolOrdered") {
 		t.Error("no WarmPoolOrdered event")
 	}
 }
@@ -304,7 +281,7 @@ func TestOutOfStockAndQuotaSetTheOfferingAside(t *testing.T) {
 			if st, reason, _ := f.condition(t); st != metav1.ConditionFalse || reason != ReasonOfferingUnavail {
 				t.Errorf("WarmPoolReady %s/%s", st, reason)
 			}
-			if !f.rec.has("WarmPoolOrderFailed") {
+			if !f.rec.Has("WarmPoolOrderFailed") {
 				t.Error("no WarmPoolOrderFailed event")
 			}
 		})
@@ -350,7 +327,7 @@ func TestGatesStopOrders(t *testing.T) {
 			if st, reason, msg := f.condition(t); st != metav1.ConditionFalse || reason != tc.reason {
 				t.Errorf("WarmPoolReady %s/%s: %s", st, reason, msg)
 			}
-			if tc.event != "" && !f.rec.has(tc.event) {
+			if tc.event != "" && !f.rec.Has(tc.event) {
 				t.Errorf("no %s event", tc.event)
 			}
 		})
@@ -410,7 +387,7 @@ func TestShrinkReleasesHourlyAndDemotesMonthly(t *testing.T) {
 	if _, ok := scaleway.TagValue(other[0].Tags, scaleway.TagWarmPoolSlot); ok {
 		t.Errorf("demoted server keeps its slot: %v", other[0].Tags)
 	}
-	if !f.rec.has("WarmPoolReleased") || !f.rec.has("WarmPoolDemoted") {
+	if !f.rec.Has("WarmPoolReleased") || !f.rec.Has("WarmPoolDemoted") {
 		t.Error("no WarmPoolReleased/WarmPoolDemoted event")
 	}
 }
