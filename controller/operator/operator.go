@@ -41,6 +41,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeclass"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeinstall"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/operator/options"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/preimage"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/registration"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/removal"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
@@ -79,7 +80,7 @@ func Run() error {
 	op.
 		WithControllers(ctx, controllers.NewControllers(ctx, op.Manager, op.Clock, op.GetClient(), op.EventRecorder,
 			decorated, p.CloudProvider, clusterState, op.InstanceTypeStore)...).
-		WithControllers(ctx, p.NodeClassStatus, p.GarbageCollection, p.Installs, p.Spend, p.Removal,
+		WithControllers(ctx, p.NodeClassStatus, p.GarbageCollection, p.Installs, p.Spend, p.Removal, p.PreImage,
 			&capacity.Controller{Kube: op.GetClient(), Catalog: p.Catalog, Interval: opts.CatalogRefresh}).
 		Start(ctx)
 	return nil
@@ -101,6 +102,7 @@ type Provider struct {
 	GarbageCollection *garbagecollection.Controller
 	Spend             *spend.Controller
 	Removal           *removal.Controller
+	PreImage          *preimage.Controller
 }
 
 // NewProvider builds the provider. kube may be cached; direct must not be
@@ -218,6 +220,9 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 			Interval: opts.GCInterval, Gauges: spend.NewGauges(reg), Listed: serverphases.NewGauge(reg, cat).Update},
 		Removal: &removal.Controller{Kube: kube, Servers: inv.Servers, Spares: spares, Recorder: recorder,
 			Log: logger.WithName("removal")},
+		// Every GC interval: a spare kept by a sweep is imaged by the next.
+		PreImage: &preimage.Controller{Kube: kube, API: api, Servers: inv.Servers, Spares: spares, Imager: installer,
+			Images: images, Interval: opts.GCInterval, Log: logger.WithName("preimage"), Metrics: preimage.NewMetrics(reg)},
 	}, nil
 }
 
