@@ -137,6 +137,14 @@ func (i *Installer) rebootIntoRescue(ctx, pctx context.Context, job *Job, srv *b
 		return srv, &PhaseError{Phase: p, Err: fmt.Errorf("rescue SSH key: %w", err)}
 	}
 	if _, err := i.Dialer.RebootIntoRescue(pctx, i.API, srv, keys); err != nil {
+		// The boot the tag announces may not happen: without the tag the
+		// next try reboots again instead of logging into a rescue (a
+		// spare's, booted without the key) that never lets it in.
+		if updated, terr := i.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
+			return scaleway.RemoveTagIn(tags, TagRescueBoot)
+		}); terr == nil {
+			srv = updated
+		}
 		return srv, apiError(ctx, p, "reboot into rescue", err)
 	}
 	got, err := i.waitBoot(pctx, srv, baremetal.ServerBootTypeRescue)
