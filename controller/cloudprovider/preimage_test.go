@@ -59,6 +59,15 @@ func (e *env) waitSpareReady(id string) {
 	})
 }
 
+// assertNoIAMKey runs a garbage-collection sweep and expects the rescue key gone from IAM.
+func (e *env) assertNoIAMKey(when string) {
+	e.t.Helper()
+	e.sweep()
+	if n := e.iamKeys(); n != 0 {
+		e.t.Fatalf("%d IAM SSH keys %s, want 0", n, when)
+	}
+}
+
 // preImage runs one sweep of the pre-imager and waits for what it started.
 func (e *env) preImage(ctx context.Context) {
 	e.t.Helper()
@@ -141,10 +150,7 @@ func metricValue(e *env, name string, labels map[string]string) float64 {
 func TestPreImagedSpareIsReusedWithConfigAndRebootOnly(t *testing.T) {
 	e := startEnv(t, nil)
 	id, instanceType := e.monthlySpare()
-	e.sweep()
-	if n := e.iamKeys(); n != 0 {
-		t.Fatalf("%d IAM SSH keys while the only server is an idle spare, want 0", n)
-	}
+	e.assertNoIAMKey("while the only server is an idle spare")
 	if spare.PreImaged(e.server(id), e.currentImage()) {
 		t.Fatal("a spare whose disk ran a node counts as pre-imaged")
 	}
@@ -165,10 +171,7 @@ func TestPreImagedSpareIsReusedWithConfigAndRebootOnly(t *testing.T) {
 	if e.preImaged() != 1 || e.p.RescueKeys.Holders() != 0 {
 		t.Fatalf("preimaged_total %v, rescue key holders %d", e.preImaged(), e.p.RescueKeys.Holders())
 	}
-	e.sweep()
-	if n := e.iamKeys(); n != 0 {
-		t.Fatalf("%d IAM SSH keys after pre-imaging, want 0", n)
-	}
+	e.assertNoIAMKey("after pre-imaging")
 	// Nothing to do for a spare already holding the current image.
 	e.preImage(e.ctx)
 	if e.preImaged() != 1 || e.rescueBoots(id)-boots != 1 {
@@ -235,10 +238,7 @@ func TestStaleSpareIsImagedAgain(t *testing.T) {
 	if e.rescueBoots(id) != boots || e.imagerRuns(id, "write")-writes != 1 {
 		t.Fatalf("re-imaging: %d rescue boots, %d writes; want 0 and 1", e.rescueBoots(id)-boots, e.imagerRuns(id, "write")-writes)
 	}
-	e.sweep()
-	if n := e.iamKeys(); n != 0 {
-		t.Fatalf("%d IAM SSH keys after re-imaging, want 0", n)
-	}
+	e.assertNoIAMKey("after re-imaging")
 }
 
 // A controller restart mid-pre-imaging: the new process (no holds) removes
@@ -260,10 +260,7 @@ func TestRestartMidPreImagingResumesWithoutLeakingTheKey(t *testing.T) {
 		t.Fatalf("phase %s mid-pre-imaging, want spare", install.PhaseOf(e.server(id)))
 	}
 	e.p = e.newProvider()
-	e.sweep()
-	if n := e.iamKeys(); n != 0 {
-		t.Fatalf("%d IAM SSH keys after a restart mid-pre-imaging, want 0", n)
-	}
+	e.assertNoIAMKey("after a restart mid-pre-imaging")
 	e.waitSpareReady(id)
 	e.preImage(e.ctx)
 	if !spare.PreImaged(e.server(id), e.currentImage()) {
@@ -272,10 +269,7 @@ func TestRestartMidPreImagingResumesWithoutLeakingTheKey(t *testing.T) {
 	if got := e.rescueBoots(id) - boots; got != 1 {
 		t.Fatalf("%d rescue boots, want 1: the restarted pre-imager logs into the keyed boot the first one made", got)
 	}
-	e.sweep()
-	if n := e.iamKeys(); n != 0 {
-		t.Fatalf("%d IAM SSH keys after the resumed pre-imaging, want 0", n)
-	}
+	e.assertNoIAMKey("after the resumed pre-imaging")
 }
 
 // A pre-imaged spare whose rescue shows another key than the one pinned on
@@ -365,8 +359,5 @@ func TestPreImagingFaultsLeaveTheSpareUnimaged(t *testing.T) {
 	if s, ok := e.w.Sim.Server(id); !ok || s.Status != "ready" {
 		t.Fatalf("the spare after a corrupt image: %+v", s)
 	}
-	e.sweep()
-	if n := e.iamKeys(); n != 0 {
-		t.Fatalf("%d IAM SSH keys after failed pre-imagings, want 0", n)
-	}
+	e.assertNoIAMKey("after failed pre-imagings")
 }
