@@ -69,6 +69,11 @@ type Controller struct {
 	Log      logr.Logger
 	Metrics  *Metrics
 
+	// base bounds the pre-imagings (the operator's context, from
+	// Register): they outlive the sweep that started them, which a
+	// reconcile timeout could cancel.
+	base context.Context
+
 	mu      sync.Mutex
 	running map[string]bool
 	failed  map[string]failure
@@ -81,11 +86,14 @@ type failure struct {
 }
 
 // Reconcile sweeps once: the spares to image are started in the
-// background (ctx bounds them) and the sweep returns.
+// background (bounded by Register's context, else ctx) and the sweep returns.
 func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 	srvs, err := c.Servers(ctx)
 	if err != nil {
 		return reconciler.Result{}, err
+	}
+	if c.base != nil {
+		ctx = c.base
 	}
 	for _, s := range srvs {
 		if !c.candidate(s) || !c.start(s.ID) {
@@ -235,7 +243,8 @@ func (c *Controller) clock() clock.Clock {
 }
 
 // Register adds the singleton to the manager.
-func (c *Controller) Register(_ context.Context, m manager.Manager) error {
+func (c *Controller) Register(ctx context.Context, m manager.Manager) error {
+	c.base = ctx
 	return controllerruntime.NewControllerManagedBy(m).
 		Named("scaleway-em.preimage").
 		WatchesRawSource(singleton.Source()).
