@@ -228,6 +228,17 @@ type Job struct {
 	// Joined reports whether the node registered (the config was applied
 	// but its answer lost, or a restart after the apply).
 	Joined func(ctx context.Context) (bool, error)
+
+	// holder holds the rescue key for this job (Keys.Acquire); "": the
+	// server's ID, as every install does.
+	holder string
+}
+
+func (j *Job) keyHolder() string {
+	if j.holder != "" {
+		return j.holder
+	}
+	return j.Server.ID
 }
 
 // ReasonRescueHostKeyChanged starts the error of an install given up

@@ -66,24 +66,42 @@ func (i *Installer) address(ctx, pctx context.Context, job *Job, srv *baremetal.
 
 // rescue reboots into rescue (unless the server already runs it) and waits for SSH.
 func (i *Installer) rescue(ctx, pctx context.Context, job *Job, srv *baremetal.Server) (*baremetal.Server, error) {
-	srv, host, err := i.address(ctx, pctx, job, srv, PhaseRescue)
+	srv, pin, err := i.enterRescue(ctx, pctx, job, srv, PhaseRescue)
 	if err != nil {
 		return srv, err
 	}
-	if !scaleway.HasTags(srv.Tags, rescueBootTag) || !readyIn(srv, baremetal.ServerBootTypeRescue) {
-		if srv, err = i.rebootIntoRescue(ctx, pctx, job, srv, PhaseRescue); err != nil {
-			return srv, err
+	return i.setPhase(ctx, srv, PhaseImaging, withHostKey(pin))
+}
+
+// InKeyedRescue reports whether srv runs a rescue boot an install (or the
+// pre-imager) asked for with the controller's key: no reboot is needed to
+// log in, and its host key is the one pinned on its tags.
+func InKeyedRescue(srv *baremetal.Server) bool {
+	return scaleway.HasTags(srv.Tags, rescueBootTag) && readyIn(srv, baremetal.ServerBootTypeRescue)
+}
+
+// enterRescue reboots srv into a keyed rescue boot unless it runs one (then
+// its pinned host key is loaded: a changed key fails closed), waits for SSH
+// and returns the host key the session presented.
+func (i *Installer) enterRescue(ctx, pctx context.Context, job *Job, srv *baremetal.Server, p Phase) (*baremetal.Server, rescue.HostKeyPin, error) {
+	srv, host, err := i.address(ctx, pctx, job, srv, p)
+	if err != nil {
+		return srv, "", err
+	}
+	if !InKeyedRescue(srv) {
+		if srv, err = i.rebootIntoRescue(ctx, pctx, job, srv, p); err != nil {
+			return srv, "", err
 		}
 	} else {
 		i.loadHostKeyPin(srv, host)
 	}
-	i.progress(job, PhaseRescue, "waiting for rescue SSH on "+host)
+	i.progress(job, p, "waiting for rescue SSH on "+host)
 	sess, err := i.Dialer.WaitDial(pctx, host, i.retryInterval())
 	if err != nil {
-		return srv, waitError(ctx, PhaseRescue, "rescue SSH", err)
+		return srv, "", waitError(ctx, p, "rescue SSH", err)
 	}
 	_ = sess.Close()
-	return i.setPhase(ctx, srv, PhaseImaging, withHostKey(sess.HostKey))
+	return srv, sess.HostKey, nil
 }
 
 // loadHostKeyPin gives the dialer the pin of srv's current rescue boot
@@ -133,11 +151,19 @@ func (i *Installer) rebootIntoRescue(ctx, pctx context.Context, job *Job, srv *b
 		}
 		srv = updated
 	}
-	keys, err := i.Keys.Acquire(pctx, srv.ID)
+	keys, err := i.Keys.Acquire(pctx, job.keyHolder())
 	if err != nil {
 		return srv, &PhaseError{Phase: p, Err: fmt.Errorf("rescue SSH key: %w", err)}
 	}
 	if _, err := i.Dialer.RebootIntoRescue(pctx, i.API, srv, keys); err != nil {
+		// The boot the tag announces may not happen: without the tag the
+		// next try reboots again instead of logging into a rescue (a
+		// spare's, booted without the key) that never lets it in.
+		if updated, terr := i.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
+			return scaleway.RemoveTagIn(tags, TagRescueBoot)
+		}); terr == nil {
+			srv = updated
+		}
 		return srv, apiError(ctx, p, "reboot into rescue", err)
 	}
 	got, err := i.waitBoot(pctx, srv, baremetal.ServerBootTypeRescue)
@@ -176,6 +202,11 @@ func (i *Installer) image(ctx, pctx context.Context, log logr.Logger, job *Job, 
 				}
 			}
 			if img.Delivery == DeliveryDisk {
+				if !needImage {
+					if err := i.inspectDisks(ctx, pctx, job, srv, sess); err != nil {
+						return srv, err
+					}
+				}
 				return srv, i.writeConfig(ctx, pctx, log, job, srv, sess)
 			}
 			return srv, nil
@@ -323,6 +354,33 @@ func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *
 		return srv, &PhaseError{Phase: PhaseImaging, Err: err}
 	}
 	return updated, nil
+}
+
+// inspectDisks records the disk list of a disk imaged without this job's
+// record (a spare pre-imaged before its NodeClaim existed): em-imager
+// inspect of the install disk lists the disks as write would have, so the
+// config renders as for a disk this install wrote.
+func (i *Installer) inspectDisks(ctx, pctx context.Context, job *Job, srv *baremetal.Server, sess *rescue.Session) error {
+	if job.disks != "" || job.Disks == nil || job.RecordDisks == nil {
+		return nil
+	}
+	if recorded, err := job.Disks(pctx); err != nil || recorded != "" {
+		return err
+	}
+	disk, _ := scaleway.TagValue(srv.Tags, TagDisk)
+	rep, err := rescue.RunInspect(pctx, sess, i.Imager, disk)
+	if err != nil {
+		return i.imagerError(ctx, pctx, "em-imager inspect", err)
+	}
+	disks, err := EncodeDisks(rep)
+	if err != nil {
+		return &PhaseError{Phase: PhaseImaging, Release: true, Err: err}
+	}
+	if err := job.RecordDisks(pctx, disks); err != nil {
+		return &PhaseError{Phase: PhaseImaging, Err: fmt.Errorf("recording the disk list: %w", err)}
+	}
+	job.disks = disks
+	return nil
 }
 
 // ImagingStepReached is the multiple of ImagingStep that pct is in, when

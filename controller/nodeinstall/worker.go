@@ -185,23 +185,7 @@ func (w *worker) job(claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalN
 			if err != nil {
 				return install.Image{}, err
 			}
-			img, err := c.Images.Resolve(ctx, nodeclass.ImageSettings(nc))
-			if err != nil {
-				return install.Image{}, err
-			}
-			delivery := install.DeliveryMaintenanceAPI
-			if nc.Spec.Talos.DiskConfigDelivery() {
-				// An image that ignores the metal-iso partition would boot
-				// into maintenance mode: never write it in Disk mode.
-				if err := img.DiskConfigDelivery(); err != nil {
-					return install.Image{}, err
-				}
-				delivery = install.DeliveryDisk
-			}
-			return install.Image{URL: img.URL, SHA256: img.RawSHA256, Format: img.Format, RawSize: img.RawSize,
-				Disk: nc.Spec.Rescue.Disk, VerifyReadback: nc.Spec.Rescue.VerifyReadback,
-				WipeOtherDisks: localdisks.Policy(nc.Spec.LocalDisks).Wipes(),
-				TalosVersion:   img.TalosVersion, SchematicID: img.SchematicID, Delivery: delivery}, nil
+			return ImageFor(ctx, c.Images, nc)
 		},
 		Imaged:      func(ctx context.Context, img install.Image) error { return w.recordImage(ctx, img) },
 		RecordDisks: func(ctx context.Context, disks string) error { return w.recordDisks(ctx, disks) },
@@ -397,3 +381,26 @@ func truncate(s string, n int) string {
 }
 
 func isConflict(err error) bool { return apierrors.IsConflict(err) }
+
+// ImageFor is what an install of NodeClass nc writes now: its image as
+// images resolves it, with the NodeClass's disk, read-back, wipe and config
+// delivery settings (the pre-imager writes the same).
+func ImageFor(ctx context.Context, images ImageSource, nc *v1alpha1.ScalewayElasticMetalNodeClass) (install.Image, error) {
+	img, err := images.Resolve(ctx, nodeclass.ImageSettings(nc))
+	if err != nil {
+		return install.Image{}, err
+	}
+	delivery := install.DeliveryMaintenanceAPI
+	if nc.Spec.Talos.DiskConfigDelivery() {
+		// An image that ignores the metal-iso partition would boot
+		// into maintenance mode: never write it in Disk mode.
+		if err := img.DiskConfigDelivery(); err != nil {
+			return install.Image{}, err
+		}
+		delivery = install.DeliveryDisk
+	}
+	return install.Image{URL: img.URL, SHA256: img.RawSHA256, Format: img.Format, RawSize: img.RawSize,
+		Disk: nc.Spec.Rescue.Disk, VerifyReadback: nc.Spec.Rescue.VerifyReadback,
+		WipeOtherDisks: localdisks.Policy(nc.Spec.LocalDisks).Wipes(),
+		TalosVersion:   img.TalosVersion, SchematicID: img.SchematicID, Delivery: delivery}, nil
+}

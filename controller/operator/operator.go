@@ -41,6 +41,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeclass"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeinstall"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/operator/options"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/preimage"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/registration"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/removal"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
@@ -80,7 +81,7 @@ func Run() error {
 	op.
 		WithControllers(ctx, controllers.NewControllers(ctx, op.Manager, op.Clock, op.GetClient(), op.EventRecorder,
 			decorated, p.CloudProvider, clusterState, op.InstanceTypeStore)...).
-		WithControllers(ctx, p.NodeClassStatus, p.GarbageCollection, p.Installs, p.Spend, p.Removal, p.WarmPool,
+		WithControllers(ctx, p.NodeClassStatus, p.GarbageCollection, p.Installs, p.Spend, p.Removal, p.WarmPool, p.PreImage,
 			&capacity.Controller{Kube: op.GetClient(), Catalog: p.Catalog, Interval: opts.CatalogRefresh}).
 		Start(ctx)
 	return nil
@@ -103,6 +104,7 @@ type Provider struct {
 	Spend             *spend.Controller
 	Removal           *removal.Controller
 	WarmPool          *warmpool.Controller
+	PreImage          *preimage.Controller
 }
 
 // NewProvider builds the provider. kube may be cached; direct must not be
@@ -224,6 +226,9 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 		WarmPool: &warmpool.Controller{Kube: kube, API: api, Catalog: cat, Servers: inv.Servers, Saw: inv.Saw,
 			Spares: spares, Rescue: dialer, Breaker: breakers, Limits: limits, DefaultZone: string(scwCfg.DefaultZone),
 			Recorder: recorder, Metrics: warmpool.NewMetrics(reg), Log: logger.WithName("warmpool")},
+		// Every GC interval: a spare kept by a sweep is imaged by the next.
+		PreImage: &preimage.Controller{Kube: kube, API: api, Servers: inv.Servers, Spares: spares, Imager: installer,
+			Images: images, Interval: opts.GCInterval, Log: logger.WithName("preimage"), Metrics: preimage.NewMetrics(reg)},
 	}, nil
 }
 

@@ -332,15 +332,30 @@ func RunWriteConfig(ctx context.Context, s *Session, a ConfigArgs) (*report.Repo
 	if a.Disk == "" || a.Disk == "auto" {
 		return nil, errors.New("write-config needs the disk em-imager wrote, not " + strconv.Quote(a.Disk))
 	}
-	if err := uploadIfChanged(ctx, s, a.Binary); err != nil {
+	return runReporting(ctx, s, a.Binary, bytes.NewReader(a.Config), "write-config", "--disk", a.Disk)
+}
+
+// RunInspect uploads em-imager (unless the same build is already there) and
+// runs `inspect --disk disk`: the disks and NICs as write reports them,
+// nothing written. A report with ok=false is returned with a *report.Error.
+func RunInspect(ctx context.Context, s *Session, binary []byte, disk string) (*report.Report, error) {
+	if disk == "" || disk == "auto" {
+		return nil, errors.New("inspect needs the disk em-imager wrote, not " + strconv.Quote(disk))
+	}
+	return runReporting(ctx, s, binary, nil, "inspect", "--disk", disk)
+}
+
+// runReporting runs em-imager args (stdin nil: none) and reads its report.
+func runReporting(ctx context.Context, s *Session, binary []byte, stdin io.Reader, args ...string) (*report.Report, error) {
+	if err := uploadIfChanged(ctx, s, binary); err != nil {
 		return nil, err
 	}
 	var stdout bytes.Buffer
 	var tail tailBuffer
 	stderr := lineWriter{add: tail.add}
-	code, err := s.RunInput(ctx, ImagerCommand(sha256Hex(a.Binary), "write-config", "--disk", a.Disk), bytes.NewReader(a.Config), &stdout, &stderr)
+	code, err := s.RunInput(ctx, ImagerCommand(sha256Hex(binary), args...), stdin, &stdout, &stderr)
 	if err != nil {
-		return nil, fmt.Errorf("running em-imager write-config: %w", err)
+		return nil, fmt.Errorf("running em-imager %s: %w", args[0], err)
 	}
 	stderr.flush()
 	return imagerReport(code, stdout.Bytes(), &tail)

@@ -10,8 +10,10 @@
 package spare
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -142,6 +144,51 @@ type Keeper struct {
 	// mu serialises takes and keeps in this process: two NodeClaims never
 	// take one spare, and a spare is never taken while being kept.
 	mu sync.Mutex
+
+	// work is the background work on spares (pre-imaging, Busy): a take,
+	// a release or an end stops it and waits for it before acting.
+	workMu sync.Mutex
+	work   map[string]*busy
+}
+
+type busy struct {
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// Busy records background work on spare id (the pre-imager's) until end is
+// called; stop must make that work return soon. Take, Release and EndSpare
+// call stop and wait for end before they touch the spare, so the work
+// never writes to a server that is no longer a spare. ok is false when
+// other work on id is under way.
+func (k *Keeper) Busy(id string, stop context.CancelFunc) (end func(), ok bool) {
+	k.workMu.Lock()
+	defer k.workMu.Unlock()
+	if _, taken := k.work[id]; taken {
+		return nil, false
+	}
+	if k.work == nil {
+		k.work = map[string]*busy{}
+	}
+	b := &busy{stop: stop, done: make(chan struct{})}
+	k.work[id] = b
+	return func() {
+		k.workMu.Lock()
+		delete(k.work, id)
+		k.workMu.Unlock()
+		close(b.done)
+	}, true
+}
+
+// stopWork stops the background work on id, if any, and waits for its end.
+func (k *Keeper) stopWork(id string) {
+	k.workMu.Lock()
+	b := k.work[id]
+	k.workMu.Unlock()
+	if b != nil {
+		b.stop()
+		<-b.done
+	}
 }
 
 // Release ends owner's use of server zone/id: it reads the server, leaves it
@@ -150,6 +197,7 @@ type Keeper struct {
 func (k *Keeper) Release(ctx context.Context, zone scw.Zone, id, owner string, nc *v1alpha1.ScalewayElasticMetalNodeClass) (Outcome, Decision, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.stopWork(id)
 	srv, err := k.API.GetServer(ctx, zone, id)
 	if scaleway.IsNotFound(err) {
 		return Gone, Decision{}, nil
@@ -200,7 +248,11 @@ func (k *Keeper) keep(ctx context.Context, srv *baremetal.Server, owner string) 
 		}
 		tags, _ = scaleway.RemoveTagIn(tags, scaleway.TagNodeClaim)
 		tags, _ = scaleway.RemoveTagIn(tags, scaleway.TagNodePool)
-		tags, _ = scaleway.RemoveTagIn(tags, install.TagRescueBoot) // the keyless reboot below replaces that boot
+		// The disk ran a node (its state, its config): it is no image to
+		// reuse, and the keyless reboot below replaces the rescue boot.
+		for _, key := range install.InstallTags {
+			tags, _ = scaleway.RemoveTagIn(tags, key)
+		}
 		return install.SetPhaseIn(tags, install.PhaseSpare, now), true
 	})
 	if err != nil {
@@ -229,6 +281,7 @@ func (k *Keeper) keep(ctx context.Context, srv *baremetal.Server, owner string) 
 func (k *Keeper) EndSpare(ctx context.Context, zone scw.Zone, id string, handOver bool) (Outcome, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.stopWork(id)
 	srv, err := k.API.GetServer(ctx, zone, id)
 	if scaleway.IsNotFound(err) {
 		return Gone, nil
@@ -277,10 +330,28 @@ func (k *Keeper) EndSpare(ctx context.Context, zone scw.Zone, id string, handOve
 	return HandedOver, nil
 }
 
+// PreImaged reports whether spare srv holds image sha256 (the pre-imager
+// wrote it, verified, and no node ran since) and waits in the keyed rescue
+// boot that wrote it, its host key pinned: an install taking it logs in
+// without a reboot and skips the image write.
+func PreImaged(srv *baremetal.Server, sha256 string) bool {
+	pin, _ := scaleway.TagValue(srv.Tags, install.TagRescueHostKey)
+	return install.Imaged(srv, sha256) && install.InKeyedRescue(srv) && pin != ""
+}
+
+// nodeTags are the install tags about one node, dropped even when a
+// pre-imaged spare keeps its image, disk and rescue tags; a taken spare also
+// leaves the warm pool.
+var nodeTags = []string{install.TagConfigDelivery, install.TagTalosPeer, scaleway.TagWarmPool, scaleway.TagWarmPoolSlot}
+
 // Take gives NodeClaim claim (of nodePool) a spare of offerName in zone,
 // paid by billing, that NodeClass nc built, if there is one: it is tagged
 // for the claim, leaves the warm pool if it was in it, and starts its
-// install over (phase ordered; the disk is written again).
+// install over (phase ordered). A spare pre-imaged with nc's current image
+// (PreImaged) is preferred and keeps its image, disk, rescue-boot and
+// host-key tags: the install logs into its rescue without a reboot, skips
+// the image and writes the config only. Any other spare's disk is written
+// again.
 func (k *Keeper) Take(ctx context.Context, zone scw.Zone, offerName string, billing catalog.BillingPeriod, nc *v1alpha1.ScalewayElasticMetalNodeClass, claim, nodePool string) (*baremetal.Server, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -295,20 +366,35 @@ func (k *Keeper) Take(ctx context.Context, zone scw.Zone, offerName string, bill
 		return nil, fmt.Errorf("looking for spare servers: %w", err)
 	}
 	now := k.clock().Now()
+	image := ""
+	if nc.Status.Image != nil {
+		image = nc.Status.Image.RawSHA256
+	}
+	// Pre-imaged first: reuse costs a config write and one reboot.
+	slices.SortStableFunc(spares, func(a, b *baremetal.Server) int {
+		return cmp.Compare(b2i(PreImaged(b, image)), b2i(PreImaged(a, image)))
+	})
 	for _, s := range spares {
 		// Billing: an hourly warm-pool server is not a monthly claim's (nor the reverse).
 		if s.OfferName != offerName || Billing(k.Offers, s) != billing || s.Status == baremetal.ServerStatusDeleting || s.Status == baremetal.ServerStatusError {
 			continue
 		}
-		taken := false
+		k.stopWork(s.ID) // a pre-imaging under way ends before the take
+		taken, preImaged := false, false
 		updated, err := k.API.EditTags(ctx, s.Zone, s.ID, func(tags []string) ([]string, bool) {
 			if install.PhaseOf(&baremetal.Server{Tags: tags}) != install.PhaseSpare {
 				return tags, false // released or taken meanwhile
 			}
 			taken = true
+			// The boot state is the listing's; the tags are fresh.
+			preImaged = PreImaged(&baremetal.Server{Tags: tags, Status: s.Status, BootType: s.BootType}, image)
 			tags, _ = scaleway.SetTagIn(tags, scaleway.TagNodeClaim, claim)
 			tags, _ = scaleway.SetTagIn(tags, scaleway.TagNodePool, nodePool)
-			for _, key := range append([]string{scaleway.TagWarmPool, scaleway.TagWarmPoolSlot}, install.InstallTags...) {
+			drop := append([]string{scaleway.TagWarmPool, scaleway.TagWarmPoolSlot}, install.InstallTags...)
+			if preImaged {
+				drop = nodeTags
+			}
+			for _, key := range drop {
 				tags, _ = scaleway.RemoveTagIn(tags, key)
 			}
 			return install.SetPhaseIn(tags, install.PhaseOrdered, now), true
@@ -320,11 +406,18 @@ func (k *Keeper) Take(ctx context.Context, zone scw.Zone, offerName string, bill
 			return nil, fmt.Errorf("taking spare server %s: %w", s.ID, err)
 		}
 		if taken {
-			k.Log.Info("took a spare server", "server", s.ID, "zone", string(zone), "offer", offerName, "nodeclaim", claim)
+			k.Log.Info("took a spare server", "server", s.ID, "zone", string(zone), "offer", offerName, "nodeclaim", claim, "preImaged", preImaged)
 			return updated, nil
 		}
 	}
 	return nil, nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (k *Keeper) clock() clock.Clock {

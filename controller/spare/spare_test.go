@@ -1,6 +1,7 @@
 package spare
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,4 +77,62 @@ func TestDecide(t *testing.T) {
 			t.Errorf("%s: %+v, want keep=%v with a reason", tc.name, d, tc.keep)
 		}
 	}
+}
+
+// A spare counts as pre-imaged only with the current image, in the keyed
+// rescue boot that wrote it, its host key pinned.
+func TestPreImagedNeedsImageKeyedRescueAndPin(t *testing.T) {
+	const sha = "0cd82988bde0fcdf39a1004e29b755a1ac2a4b5d3e1df9df8298e5134a496f61"
+	tags := []string{"karpenter-scaleway-em/image=0cd82988bde0fcdf", "karpenter-scaleway-em/uplink-mac=d0:50:99:00:00:01",
+		"karpenter-scaleway-em/rescue-boot=install", "karpenter-scaleway-em/rescue-host-key=SHA256:abc"}
+	srv := &baremetal.Server{Tags: tags, Status: baremetal.ServerStatusReady, BootType: baremetal.ServerBootTypeRescue}
+	if !PreImaged(srv, sha) {
+		t.Fatal("a pre-imaged spare not recognised")
+	}
+	if PreImaged(srv, "1"+sha[1:]) {
+		t.Fatal("another image counts as pre-imaged")
+	}
+	for i := range tags[1:] { // without the uplink, the rescue-boot or the pin
+		s := *srv
+		s.Tags = append(append([]string(nil), tags[:i+1]...), tags[i+2:]...)
+		if PreImaged(&s, sha) {
+			t.Fatalf("pre-imaged without %s", tags[i+1])
+		}
+	}
+	for _, s := range []baremetal.Server{{Tags: tags, Status: baremetal.ServerStatusReady, BootType: baremetal.ServerBootTypeNormal},
+		{Tags: tags, Status: baremetal.ServerStatusStarting, BootType: baremetal.ServerBootTypeRescue}} {
+		if PreImaged(&s, sha) {
+			t.Fatalf("pre-imaged while %s in %s", s.Status, s.BootType)
+		}
+	}
+}
+
+// Work under Busy is stopped and waited for before a take acts; a second
+// Busy on the same spare is refused until the first ends.
+func TestBusyWorkIsStoppedAndAwaited(t *testing.T) {
+	k := &Keeper{}
+	stopped := make(chan struct{})
+	end, ok := k.Busy("s", func() { close(stopped) })
+	if !ok {
+		t.Fatal("Busy refused on an idle spare")
+	}
+	if _, again := k.Busy("s", func() {}); again {
+		t.Fatal("two works on one spare")
+	}
+	var finished atomic.Bool
+	go func() {
+		<-stopped // the work sees its stop, finishes, then ends
+		finished.Store(true)
+		end()
+	}()
+	k.stopWork("s")
+	if !finished.Load() {
+		t.Fatal("stopWork returned before the work ended")
+	}
+	if end2, ok := k.Busy("s", func() {}); !ok {
+		t.Fatal("Busy refused after the work ended")
+	} else {
+		end2()
+	}
+	k.stopWork("idle") // nothing under way: returns at once
 }
