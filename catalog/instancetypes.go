@@ -94,6 +94,8 @@ func (c *Catalog) buildLocked(n *normalized) []*cloudprovider.InstanceType {
 						scheduling.NewRequirement(corev1.LabelTopologyRegion, corev1.NodeSelectorOpIn, region),
 						scheduling.NewRequirement(karpv1.CapacityTypeLabelKey, corev1.NodeSelectorOpIn, karpv1.CapacityTypeOnDemand),
 						scheduling.NewRequirement(LabelBillingPeriod, corev1.NodeSelectorOpIn, string(billing)),
+						// Only reserved offerings (spares, package reservation) name a reservation.
+						scheduling.NewRequirement(LabelReservationID, corev1.NodeSelectorOpDoesNotExist),
 					),
 					Price: price,
 					// Derived offers have invented stock: visible for planning, never orderable

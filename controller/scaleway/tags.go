@@ -20,6 +20,9 @@ const (
 	TagNodeClass    = "karpenter-scaleway-em/nodeclass"
 	TagImage        = "karpenter-scaleway-em/image"
 	TagPhase        = "karpenter-scaleway-em/phase"
+	// TagReservation names the reservation (package reservation) a
+	// NodeClaim took its spare server from: its node is reserved capacity.
+	TagReservation = "karpenter-scaleway-em/reservation"
 )
 
 // Tags is a parsed key=value tag set.

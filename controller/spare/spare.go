@@ -138,6 +138,9 @@ type Keeper struct {
 	Owner *identity.Owner
 	Clock clock.Clock
 	Log   logr.Logger
+	// Changed, when set, hears of every spare of zone this Keeper took,
+	// kept or released (the reserved offerings' cache drops its counts).
+	Changed func(zone scw.Zone)
 
 	// mu serialises takes and keeps in this process: two NodeClaims never
 	// take one spare, and a spare is never taken while being kept.
@@ -176,6 +179,7 @@ func (k *Keeper) Release(ctx context.Context, zone scw.Zone, id, owner string, n
 		if err := k.keep(ctx, srv, owner); err != nil {
 			return "", d, err
 		}
+		k.changed(srv.Zone)
 		return Kept, d, nil
 	}
 	if _, err := k.API.DeleteServer(ctx, srv.Zone, srv.ID); err != nil {
@@ -183,6 +187,9 @@ func (k *Keeper) Release(ctx context.Context, zone scw.Zone, id, owner string, n
 			return Gone, d, nil
 		}
 		return "", d, fmt.Errorf("releasing server %s: %w", srv.ID, err)
+	}
+	if install.PhaseOf(srv) == install.PhaseSpare {
+		k.changed(srv.Zone)
 	}
 	k.Log.Info("released server", "server", srv.ID, "zone", string(srv.Zone), "offer", srv.OfferName, "nodeclaim", tags[scaleway.TagNodeClaim], "why", d.Reason)
 	return Released, d, nil
@@ -201,6 +208,7 @@ func (k *Keeper) keep(ctx context.Context, srv *baremetal.Server, owner string) 
 		tags, _ = scaleway.RemoveTagIn(tags, scaleway.TagNodeClaim)
 		tags, _ = scaleway.RemoveTagIn(tags, scaleway.TagNodePool)
 		tags, _ = scaleway.RemoveTagIn(tags, install.TagRescueBoot) // the keyless reboot below replaces that boot
+		tags, _ = scaleway.RemoveTagIn(tags, scaleway.TagReservation)
 		return install.SetPhaseIn(tags, install.PhaseSpare, now), true
 	})
 	if err != nil {
@@ -250,6 +258,7 @@ func (k *Keeper) EndSpare(ctx context.Context, zone scw.Zone, id string, handOve
 		if _, err := k.API.DeleteServer(ctx, srv.Zone, srv.ID); err != nil && !scaleway.IsNotFound(err) {
 			return "", fmt.Errorf("releasing spare %s: %w", srv.ID, err)
 		}
+		k.changed(srv.Zone)
 		k.Log.Info("released spare server: its nodeclass is deleted", "server", srv.ID, "zone", string(srv.Zone), "offer", srv.OfferName)
 		return Released, nil
 	}
@@ -272,6 +281,7 @@ func (k *Keeper) EndSpare(ctx context.Context, zone scw.Zone, id string, handOve
 	if lost {
 		return NotOwned, nil
 	}
+	k.changed(srv.Zone)
 	k.Log.Info("handed over spare server: its nodeclass is deleted (sparesOnDeletion: Keep); this controller no longer manages it",
 		"server", srv.ID, "zone", string(srv.Zone), "offer", srv.OfferName, "tag", scaleway.Tag(scaleway.TagHandedOverBy, k.Owner.Name))
 	return HandedOver, nil
@@ -281,6 +291,17 @@ func (k *Keeper) EndSpare(ctx context.Context, zone scw.Zone, id string, handOve
 // NodeClass nc built, if there is one: it is tagged for the claim and starts
 // its install over (phase ordered; the disk is written again).
 func (k *Keeper) Take(ctx context.Context, zone scw.Zone, offerName string, nc *v1alpha1.ScalewayElasticMetalNodeClass, claim, nodePool string) (*baremetal.Server, error) {
+	return k.take(ctx, zone, offerName, nc, claim, nodePool, "")
+}
+
+// TakeReserved is Take for a NodeClaim of Karpenter's reserved capacity:
+// the server is also tagged with the reservation it came from
+// (scaleway.TagReservation), so its node stays labelled reserved.
+func (k *Keeper) TakeReserved(ctx context.Context, zone scw.Zone, offerName string, nc *v1alpha1.ScalewayElasticMetalNodeClass, claim, nodePool, reservation string) (*baremetal.Server, error) {
+	return k.take(ctx, zone, offerName, nc, claim, nodePool, reservation)
+}
+
+func (k *Keeper) take(ctx context.Context, zone scw.Zone, offerName string, nc *v1alpha1.ScalewayElasticMetalNodeClass, claim, nodePool, reservation string) (*baremetal.Server, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	spares, err := k.API.ListServers(ctx, zone, []string{
@@ -306,6 +327,11 @@ func (k *Keeper) Take(ctx context.Context, zone scw.Zone, offerName string, nc *
 			taken = true
 			tags, _ = scaleway.SetTagIn(tags, scaleway.TagNodeClaim, claim)
 			tags, _ = scaleway.SetTagIn(tags, scaleway.TagNodePool, nodePool)
+			if reservation != "" {
+				tags, _ = scaleway.SetTagIn(tags, scaleway.TagReservation, reservation)
+			} else {
+				tags, _ = scaleway.RemoveTagIn(tags, scaleway.TagReservation)
+			}
 			for _, key := range install.InstallTags {
 				tags, _ = scaleway.RemoveTagIn(tags, key)
 			}
@@ -318,11 +344,18 @@ func (k *Keeper) Take(ctx context.Context, zone scw.Zone, offerName string, nc *
 			return nil, fmt.Errorf("taking spare server %s: %w", s.ID, err)
 		}
 		if taken {
-			k.Log.Info("took a spare server", "server", s.ID, "zone", string(zone), "offer", offerName, "nodeclaim", claim)
+			k.changed(zone)
+			k.Log.Info("took a spare server", "server", s.ID, "zone", string(zone), "offer", offerName, "nodeclaim", claim, "reservation", reservation)
 			return updated, nil
 		}
 	}
 	return nil, nil
+}
+
+func (k *Keeper) changed(zone scw.Zone) {
+	if k.Changed != nil {
+		k.Changed(zone)
+	}
 }
 
 func (k *Keeper) clock() clock.Clock {
