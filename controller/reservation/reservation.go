@@ -272,6 +272,7 @@ func Offerings(its []*cloudprovider.InstanceType, groups []Group) []*cloudprovid
 	out := slices.Clone(its)
 	for i, it := range out {
 		var added cloudprovider.Offerings
+		var ids []string
 		for _, g := range groups {
 			if g.Offer != it.Name {
 				continue
@@ -288,14 +289,16 @@ func Offerings(its []*cloudprovider.InstanceType, groups []Group) []*cloudprovid
 				Available:           g.Count > 0,
 				ReservationCapacity: g.Count,
 			})
+			ids = append(ids, g.ID())
 		}
 		if len(added) == 0 {
 			continue
 		}
 		out[i] = &cloudprovider.InstanceType{
 			Name: it.Name,
-			Requirements: replaced(it.Requirements, scheduling.NewRequirement(karpv1.CapacityTypeLabelKey, corev1.NodeSelectorOpIn,
-				karpv1.CapacityTypeOnDemand, karpv1.CapacityTypeReserved)),
+			Requirements: replaced(it.Requirements,
+				scheduling.NewRequirement(karpv1.CapacityTypeLabelKey, corev1.NodeSelectorOpIn, karpv1.CapacityTypeOnDemand, karpv1.CapacityTypeReserved),
+				scheduling.NewRequirement(Label, corev1.NodeSelectorOpIn, ids...)),
 			Offerings:        append(slices.Clone(it.Offerings), added...),
 			Capacity:         it.Capacity,
 			DynamicResources: it.DynamicResources,

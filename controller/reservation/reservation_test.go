@@ -233,7 +233,7 @@ func TestOfferingsFromGroups(t *testing.T) {
 	if it == nil {
 		t.Fatal("no EM-A215R-HDD in the snapshot")
 	}
-	for _, of := range it.Offerings {
+	for _, of := range append(cloudprovider.Offerings{{Requirements: it.Requirements}}, it.Offerings...) {
 		if of.Requirements.Get(Label).Operator() != "DoesNotExist" {
 			t.Fatalf("catalogue offering %v: want %s DoesNotExist", of.Requirements, Label)
 		}
@@ -254,7 +254,7 @@ func TestOfferingsFromGroups(t *testing.T) {
 			got = x
 		}
 	}
-	if !got.Requirements.Get(karpv1.CapacityTypeLabelKey).Has(karpv1.CapacityTypeReserved) {
+	if !got.Requirements.Get(karpv1.CapacityTypeLabelKey).Has(karpv1.CapacityTypeReserved) || got.Requirements.Get(Label).Len() != 2 {
 		t.Fatalf("instance type requirements %v: want capacity type reserved allowed", got.Requirements)
 	}
 	reserved := map[string]*cloudprovider.Offering{}
