@@ -192,3 +192,51 @@ func TestSpareListingFaultHidesReservedOfferings(t *testing.T) {
 		t.Fatalf("with the spare listing failing: reserved %+v, on-demand %+v; want no reserved offering, the on-demand one", r, od)
 	}
 }
+
+// Two reserved claims race for one spare (the cache counted two): one takes
+// it, the other gets InsufficientCapacity; neither orders, the spare is
+// taken once.
+func TestTwoReservedCreatesRaceForOneSpare(t *testing.T) {
+	e := startEnv(t, nil)
+	e.updateNodeClass(func(nc *v1alpha1.ScalewayElasticMetalNodeClass) { nc.Spec.Billing.Periods = []string{"monthly"} })
+	offer := "EM-A215R-HDD"
+	kept := e.spare(offer)
+	gone := e.spare(offer)
+	e.p.CloudProvider.Reservations.Invalidate(scw.ZoneFrPar2)
+	if r, _ := reservedOffering(e.instanceTypes(), offer); r == nil || r.ReservationCapacity != 2 {
+		t.Fatalf("reserved offering %+v, want capacity 2", r)
+	}
+	if err := e.w.Sim.ForceStatus(gone, "deleting"); err != nil { // deleted in the console: the cache still counts it
+		t.Fatal(err)
+	}
+	id := reservation.ID(e.nc.Name, "fr-par-2", offer, catalog.BillingMonthly)
+	claims := []*karpv1.NodeClaim{e.nodeClaim(reservedOnly(id)...), e.nodeClaim(reservedOnly(id)...)}
+	errs := make([]error, len(claims))
+	got := make([]*karpv1.NodeClaim, len(claims))
+	done := make(chan int)
+	for i := range claims {
+		go func() {
+			got[i], errs[i] = e.p.CloudProvider.Create(e.ctx, claims[i])
+			done <- i
+		}()
+	}
+	<-done
+	<-done
+	won, lost := 0, 0
+	for i := range claims {
+		switch {
+		case errs[i] == nil && got[i].Status.ProviderID == scaleway.ProviderID(scw.ZoneFrPar2, kept):
+			won++
+		case cloudprovider.IsInsufficientCapacityError(errs[i]):
+			lost++
+		default:
+			t.Fatalf("claim %d: %v, %v", i, got[i], errs[i])
+		}
+		if n := e.creates(claims[i].Name); n != 0 {
+			t.Fatalf("claim %d ordered %d servers", i, n)
+		}
+	}
+	if won != 1 || lost != 1 {
+		t.Fatalf("%d took the spare, %d got InsufficientCapacity; want one each", won, lost)
+	}
+}
