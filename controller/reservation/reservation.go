@@ -14,6 +14,7 @@
 package reservation
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -101,9 +102,10 @@ type Cache struct {
 	// ManagedBy is the cluster's name (the managed-by tag's value).
 	ManagedBy string
 	Clock     clock.Clock
-	TTL       time.Duration
-	ErrorTTL  time.Duration
-	Log       logr.Logger
+	// TTL and ErrorTTL: 0 means DefaultTTL and DefaultErrorTTL.
+	TTL      time.Duration
+	ErrorTTL time.Duration
+	Log      logr.Logger
 
 	mu      sync.Mutex
 	entries map[key]*entry
@@ -151,9 +153,9 @@ func (c *Cache) zoneGroups(ctx context.Context, nodeClass, zone string) []Group 
 	case e.gen != gen:
 		e.expires = time.Time{} // invalidated meanwhile: used once, listed again next time
 	case err != nil:
-		e.expires = now.Add(c.errorTTL())
+		e.expires = now.Add(cmp.Or(c.ErrorTTL, DefaultErrorTTL))
 	default:
-		e.expires = now.Add(c.ttl())
+		e.expires = now.Add(cmp.Or(c.TTL, DefaultTTL))
 	}
 	if err != nil {
 		c.Log.Error(err, "listing spare servers for reserved offerings; none offered until it succeeds", "nodeclass", nodeClass, "zone", zone)
@@ -236,20 +238,6 @@ func (c *Cache) entry(k key) *entry {
 		c.entries[k] = e
 	}
 	return e
-}
-
-func (c *Cache) ttl() time.Duration {
-	if c.TTL > 0 {
-		return c.TTL
-	}
-	return DefaultTTL
-}
-
-func (c *Cache) errorTTL() time.Duration {
-	if c.ErrorTTL > 0 {
-		return c.ErrorTTL
-	}
-	return DefaultErrorTTL
 }
 
 func (c *Cache) clock() clock.Clock {

@@ -21,6 +21,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/simapi"
 )
 
 const zone = "fr-par-2"
@@ -46,23 +47,10 @@ type fixture struct {
 
 func setup(t *testing.T) *fixture {
 	t.Helper()
-	opts, err := scwsim.Profile(scwsim.ProfileTest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim := scwsim.New(opts)
-	url, err := sim.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sim.Close)
 	// No retries: a fault is seen at once.
-	api, err := scaleway.New(scaleway.Config{AccessKey: "SCWSIMULATED00000000", SecretKey: sim.SecretKey(), ProjectID: opts.ProjectID,
-		OrganizationID: opts.OrganizationID, APIURL: url, DefaultZone: zone,
-		Retry: scaleway.RetryPolicy{MaxAttempts: 1, ThrottleWait: time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sim, api := simapi.Start(t, zone, func(c *scaleway.Config) {
+		c.Retry = scaleway.RetryPolicy{MaxAttempts: 1, ThrottleWait: time.Millisecond}
+	})
 	_ = v1alpha1.SchemeGroupVersion
 	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).Build()
 	owner := &identity.Owner{Identity: cluster, API: api, Kube: kube, Log: testr.New(t)}

@@ -5,7 +5,8 @@
 // so it is kept as a spare instead, rebooted into rescue (the old node is
 // gone) and untagged from its NodeClaim, until keeping it would cost a new
 // month; the next NodeClaim of the same NodeClass, offer and zone takes it
-// instead of ordering. Every decision reads the server's current state
+// instead of ordering (package reservation offers spares to Karpenter as
+// reserved capacity). Every decision reads the server's current state
 // first: a broken server is never kept.
 package spare
 

@@ -12,8 +12,9 @@ import (
 )
 
 // Start serves a simulator until the test ends and returns it with a client
-// whose default zone is zone.
-func Start(t testing.TB, zone scw.Zone) (*scwsim.Sim, *scaleway.Client) {
+// whose default zone is zone; edits change the client's configuration (e.g.
+// its retry policy).
+func Start(t testing.TB, zone scw.Zone, edits ...func(*scaleway.Config)) (*scwsim.Sim, *scaleway.Client) {
 	t.Helper()
 	opts, err := scwsim.Profile(scwsim.ProfileTest)
 	if err != nil {
@@ -25,10 +26,14 @@ func Start(t testing.TB, zone scw.Zone) (*scwsim.Sim, *scaleway.Client) {
 		t.Fatal(err)
 	}
 	t.Cleanup(sim.Close)
-	api, err := scaleway.New(scaleway.Config{
+	cfg := scaleway.Config{
 		AccessKey: "SCWSIMULATED00000000", SecretKey: sim.SecretKey(), ProjectID: opts.ProjectID,
 		OrganizationID: opts.OrganizationID, APIURL: url, DefaultZone: zone,
-	})
+	}
+	for _, edit := range edits {
+		edit(&cfg)
+	}
+	api, err := scaleway.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
