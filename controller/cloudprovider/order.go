@@ -133,7 +133,7 @@ func (c *CloudProvider) order(ctx context.Context, claim *karpv1.NodeClaim, nc *
 func (c *CloudProvider) takeReserved(ctx context.Context, claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalNodeClass,
 	of *cloudprovider.Offering, offerName string, billing catalog.BillingPeriod) (*baremetal.Server, error) {
 	zone, id := offeringZone(of), of.ReservationID()
-	srv, err := c.Spares.TakeReserved(ctx, scw.Zone(zone), offerName, nc, claim.Name, claim.Labels[karpv1.NodePoolLabelKey], id)
+	srv, err := c.Spares.TakeReserved(ctx, scw.Zone(zone), offerName, billing, nc, claim.Name, claim.Labels[karpv1.NodePoolLabelKey], id)
 	if err != nil || srv != nil {
 		if srv != nil {
 			c.publish(claim, corev1.EventTypeNormal, "ReusedSpare", fmt.Sprintf("took spare server %s (%s) in %s from reservation %s", srv.ID, srv.OfferName, zone, id))

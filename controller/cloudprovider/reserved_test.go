@@ -20,11 +20,14 @@ import (
 
 // spare orders a monthly server of offer in fr-par-2 tagged as the keeper
 // leaves a spare of the env's NodeClass.
-func (e *env) spare(offer string) string {
+func (e *env) spare(offer string) string { return e.spareBilled(offer, "monthly") }
+
+// spareBilled is spare paid by period (an hourly one is a warm-pool spare).
+func (e *env) spareBilled(offer, period string) string {
 	e.t.Helper()
-	id, ok := e.w.Sim.OfferID("fr-par-2", offer, "monthly")
+	id, ok := e.w.Sim.OfferID("fr-par-2", offer, period)
 	if !ok {
-		e.t.Fatalf("no monthly %s", offer)
+		e.t.Fatalf("no %s %s", period, offer)
 	}
 	name := "spare-" + offer + "-" + string(rune('a'+len(e.w.Sim.Servers())))
 	order := scaleway.Tag("test/order", name)
@@ -200,6 +203,9 @@ func TestTwoReservedCreatesRaceForOneSpare(t *testing.T) {
 	e := startEnv(t, nil)
 	e.updateNodeClass(func(nc *v1alpha1.ScalewayElasticMetalNodeClass) { nc.Spec.Billing.Periods = []string{"monthly"} })
 	offer := "EM-A215R-HDD"
+	// An hourly spare of the offer (a warm-pool one), older: not the
+	// monthly reservation's, never taken for it.
+	hourly := e.spareBilled(offer, "hourly")
 	kept := e.spare(offer)
 	gone := e.spare(offer)
 	e.p.CloudProvider.Reservations.Invalidate(scw.ZoneFrPar2)
@@ -238,5 +244,8 @@ func TestTwoReservedCreatesRaceForOneSpare(t *testing.T) {
 	}
 	if won != 1 || lost != 1 {
 		t.Fatalf("%d took the spare, %d got InsufficientCapacity; want one each", won, lost)
+	}
+	if s, _ := e.w.Sim.Server(hourly); !scaleway.HasTags(s.Tags, scaleway.Tag(scaleway.TagPhase, string(install.PhaseSpare))) {
+		t.Fatalf("the hourly spare was taken for the monthly reservation: %v", s.Tags)
 	}
 }

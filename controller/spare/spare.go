@@ -292,17 +292,19 @@ func (k *Keeper) EndSpare(ctx context.Context, zone scw.Zone, id string, handOve
 // NodeClass nc built, if there is one: it is tagged for the claim and starts
 // its install over (phase ordered; the disk is written again).
 func (k *Keeper) Take(ctx context.Context, zone scw.Zone, offerName string, nc *v1alpha1.ScalewayElasticMetalNodeClass, claim, nodePool string) (*baremetal.Server, error) {
-	return k.take(ctx, zone, offerName, nc, claim, nodePool, "")
+	return k.take(ctx, zone, offerName, "", nc, claim, nodePool, "")
 }
 
-// TakeReserved is Take for a NodeClaim of Karpenter's reserved capacity:
-// the server is also tagged with the reservation it came from
-// (scaleway.TagReservation), so its node stays labelled reserved.
-func (k *Keeper) TakeReserved(ctx context.Context, zone scw.Zone, offerName string, nc *v1alpha1.ScalewayElasticMetalNodeClass, claim, nodePool, reservation string) (*baremetal.Server, error) {
-	return k.take(ctx, zone, offerName, nc, claim, nodePool, reservation)
+// TakeReserved is Take for a NodeClaim of Karpenter's reserved capacity: a
+// spare paid by billing (the reservation's group), also tagged with the
+// reservation it came from (scaleway.TagReservation), so its node stays
+// labelled reserved.
+func (k *Keeper) TakeReserved(ctx context.Context, zone scw.Zone, offerName string, billing catalog.BillingPeriod, nc *v1alpha1.ScalewayElasticMetalNodeClass, claim, nodePool, reservation string) (*baremetal.Server, error) {
+	return k.take(ctx, zone, offerName, billing, nc, claim, nodePool, reservation)
 }
 
-func (k *Keeper) take(ctx context.Context, zone scw.Zone, offerName string, nc *v1alpha1.ScalewayElasticMetalNodeClass, claim, nodePool, reservation string) (*baremetal.Server, error) {
+// take: billing "" is any.
+func (k *Keeper) take(ctx context.Context, zone scw.Zone, offerName string, billing catalog.BillingPeriod, nc *v1alpha1.ScalewayElasticMetalNodeClass, claim, nodePool, reservation string) (*baremetal.Server, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	spares, err := k.API.ListServers(ctx, zone, []string{
@@ -317,7 +319,8 @@ func (k *Keeper) take(ctx context.Context, zone scw.Zone, offerName string, nc *
 	}
 	now := k.clock().Now()
 	for _, s := range spares {
-		if s.OfferName != offerName || s.Status == baremetal.ServerStatusDeleting || s.Status == baremetal.ServerStatusError {
+		if s.OfferName != offerName || s.Status == baremetal.ServerStatusDeleting || s.Status == baremetal.ServerStatusError ||
+			(billing != "" && Billing(k.Offers, s) != billing) {
 			continue
 		}
 		taken := false
