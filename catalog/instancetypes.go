@@ -94,6 +94,8 @@ func (c *Catalog) buildLocked(n *normalized) []*cloudprovider.InstanceType {
 						scheduling.NewRequirement(corev1.LabelTopologyRegion, corev1.NodeSelectorOpIn, region),
 						scheduling.NewRequirement(karpv1.CapacityTypeLabelKey, corev1.NodeSelectorOpIn, karpv1.CapacityTypeOnDemand),
 						scheduling.NewRequirement(LabelBillingPeriod, corev1.NodeSelectorOpIn, string(billing)),
+						// Only reserved offerings (spares, package reservation) name a reservation.
+						scheduling.NewRequirement(LabelReservationID, corev1.NodeSelectorOpDoesNotExist),
 					),
 					Price: price,
 					// Derived offers have invented stock: visible for planning, never orderable
@@ -137,6 +139,8 @@ func requirements(sp *spec, m localdisks.Machine, zones, regions, periods []stri
 		scheduling.NewRequirement(karpv1.CapacityTypeLabelKey, corev1.NodeSelectorOpIn, karpv1.CapacityTypeOnDemand),
 		scheduling.NewRequirement(corev1.LabelWindowsBuild, corev1.NodeSelectorOpDoesNotExist),
 		scheduling.NewRequirement(LabelBillingPeriod, corev1.NodeSelectorOpIn, periods...),
+		// Package reservation names the reservations of an instance type that has reserved offerings.
+		scheduling.NewRequirement(LabelReservationID, corev1.NodeSelectorOpDoesNotExist),
 	)
 	// The Node carries one label per user volume too; names depend on the disks found, so they are not
 	// predicted.

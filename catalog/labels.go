@@ -2,6 +2,7 @@ package catalog
 
 import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+	"sigs.k8s.io/karpenter/pkg/cloudprovider"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/localdisks"
 )
@@ -43,6 +44,11 @@ const (
 	// LabelDataDiskCount counts the disks given to pods: user volumes under UserVolumes, raw disks under Raw, 0
 	// otherwise.
 	LabelDataDiskCount = localdisks.LabelDataDiskCount
+	// LabelReservationID names the reserved offering a node was taken from: a group of spare servers (idle,
+	// already paid) of one NodeClass, offer, zone and billing period (see docs/reserved-offerings.md). Only
+	// reserved offerings have it; every other offering requires it not to exist. It is not in Labels (it is
+	// no instance-type label) and is registered as Karpenter's ReservationIDLabel.
+	LabelReservationID = LabelDomain + "/reservation-id"
 )
 
 // ArchitectureRiscv64 is the kubernetes.io/arch value of RISC-V offers (Karpenter names only amd64 and arm64).
@@ -63,4 +69,10 @@ func init() {
 	// Registered as well-known so NodePools may use them in requirements and Karpenter treats an instance
 	// type without a GPU as DoesNotExist for the GPU labels instead of rejecting the NodePool.
 	karpv1.WellKnownLabels = karpv1.WellKnownLabels.Insert(Labels...)
+	// Karpenter core reads the reservation label from these globals (its scheduler's ReservationManager, the
+	// NodeClaim's requirements after scheduling, drift); set before any controller starts, in every binary and
+	// test that builds offerings.
+	karpv1.WellKnownLabels = karpv1.WellKnownLabels.Insert(LabelReservationID)
+	cloudprovider.ReservationIDLabel = LabelReservationID
+	cloudprovider.ReservedCapacityLabels.Insert(LabelReservationID)
 }

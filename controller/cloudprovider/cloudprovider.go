@@ -29,6 +29,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/inventory"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeclass"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/reservation"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spendlimit"
@@ -74,6 +75,9 @@ type Deps struct {
 	// Breaker and Limits gate orders (nil: none).
 	Breaker Breaker
 	Limits  *spendlimit.Limiter
+	// Reservations offers spares as reserved capacity (nil: not offered,
+	// Karpenter's ReservedCapacity feature gate is off).
+	Reservations *reservation.Cache
 }
 
 // CloudProvider is Karpenter's CloudProvider for Elastic Metal.
@@ -111,7 +115,8 @@ func (c *CloudProvider) RepairPolicies() []cloudprovider.RepairPolicy {
 }
 
 // GetInstanceTypes implements cloudprovider.CloudProvider: monthly offerings
-// only when both the NodeClass and the NodePool allow them.
+// only when both the NodeClass and the NodePool allow them; the NodeClass's
+// spares as reserved offerings.
 func (c *CloudProvider) GetInstanceTypes(ctx context.Context, np *karpv1.NodePool) ([]*cloudprovider.InstanceType, error) {
 	nc, err := nodeclass.Get(ctx, c.Kube, np.Spec.Template.Spec.NodeClassRef)
 	if err != nil {
@@ -124,7 +129,21 @@ func (c *CloudProvider) GetInstanceTypes(ctx context.Context, np *karpv1.NodePoo
 	if !ok {
 		return nil, nil
 	}
-	return c.Catalog.InstanceTypes(ctx, f)
+	return c.instanceTypes(ctx, nc, f)
+}
+
+// instanceTypes are the catalogue's instance types for f with the
+// NodeClass's spares added as reserved offerings.
+func (c *CloudProvider) instanceTypes(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass, f catalog.Filter) ([]*cloudprovider.InstanceType, error) {
+	its, err := c.Catalog.InstanceTypes(ctx, f)
+	if err != nil || c.Reservations == nil {
+		return its, err
+	}
+	zones := f.Zones
+	if len(zones) == 0 {
+		zones = offeringZones(its)
+	}
+	return reservation.Offerings(its, c.Reservations.Groups(ctx, nc.Name, zones)), nil
 }
 
 // filter is the catalogue filter for a NodeClass narrowed by NodePool or

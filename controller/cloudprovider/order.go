@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -18,21 +19,24 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/ordertags"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/reservation"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spendlimit"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/warmpool"
 )
 
-// order gives the NodeClaim a server: a spare monthly server of the
-// cheapest fitting offering, or a new order, trying offerings cheapest
-// first while they turn out out of stock or over quota.
+// order gives the NodeClaim a server: a spare of a reserved offering (never
+// an order), a spare monthly server of the cheapest fitting offering, or a
+// new order, trying offerings cheapest first while they turn out exhausted,
+// out of stock or over quota. A claim that allows only reserved offerings
+// gets a spare or an InsufficientCapacityError, never an order.
 func (c *CloudProvider) order(ctx context.Context, claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalNodeClass) (*baremetal.Server, error) {
 	reqs := scheduling.NewNodeSelectorRequirementsWithMinValues(claim.Spec.Requirements...)
 	f, ok := c.filter(nc, reqs)
 	if !ok {
 		return nil, cloudprovider.NewInsufficientCapacityError(fmt.Errorf("nodeclass %s allows no billing period the nodeclaim accepts", nc.Name))
 	}
-	its, err := c.Catalog.InstanceTypes(ctx, f)
+	its, err := c.instanceTypes(ctx, nc, f)
 	if err != nil {
 		return nil, fmt.Errorf("listing instance types: %w", err)
 	}
@@ -53,6 +57,14 @@ func (c *CloudProvider) order(ctx context.Context, claim *karpv1.NodeClaim, nc *
 		zone, billing := offeringZone(cand.offering), offeringBilling(cand.offering)
 		offer, ok := c.Catalog.Offer(zone, cand.it.Name, billing)
 		if !ok {
+			continue
+		}
+		if cand.offering.CapacityType() == karpv1.CapacityTypeReserved {
+			srv, err := c.takeReserved(ctx, claim, nc, cand.offering, offer.Name, billing)
+			if err != nil || srv != nil {
+				return srv, err
+			}
+			lastErr = reservation.ErrExhausted(cand.offering.ReservationID())
 			continue
 		}
 		// Hourly spares exist only in a warm pool: no listing otherwise.
@@ -117,6 +129,24 @@ func (c *CloudProvider) order(ctx context.Context, claim *karpv1.NodeClaim, nc *
 	return nil, cloudprovider.NewInsufficientCapacityError(fmt.Errorf("every compatible offering is out of stock, over quota or over a spend limit: %w", lastErr))
 }
 
+// takeReserved takes a spare of a reserved offering for the claim; none
+// left (taken meanwhile, released): the reservation is marked exhausted
+// until the next listing, so that Karpenter's next choice is another.
+func (c *CloudProvider) takeReserved(ctx context.Context, claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalNodeClass,
+	of *cloudprovider.Offering, offerName string, billing catalog.BillingPeriod) (*baremetal.Server, error) {
+	zone, id := offeringZone(of), of.ReservationID()
+	srv, err := c.Spares.TakeReserved(ctx, scw.Zone(zone), offerName, billing, nc, claim.Name, claim.Labels[karpv1.NodePoolLabelKey], id)
+	if err != nil || srv != nil {
+		if srv != nil {
+			c.publish(claim, corev1.EventTypeNormal, "ReusedSpare", fmt.Sprintf("took spare server %s (%s) in %s from reservation %s", srv.ID, srv.OfferName, zone, id))
+		}
+		return srv, err
+	}
+	c.Reservations.Exhausted(nc.Name, zone, offerName, billing)
+	c.log.Info("reservation exhausted, trying the next offering", "reservation", id, "nodeclaim", claim.Name)
+	return nil, nil
+}
+
 // serverTags are an order's tags (package ordertags).
 func (c *CloudProvider) serverTags(claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalNodeClass) []string {
 	return ordertags.For(c.Inventory.Owner, nc, install.PhaseOrdered, time.Now(),
@@ -151,6 +181,18 @@ func cheapestFirst(its []*cloudprovider.InstanceType, reqs scheduling.Requiremen
 
 func offeringZone(of *cloudprovider.Offering) string {
 	return of.Requirements.Get(corev1.LabelTopologyZone).Any()
+}
+
+func offeringZones(its []*cloudprovider.InstanceType) []string {
+	var zones []string
+	for _, it := range its {
+		for _, of := range it.Offerings {
+			if z := offeringZone(of); !slices.Contains(zones, z) {
+				zones = append(zones, z)
+			}
+		}
+	}
+	return zones
 }
 
 func offeringBilling(of *cloudprovider.Offering) catalog.BillingPeriod {

@@ -2,6 +2,7 @@ package cloudprovider
 
 import (
 	"context"
+	"maps"
 
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +13,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeclass"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/reservation"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 )
@@ -19,11 +21,9 @@ import (
 // fromServer is the NodeClaim Karpenter sees for a server (Get and List).
 func (c *CloudProvider) fromServer(s *baremetal.Server) *karpv1.NodeClaim {
 	tags := scaleway.ParseTags(s.Tags)
-	labels := map[string]string{
-		corev1.LabelTopologyZone:    string(s.Zone),
-		karpv1.CapacityTypeLabelKey: karpv1.CapacityTypeOnDemand,
-		catalog.LabelBillingPeriod:  string(spare.Billing(c.Catalog, s)),
-	}
+	labels := reservation.Labels(s)
+	labels[corev1.LabelTopologyZone] = string(s.Zone)
+	labels[catalog.LabelBillingPeriod] = string(spare.Billing(c.Catalog, s))
 	if s.OfferName != "" {
 		labels[corev1.LabelInstanceTypeStable] = s.OfferName
 	}
@@ -86,6 +86,9 @@ func (c *CloudProvider) hydrate(ctx context.Context, claim *karpv1.NodeClaim, sr
 	}
 	out.Labels[corev1.LabelTopologyZone] = string(srv.Zone)
 	out.Labels[catalog.LabelBillingPeriod] = string(spare.Billing(c.Catalog, srv))
+	// The offering matched is the on-demand one: a server taken from a
+	// reservation is labelled as Get and List see it.
+	maps.Copy(out.Labels, reservation.Labels(srv))
 	if nc != nil {
 		out.Annotations = map[string]string{
 			v1alpha1.AnnotationNodeClassHash:        nc.Hash(),

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/karpenter/pkg/controllers/state"
 	"sigs.k8s.io/karpenter/pkg/events"
 	coreoperator "sigs.k8s.io/karpenter/pkg/operator"
+	coreoptions "sigs.k8s.io/karpenter/pkg/operator/options"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog/snapshot"
@@ -46,6 +47,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/removal"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescuekey"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/reservation"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/serverphases"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
@@ -74,6 +76,12 @@ func Run() error {
 	// the settle window before any new order: Karpenter must not give up on
 	// the NodeClaim (and its possible server) before that.
 	lifecycle.LaunchTimeout = max(lifecycle.LaunchTimeout, p.API.Config().OrderSettle+5*time.Minute)
+	// Spares are offered as reserved capacity only with Karpenter's
+	// ReservedCapacity feature gate (on by default): without it, its
+	// scheduler would not count reservations.
+	if !coreoptions.FromContext(ctx).FeatureGates.ReservedCapacity {
+		p.CloudProvider.Reservations = nil
+	}
 
 	decorated := overlay.Decorate(p.CloudProvider, op.GetClient(), op.InstanceTypeStore)
 	clusterState := state.NewCluster(op.Clock, op.GetClient(), decorated)
@@ -180,8 +188,10 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 		AdoptAll: opts.AdoptServersWithoutIdentity, Log: logger.WithName("identity"), Metrics: identity.NewMetrics(reg)}
 	inv := &inventory.Inventory{API: api, Kube: kube, Owner: owner, DefaultZone: string(scwCfg.DefaultZone),
 		AllZones: zones, SweepInterval: opts.ZoneSweepInterval, Log: logger.WithName("inventory")}
+	reservations := &reservation.Cache{API: api, Owner: owner, Offers: cat, ManagedBy: opts.ClusterName,
+		Log: logger.WithName("reservation")}
 	spares := &spare.Keeper{API: api, Offers: cat, Rescue: dialer, Owner: owner,
-		Log: logger.WithName("spare")}
+		Log: logger.WithName("spare"), Changed: reservations.Invalidate}
 	tokens := &bootstraptoken.Manager{Kube: direct, Namespace: "kube-system", TTL: installer.Timeouts.Total() + 15*time.Minute}
 	// Direct reads: a status written on a stale cached copy would conflict.
 	breakers := &breaker.Store{Kube: direct, Secrets: joinSecrets, Offerings: cat, Recorder: recorder, Metrics: breaker.NewMetrics(reg),
@@ -198,7 +208,7 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 	limits := &spendlimit.Limiter{Servers: inv.Servers, Offers: cat, Metrics: spendlimit.NewMetrics(reg, kube)}
 	cp := cloudprovider.New(cloudprovider.Deps{
 		Kube: kube, Recorder: recorder, Catalog: cat, API: api, Inventory: inv, Spares: spares, Installs: installs,
-		Images: images, Breaker: breakers, Limits: limits,
+		Images: images, Breaker: breakers, Limits: limits, Reservations: reservations,
 	}, cloudprovider.Options{
 		ClusterName: opts.ClusterName, DefaultZone: string(scwCfg.DefaultZone), RepairToleration: opts.RepairToleration,
 	}, logger.WithName("cloudprovider"))

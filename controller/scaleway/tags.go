@@ -25,6 +25,9 @@ const (
 	// order (package warmpool). Both are removed when a NodeClaim takes it.
 	TagWarmPool     = "karpenter-scaleway-em/warm-pool"
 	TagWarmPoolSlot = "karpenter-scaleway-em/warm-pool-slot"
+	// TagReservation names the reservation (package reservation) a
+	// NodeClaim took its spare server from: its node is reserved capacity.
+	TagReservation = "karpenter-scaleway-em/reservation"
 )
 
 // Tags is a parsed key=value tag set.

@@ -5,7 +5,8 @@
 // so it is kept as a spare instead, rebooted into rescue (the old node is
 // gone) and untagged from its NodeClaim, until keeping it would cost a new
 // month; the next NodeClaim of the same NodeClass, offer and zone takes it
-// instead of ordering. Every decision reads the server's current state
+// instead of ordering (package reservation offers spares to Karpenter as
+// reserved capacity). Every decision reads the server's current state
 // first: a broken server is never kept.
 package spare
 
@@ -140,6 +141,9 @@ type Keeper struct {
 	Owner *identity.Owner
 	Clock clock.Clock
 	Log   logr.Logger
+	// Changed, when set, hears of every spare of zone this Keeper took,
+	// kept or released (the reserved offerings' cache drops its counts).
+	Changed func(zone scw.Zone)
 
 	// mu serialises takes and keeps in this process: two NodeClaims never
 	// take one spare, and a spare is never taken while being kept.
@@ -224,6 +228,7 @@ func (k *Keeper) Release(ctx context.Context, zone scw.Zone, id, owner string, n
 		if err := k.keep(ctx, srv, owner); err != nil {
 			return "", d, err
 		}
+		k.changed(srv.Zone)
 		return Kept, d, nil
 	}
 	if _, err := k.API.DeleteServer(ctx, srv.Zone, srv.ID); err != nil {
@@ -231,6 +236,9 @@ func (k *Keeper) Release(ctx context.Context, zone scw.Zone, id, owner string, n
 			return Gone, d, nil
 		}
 		return "", d, fmt.Errorf("releasing server %s: %w", srv.ID, err)
+	}
+	if install.PhaseOf(srv) == install.PhaseSpare {
+		k.changed(srv.Zone)
 	}
 	k.Log.Info("released server", "server", srv.ID, "zone", string(srv.Zone), "offer", srv.OfferName, "nodeclaim", tags[scaleway.TagNodeClaim], "why", d.Reason)
 	return Released, d, nil
@@ -253,6 +261,7 @@ func (k *Keeper) keep(ctx context.Context, srv *baremetal.Server, owner string) 
 		for _, key := range install.InstallTags {
 			tags, _ = scaleway.RemoveTagIn(tags, key)
 		}
+		tags, _ = scaleway.RemoveTagIn(tags, scaleway.TagReservation)
 		return install.SetPhaseIn(tags, install.PhaseSpare, now), true
 	})
 	if err != nil {
@@ -303,6 +312,7 @@ func (k *Keeper) EndSpare(ctx context.Context, zone scw.Zone, id string, handOve
 		if _, err := k.API.DeleteServer(ctx, srv.Zone, srv.ID); err != nil && !scaleway.IsNotFound(err) {
 			return "", fmt.Errorf("releasing spare %s: %w", srv.ID, err)
 		}
+		k.changed(srv.Zone)
 		k.Log.Info("released spare server: its nodeclass is deleted", "server", srv.ID, "zone", string(srv.Zone), "offer", srv.OfferName)
 		return Released, nil
 	}
@@ -325,6 +335,7 @@ func (k *Keeper) EndSpare(ctx context.Context, zone scw.Zone, id string, handOve
 	if lost {
 		return NotOwned, nil
 	}
+	k.changed(srv.Zone)
 	k.Log.Info("handed over spare server: its nodeclass is deleted (sparesOnDeletion: Keep); this controller no longer manages it",
 		"server", srv.ID, "zone", string(srv.Zone), "offer", srv.OfferName, "tag", scaleway.Tag(scaleway.TagHandedOverBy, k.Owner.Name))
 	return HandedOver, nil
@@ -353,6 +364,17 @@ var nodeTags = []string{install.TagConfigDelivery, install.TagTalosPeer, scalewa
 // the image and writes the config only. Any other spare's disk is written
 // again.
 func (k *Keeper) Take(ctx context.Context, zone scw.Zone, offerName string, billing catalog.BillingPeriod, nc *v1alpha1.ScalewayElasticMetalNodeClass, claim, nodePool string) (*baremetal.Server, error) {
+	return k.take(ctx, zone, offerName, billing, nc, claim, nodePool, "")
+}
+
+// TakeReserved is Take for a NodeClaim of Karpenter's reserved capacity,
+// also tagged with the reservation it came from (scaleway.TagReservation),
+// so its node stays labelled reserved.
+func (k *Keeper) TakeReserved(ctx context.Context, zone scw.Zone, offerName string, billing catalog.BillingPeriod, nc *v1alpha1.ScalewayElasticMetalNodeClass, claim, nodePool, reservation string) (*baremetal.Server, error) {
+	return k.take(ctx, zone, offerName, billing, nc, claim, nodePool, reservation)
+}
+
+func (k *Keeper) take(ctx context.Context, zone scw.Zone, offerName string, billing catalog.BillingPeriod, nc *v1alpha1.ScalewayElasticMetalNodeClass, claim, nodePool, reservation string) (*baremetal.Server, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	spares, err := k.API.ListServers(ctx, zone, []string{
@@ -390,6 +412,11 @@ func (k *Keeper) Take(ctx context.Context, zone scw.Zone, offerName string, bill
 			preImaged = PreImaged(&baremetal.Server{Tags: tags, Status: s.Status, BootType: s.BootType}, image)
 			tags, _ = scaleway.SetTagIn(tags, scaleway.TagNodeClaim, claim)
 			tags, _ = scaleway.SetTagIn(tags, scaleway.TagNodePool, nodePool)
+			if reservation != "" {
+				tags, _ = scaleway.SetTagIn(tags, scaleway.TagReservation, reservation)
+			} else {
+				tags, _ = scaleway.RemoveTagIn(tags, scaleway.TagReservation)
+			}
 			drop := append([]string{scaleway.TagWarmPool, scaleway.TagWarmPoolSlot}, install.InstallTags...)
 			if preImaged {
 				drop = nodeTags
@@ -406,7 +433,8 @@ func (k *Keeper) Take(ctx context.Context, zone scw.Zone, offerName string, bill
 			return nil, fmt.Errorf("taking spare server %s: %w", s.ID, err)
 		}
 		if taken {
-			k.Log.Info("took a spare server", "server", s.ID, "zone", string(zone), "offer", offerName, "nodeclaim", claim, "preImaged", preImaged)
+			k.changed(zone)
+			k.Log.Info("took a spare server", "server", s.ID, "zone", string(zone), "offer", offerName, "nodeclaim", claim, "preImaged", preImaged, "reservation", reservation)
 			return updated, nil
 		}
 	}
@@ -418,6 +446,12 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+func (k *Keeper) changed(zone scw.Zone) {
+	if k.Changed != nil {
+		k.Changed(zone)
+	}
 }
 
 func (k *Keeper) clock() clock.Clock {

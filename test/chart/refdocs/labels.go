@@ -18,15 +18,17 @@ import (
 )
 
 // wellKnown are Karpenter's and Kubernetes' labels the catalogue sets on
-// every instance type; the provider's own come with their doc comments from
-// catalog/labels.go.
+// every instance type, and the reservation label (Karpenter's
+// ReservationIDLabel) of reserved offerings; the provider's own come with
+// their doc comments from catalog/labels.go.
 var wellKnown = []struct{ key, what string }{
 	{corev1.LabelInstanceTypeStable, "The Elastic Metal offer name."},
 	{corev1.LabelArchStable, "From the offer's CPU: amd64 (Intel, AMD), riscv64 (the RISC-V labs boards). Only amd64 servers can be installed (em-imager and the rescue system are amd64)."},
 	{corev1.LabelOSStable, "Always linux."},
 	{corev1.LabelTopologyZone, "The zone of the offering."},
 	{corev1.LabelTopologyRegion, "The zone's region."},
-	{karpv1.CapacityTypeLabelKey, "Always on-demand (Elastic Metal has no spot market; the billing period is karpenter-scaleway-em.io/billing-period)."},
+	{karpv1.CapacityTypeLabelKey, "On-demand, or reserved for a node on a spare server, already paid (docs/reserved-offerings.md). Elastic Metal has no spot market; the billing period is karpenter-scaleway-em.io/billing-period."},
+	{catalog.LabelReservationID, "Only on reserved offerings and the nodes made from them: the group of spares (NodeClass, zone, offer, billing period) the node's server was taken from (docs/reserved-offerings.md). Every other offering requires it not to exist."},
 }
 
 // labelDocs reads the doc comment of each Label* constant in labels.go; a

@@ -1139,6 +1139,20 @@ func (s *Sim) Server(id string) (ServerState, bool) {
 	return s.snapshot(sv), true
 }
 
+// Age makes server id d older (its created_at moves back by d), as if it had
+// been ordered that much earlier: a test reaches the end of a paid month
+// without waiting for it. The server's state is otherwise unchanged.
+func (s *Sim) Age(id string, d time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sv := s.servers[id]
+	if sv == nil {
+		return fmt.Errorf("scwsim: no server %s", id)
+	}
+	sv.createdAt = sv.createdAt.Add(-d)
+	return nil
+}
+
 // ForceStatus sets a server's status now, dropping its pending phases
 // (e.g. "error" for a machine that broke, "locked" for an abuse lock).
 // "error" powers the machine off.

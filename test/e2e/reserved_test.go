@@ -1,0 +1,196 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/e2e/harness"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/world"
+)
+
+// monthlySetup: a NodeClass and NodePool that order monthly servers only,
+// kept as spares for at least an hour (in practice: their paid month).
+func monthlySetup() harness.Setup {
+	return harness.Setup{
+		NodeClass: func(nc *v1alpha1.ScalewayElasticMetalNodeClass) {
+			nc.Spec.Billing = v1alpha1.BillingSpec{Periods: []string{"monthly"}, MinimumLifetime: &metav1.Duration{Duration: time.Hour}}
+		},
+		Reqs: []corev1.NodeSelectorRequirement{{Key: catalog.LabelBillingPeriod, Operator: corev1.NodeSelectorOpIn, Values: []string{"monthly"}}},
+	}
+}
+
+// spares are the live servers in phase spare.
+func spares(e *harness.Env) []string {
+	var out []string
+	for _, s := range e.W.Sim.Servers() {
+		if world.TagValue(s.Tags, world.TagPhase) == "spare" && s.Status != string(baremetal.ServerStatusDeleting) {
+			out = append(out, s.ID)
+		}
+	}
+	return out
+}
+
+func liveServers(e *harness.Env) int {
+	n := 0
+	for _, s := range e.W.Sim.Servers() {
+		if s.Status != string(baremetal.ServerStatusDeleting) {
+			n++
+		}
+	}
+	return n
+}
+
+// reservedClaims are the NodeClaims Karpenter scheduled on reserved capacity
+// (the spares), with the reservation they name.
+func reservedClaims(e *harness.Env) map[string]string {
+	out := map[string]string{}
+	for _, nc := range e.NodeClaims() {
+		if nc.Labels[karpv1.CapacityTypeLabelKey] == karpv1.CapacityTypeReserved {
+			out[nc.Name] = nc.Labels[catalog.LabelReservationID]
+		}
+	}
+	return out
+}
+
+// The monthly story with Karpenter core: a monthly NodePool scales up;
+// its nodes are consolidated away and the servers kept as spares; the next
+// pods are scheduled onto the spares as reserved capacity (NodeClaims and
+// Nodes labelled reserved with the reservation's ID) with no new order; when
+// the spares' paid month ends the garbage collector releases them. About 3
+// minutes.
+func TestMonthlyNodePoolReusesSparesAsReservedCapacity(t *testing.T) {
+	e := harness.Start(t, monthlySetup())
+	app := e.Run("app", 2, "3", "1Gi", true)
+	e.WaitBound("app", 2, harness.WaitLong)
+	ordered := orders(e)
+	if ordered != 2 {
+		t.Fatalf("%d orders for 2 pods one per node, want 2", ordered)
+	}
+	if r := reservedClaims(e); len(r) != 0 {
+		t.Fatalf("reserved nodeclaims %v before any spare existed", r)
+	}
+
+	app.ScaleTo(0)
+	e.Eventually("both monthly servers kept as spares once their nodes are consolidated", harness.WaitLong, func() (bool, string) {
+		return len(spares(e)) == 2 && len(e.NodeClaims()) == 0, fmt.Sprintf("spares %v; %s", spares(e), e.Summary())
+	})
+
+	// The second wave lands on the spares: Karpenter chose their reserved
+	// offerings (near-zero price) over ordering.
+	app.ScaleTo(2)
+	e.WaitBound("app", 2, harness.WaitLong)
+	if n := orders(e); n != ordered {
+		t.Fatalf("%d new orders for the second wave, want 0 (two spares were there)", n-ordered)
+	}
+	reserved := reservedClaims(e)
+	if len(reserved) != 2 {
+		t.Fatalf("reserved nodeclaims %v, want both: %s", reserved, e.Summary())
+	}
+	for claim, id := range reserved {
+		if !strings.HasPrefix(id, "default.fr-par-2.") || !strings.HasSuffix(id, ".monthly") {
+			t.Errorf("nodeclaim %s: reservation %q, want default.fr-par-2.<offer>.monthly", claim, id)
+		}
+	}
+	e.Eventually("the nodes labelled reserved", harness.WaitLong, func() (bool, string) {
+		n := 0
+		for _, node := range e.Nodes() {
+			if node.Labels[karpv1.CapacityTypeLabelKey] == karpv1.CapacityTypeReserved && node.Labels[catalog.LabelReservationID] != "" {
+				n++
+			}
+		}
+		return n == 2, fmt.Sprintf("%d of %d nodes labelled reserved", n, len(e.Nodes()))
+	})
+	e.AssertNoDuplicateOrders()
+
+	// Back to spares; their paid month ends (the simulator ages them): the
+	// garbage collector releases them.
+	app.ScaleTo(0)
+	e.Eventually("both servers spares again", harness.WaitLong, func() (bool, string) {
+		return len(spares(e)) == 2 && len(e.NodeClaims()) == 0, fmt.Sprintf("spares %v; %s", spares(e), e.Summary())
+	})
+	for _, id := range spares(e) {
+		if err := e.W.Sim.Age(id, spare.Month-spare.RenewalMargin/2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.Eventually("the spares released at the end of their paid month", harness.WaitLong, func() (bool, string) {
+		return liveServers(e) == 0, e.DescribeServers()
+	})
+	if n := orders(e); n != ordered {
+		t.Fatalf("%d orders in all, want %d", n, ordered)
+	}
+	e.AssertNothingLeaked()
+}
+
+// Two pods need two nodes while the controller's reserved offering still
+// counts two spares of which only one is left (the other was deleted in
+// the console behind its back, within the cache's minute): Karpenter launches two reserved NodeClaims;
+// one takes the spare, the other's Create finds none, marks the reservation
+// exhausted and returns InsufficientCapacity; core deletes that NodeClaim
+// and schedules the pod again, on a new order. No spare is taken twice and
+// core's ReservationManager does not panic (the controller keeps running).
+// About 2 minutes.
+func TestTwoReservedClaimsRaceForOneSpare(t *testing.T) {
+	e := harness.Start(t, monthlySetup())
+	app := e.Run("app", 2, "3", "1Gi", true)
+	e.WaitBound("app", 2, harness.WaitLong)
+	ordered := orders(e)
+	app.ScaleTo(0)
+	e.Eventually("both monthly servers kept as spares", harness.WaitLong, func() (bool, string) {
+		return len(spares(e)) == 2 && len(e.NodeClaims()) == 0, fmt.Sprintf("spares %v; %s", spares(e), e.Summary())
+	})
+	// Karpenter's disruption loop reads the instance types every few
+	// seconds: wait for the controller's next listing of spares, so that its
+	// reserved offering counts both. Then one goes behind its back.
+	seen := time.Now()
+	e.Eventually("the controller listed both spares", harness.WaitLong, func() (bool, string) {
+		for _, c := range e.W.Sim.Calls() {
+			if c.At.After(seen) && c.Method == "GET" && strings.HasSuffix(c.Path, "/servers") && strings.Contains(c.Query, "phase%3Dspare") {
+				return true, ""
+			}
+		}
+		return false, "no listing of spares yet"
+	})
+	gone := spares(e)[0]
+	if err := e.W.Sim.ForceStatus(gone, string(baremetal.ServerStatusDeleting)); err != nil {
+		t.Fatal(err)
+	}
+	app.ScaleTo(2)
+	e.WaitBound("app", 2, harness.WaitLong)
+	if !e.C.Running() {
+		t.Fatalf("the controller stopped: %v\n%s", e.C.ExitErr(), e.C.LogTail(50))
+	}
+	taken := map[string]int{}
+	for _, s := range e.W.Sim.Servers() {
+		if c := world.TagValue(s.Tags, "karpenter.sh/nodeclaim"); c != "" && s.Status != string(baremetal.ServerStatusDeleting) {
+			taken[c]++
+		}
+	}
+	for c, n := range taken {
+		if n > 1 {
+			t.Errorf("nodeclaim %s has %d servers", c, n)
+		}
+	}
+	if r := reservedClaims(e); len(r) != 1 {
+		t.Errorf("reserved nodeclaims %v, want exactly one (one spare left)", r)
+	}
+	if n := orders(e) - ordered; n != 1 {
+		t.Errorf("%d new orders, want 1 (the pod the spare could not take)", n)
+	}
+	e.AssertNoDuplicateOrders()
+	// The race itself: a reserved claim found no spare left.
+	if log, err := os.ReadFile(e.C.LogPath); err != nil || !strings.Contains(string(log), "reservation exhausted") {
+		t.Errorf("no reserved claim found the reservation exhausted (%v): the race did not happen", err)
+	}
+}
