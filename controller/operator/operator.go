@@ -234,7 +234,7 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 		Removal: &removal.Controller{Kube: kube, Servers: inv.Servers, Spares: spares, Recorder: recorder,
 			Log: logger.WithName("removal")},
 		WarmPool: &warmpool.Controller{Kube: kube, API: api, Catalog: cat, Servers: inv.Servers, Saw: inv.Saw,
-			Spares: spares, Rescue: dialer, Breaker: breakers, Limits: limits, DefaultZone: string(scwCfg.DefaultZone),
+			Spares: spares, Breaker: breakers, Limits: limits, DefaultZone: string(scwCfg.DefaultZone),
 			Recorder: recorder, Metrics: warmpool.NewMetrics(reg), Log: logger.WithName("warmpool")},
 		// Every GC interval: a spare kept by a sweep is imaged by the next.
 		PreImage: &preimage.Controller{Kube: kube, API: api, Servers: inv.Servers, Spares: spares, Imager: installer,

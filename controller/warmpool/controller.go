@@ -24,7 +24,6 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/ordertags"
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spendlimit"
@@ -58,7 +57,6 @@ type Controller struct {
 	Servers func(ctx context.Context) ([]*baremetal.Server, error)
 	Saw     func(zone string)
 	Spares  *spare.Keeper
-	Rescue  *rescue.Dialer
 	// Breaker and Limits gate orders as they gate Create's (nil: none).
 	Breaker     Breaker
 	Limits      *spendlimit.Limiter
@@ -141,11 +139,6 @@ func (c *Controller) reconcile(ctx context.Context, nc *v1alpha1.ScalewayElastic
 			continue
 		}
 		c.publish(nc, corev1.EventTypeNormal, "WarmPoolDemoted", fmt.Sprintf("monthly server %s (%s) in %s left the warm pool: kept as an ordinary spare until its paid period ends", s.ID, s.OfferName, s.Zone))
-	}
-	for _, list := range plan.Keep {
-		for _, s := range list {
-			c.toRescue(ctx, s)
-		}
 	}
 	cond := condition{ok: true, reason: ReasonFull, message: "every warm-pool server is delivered"}
 	if len(plan.Order) > 0 {
@@ -249,18 +242,6 @@ func (c *Controller) orderFailed(nc *v1alpha1.ScalewayElasticMetalNodeClass, k K
 func (c *Controller) blocked(nc *v1alpha1.ScalewayElasticMetalNodeClass, err error) condition {
 	c.publish(nc, corev1.EventTypeWarning, "WarmPoolOrdersBlocked", err.Error())
 	return condition{reason: ReasonOrdersBlocked, message: err.Error()}
-}
-
-// toRescue reboots a delivered pool server into rescue (no SSH key, like
-// any spare), where the background imager finds it and a take needs no
-// delivery; a server already in rescue or not yet delivered is left as is.
-func (c *Controller) toRescue(ctx context.Context, s *baremetal.Server) {
-	if s.Status != baremetal.ServerStatusReady || s.BootType == baremetal.ServerBootTypeRescue {
-		return
-	}
-	if _, err := c.Rescue.RebootIntoRescue(ctx, c.API, s, nil); err != nil {
-		c.Log.Error(err, "rebooting a warm-pool server into rescue", "server", s.ID)
-	}
 }
 
 // demote takes a monthly server out of the pool: an ordinary spare from now on.
