@@ -8,14 +8,19 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/e2e/harness"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/nodetimes"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/world"
 )
 
 // BenchmarkScale50NodeClaims: 50 pods that each need their own node, all at
 // once, with the "test" delay profile. Reports the time until every pod is
-// bound, the Scaleway API calls per server, and the controller's CPU time
-// and peak memory. Run by `make bench`:
+// bound, that every node is Ready, NodeClaims against orders (no duplicate),
+// the Scaleway API calls per server, and the controller's CPU time and peak
+// memory. Run by `make bench`:
 //
 //	go test -run '^$' -bench Scale -benchtime 1x -timeout 30m ./test/e2e/
 func BenchmarkScale50NodeClaims(b *testing.B) {
@@ -39,24 +44,54 @@ func BenchmarkScale50NodeClaims(b *testing.B) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		elapsed := time.Since(t0)
+		ready := 0
+		e.Eventually(fmt.Sprintf("%d nodes Ready", n), harness.WaitLong, func() (bool, string) {
+			ready = 0
+			for _, node := range e.Nodes() {
+				for _, c := range node.Status.Conditions {
+					if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+						ready++
+					}
+				}
+			}
+			return ready >= n, fmt.Sprintf("%d Ready", ready)
+		})
 		wl.Stop()
 		servers := e.W.Sim.Servers()
-		calls := len(e.W.Sim.Calls())
-		dups := 0
-		for _, c := range e.W.Sim.CreatesByTag(world.TagNodeClaim) {
+		calls := e.W.Sim.Calls()
+		claims := len(e.NodeClaims())
+		perClaim := e.W.Sim.CreatesByTag(world.TagNodeClaim)
+		orders, dups := 0, 0
+		for _, c := range perClaim {
+			orders += c
 			if c > 1 {
 				dups++
 			}
 		}
+		var perServer []int
+		var most []scwsim.Call
+		for _, s := range servers {
+			cs := e.W.Sim.CallsForServer(s.ID)
+			perServer = append(perServer, len(cs))
+			if len(cs) > len(most) {
+				most = cs
+			}
+		}
+		med, mx := nodetimes.Stats(perServer)
 		cpu, rss := procStats(b, e.C.Pid())
 		b.ReportMetric(elapsed.Seconds(), "s-to-all-bound")
-		b.ReportMetric(float64(calls)/float64(len(servers)), "api-calls/server")
+		b.ReportMetric(float64(len(calls))/float64(len(servers)), "api-calls/server")
+		b.ReportMetric(float64(mx), "max-calls-about-a-server")
 		b.ReportMetric(cpu.Seconds(), "controller-cpu-s")
 		b.ReportMetric(float64(rss)/(1<<20), "controller-peak-MiB")
-		b.Logf("%d pods bound on %d servers in %s; %d API calls (%.1f per server); %d duplicate orders; controller CPU %s, peak RSS %d MiB",
-			n, len(servers), elapsed.Round(time.Millisecond), calls, float64(calls)/float64(len(servers)), dups, cpu, rss>>20)
-		if dups > 0 {
-			b.Errorf("%d NodeClaims got more than one server", dups)
+		// Printed, not b.Logf: a benchmark's log is cut to a few lines.
+		fmt.Printf("%d pods bound on %d servers in %s; %d nodes Ready; %d NodeClaims, %d orders, %d duplicate orders\n",
+			n, len(servers), elapsed.Round(time.Millisecond), ready, claims, orders, dups)
+		fmt.Printf("%d API calls in all (%.1f per server, catalogue and GC included); about one server: median %d, max %d (%s)\n",
+			len(calls), float64(len(calls))/float64(len(servers)), med, mx, nodetimes.Kinds(most))
+		fmt.Printf("controller CPU %s, peak RSS %d MiB (goal < 300 MiB)\n", cpu, rss>>20)
+		if dups > 0 || orders != claims {
+			b.Errorf("%d NodeClaims, %d orders: %d NodeClaims got more than one server", claims, orders, dups)
 		}
 	}
 }
