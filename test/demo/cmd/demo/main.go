@@ -211,6 +211,11 @@ func (d *demo) run(ctx context.Context, example string, nc *v1alpha1.ScalewayEla
 	}
 	d.printf("scale-down complete in %s: %d servers kept as spares (phase spare, in rescue; paid for the month), 0 released",
 		time.Since(t1).Round(100*time.Millisecond), spares)
+	// What the idle spares cost meanwhile: the gauges count them.
+	idle, err := d.spendByNodeClass(ctx, c, spares)
+	if err != nil {
+		return err
+	}
 
 	d.printf("wave 2: the same pods again: 3 'web' + 1 'batch', then 2 'api'")
 	w2, err := d.wave(ctx, c, timeout, false, web, batch, api)
@@ -219,7 +224,7 @@ func (d *demo) run(ctx context.Context, example string, nc *v1alpha1.ScalewayEla
 	}
 	w2.orders -= w1.orders
 	tracker.Stop()
-	return d.summary(tracker.Timelines(), []waveResult{w1, w2})
+	return d.summary(tracker.Timelines(), []waveResult{w1, w2}, idle)
 }
 
 // waveResult is what one wave of pods cost.
@@ -651,7 +656,7 @@ var phases = []string{"ordered", "rescue", "imaging", "booting"}
 // summary prints one row per node (a spare taken by wave 2 is a second node
 // of its server), then per wave: orders, spares reused, time to Ready and
 // its split (test/nodetimes), API calls per server, spend.
-func (d *demo) summary(tls []world.Timeline, waves []waveResult) error {
+func (d *demo) summary(tls []world.Timeline, waves []waveResult, idle string) error {
 	var problems []string
 	calls := d.w.Sim.Calls()
 	var lives []nodetimes.Life
@@ -756,6 +761,9 @@ func (d *demo) summary(tls []world.Timeline, waves []waveResult) error {
 		fmt.Fprintf(d.out, "wave %d: %d servers ordered, %d spares reused; pods bound in %s; node to Ready median %s, max %s (provider overhead median %s, max %s); API calls per server median %d, max %d\n",
 			i+1, w.orders, reused, fmtDur(w.took), fmtDur(mt), fmtDur(xt), fmtDur(mo), fmtDur(xo), mc, xc)
 		fmt.Fprintf(d.out, "        %s\n", w.spend)
+		if i == 0 {
+			fmt.Fprintf(d.out, "between the waves, %d idle spares: %s\n", w.servers, idle)
+		}
 	}
 	if waves[1].orders != 0 {
 		problems = append(problems, fmt.Sprintf("wave 2 ordered %d servers, want 0 (every node on a spare)", waves[1].orders))
