@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -131,24 +130,10 @@ func BenchmarkRealisticNodeTimes(b *testing.B) {
 // waitQuietSpares waits until n servers are spares, ready, with tags and
 // status unchanged for quiet.
 func waitQuietSpares(e *harness.Env, n int, quiet, timeout time.Duration) {
-	last := map[string]string{}
-	since := map[string]time.Time{}
+	var w nodetimes.Spares
 	e.Eventually(fmt.Sprintf("%d spares quiet for %s", n, quiet), timeout, func() (bool, string) {
-		settled, seen := 0, []string{}
-		for _, s := range e.W.Sim.Servers() {
-			if world.TagValue(s.Tags, world.TagPhase) != "spare" {
-				continue
-			}
-			state := s.Status + " " + strings.Join(s.Tags, ",")
-			if last[s.ID] != state {
-				last[s.ID], since[s.ID] = state, time.Now()
-			}
-			if s.Status == "ready" && time.Since(since[s.ID]) >= quiet {
-				settled++
-			}
-			seen = append(seen, s.ID[:8]+" "+s.Status)
-		}
-		return settled >= n, fmt.Sprintf("%d quiet spares of %v", settled, seen)
+		spares, settled := w.Quiet(e.W.Sim.Servers(), quiet)
+		return settled >= n, fmt.Sprintf("%d spares, %d quiet", spares, settled)
 	})
 }
 

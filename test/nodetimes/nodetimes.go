@@ -297,3 +297,35 @@ func orNone(s string) string {
 	}
 	return s
 }
+
+// Spares watches the spares (phase spare) of a simulator for quiet: ready,
+// with status and tags unchanged for a while, so that whatever the provider
+// does to an idle spare in the background (pre-imaging) is over before a
+// measurement takes it.
+type Spares struct {
+	last  map[string]string
+	since map[string]time.Time
+}
+
+// Quiet returns how many of servers are spares, and how many of those have
+// been ready and unchanged for at least d, as of now. Call it repeatedly.
+func (w *Spares) Quiet(servers []scwsim.ServerState, d time.Duration) (spares, quiet int) {
+	if w.last == nil {
+		w.last, w.since = map[string]string{}, map[string]time.Time{}
+	}
+	now := time.Now()
+	for _, s := range servers {
+		if world.TagValue(s.Tags, world.TagPhase) != "spare" {
+			continue
+		}
+		spares++
+		state := s.Status + " " + strings.Join(s.Tags, ",")
+		if w.last[s.ID] != state {
+			w.last[s.ID], w.since[s.ID] = state, now
+		}
+		if s.Status == "ready" && now.Sub(w.since[s.ID]) >= d {
+			quiet++
+		}
+	}
+	return spares, quiet
+}

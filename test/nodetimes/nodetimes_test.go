@@ -96,3 +96,26 @@ func TestStats(t *testing.T) {
 		t.Errorf("Stats(nil) = %d, %d", m, x)
 	}
 }
+
+func TestSparesQuiet(t *testing.T) {
+	servers := []scwsim.ServerState{
+		{ID: "a", Status: "ready", Tags: []string{world.TagPhase + "=spare"}},
+		{ID: "b", Status: "stopping", Tags: []string{world.TagPhase + "=spare"}},
+		{ID: "c", Status: "ready", Tags: []string{world.TagPhase + "=joined"}},
+	}
+	var w Spares
+	if spares, quiet := w.Quiet(servers, 0); spares != 2 || quiet != 1 {
+		t.Errorf("at once: %d spares, %d quiet; want 2, 1", spares, quiet)
+	}
+	if _, quiet := w.Quiet(servers, time.Hour); quiet != 0 {
+		t.Errorf("%d quiet for an hour, want 0", quiet)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, quiet := w.Quiet(servers, 10*time.Millisecond); quiet != 1 {
+		t.Errorf("unchanged: %d quiet, want 1", quiet)
+	}
+	servers[0].Tags = append(servers[0].Tags, "karpenter-scaleway-em/rescue-boot=install")
+	if _, quiet := w.Quiet(servers, 10*time.Millisecond); quiet != 0 {
+		t.Errorf("a tag changed: %d quiet, want 0 (its quiet starts over)", quiet)
+	}
+}

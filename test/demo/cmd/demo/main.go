@@ -308,27 +308,14 @@ func (d *demo) orders() int {
 // spares there are. A server released meanwhile fails it.
 func (d *demo) waitSpares(ctx context.Context, n int, quiet, timeout time.Duration) (int, error) {
 	deadline := time.Now().Add(timeout)
-	last, since := map[string]string{}, map[string]time.Time{}
+	var watch nodetimes.Spares
 	for {
 		var ncs karpv1.NodeClaimList
 		if err := d.w.Kube.Client.List(ctx, &ncs); err != nil {
 			return 0, err
 		}
 		servers := d.w.Sim.Servers()
-		settled, spares := 0, 0
-		for _, s := range servers {
-			if world.TagValue(s.Tags, world.TagPhase) != "spare" {
-				continue
-			}
-			spares++
-			state := s.Status + " " + strings.Join(s.Tags, ",")
-			if last[s.ID] != state {
-				last[s.ID], since[s.ID] = state, time.Now()
-			}
-			if s.Status == "ready" && time.Since(since[s.ID]) >= quiet {
-				settled++
-			}
-		}
+		spares, settled := watch.Quiet(servers, quiet)
 		if len(servers) < n {
 			return 0, fmt.Errorf("%d of the %d monthly servers were released instead of kept as spares", n-len(servers), n)
 		}
