@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"testing"
 	"time"
@@ -79,6 +80,9 @@ func BenchmarkRealisticNodeTimes(b *testing.B) {
 		}
 		report("wave 1: %d new orders, pods bound after %s; wave 2: %d new orders, pods bound after %s (real time)",
 			orders1, nodetimes.Fmt(wave1), orders2, nodetimes.Fmt(wave2))
+		sort.SliceStable(lives, func(i, j int) bool {
+			return !lives[i].Reused && lives[j].Reused || lives[i].Reused == lives[j].Reused && lives[i].Start.Before(lives[j].Start)
+		})
 		report("%s", nodetimes.Table(lives, scale))
 		for _, reused := range []bool{false, true} {
 			var total, over []time.Duration
