@@ -23,8 +23,9 @@ import (
 // min, reboots ~2.5 min, 10% jitter), a monthly NodePool. Wave 1: BENCH_NODES
 // (default 3) pods, one per node, on new servers (the cold path). Then the
 // pods go, Karpenter consolidates, the servers stay as spares (monthly); once
-// each spare is quiet (ready, tags and status unchanged for BENCH_SPARE_QUIET,
-// default 60s, so a background pre-imaging has its chance), wave 2 brings the
+// each spare is pre-imaged or quiet (ready, tags and status unchanged for
+// BENCH_SPARE_QUIET, default 150s: longer than the controller's default GC
+// interval, 2m, on which a background pre-imaging sweeps), wave 2 brings the
 // same pods back: their NodeClaims take the spares. For each node it prints
 // the time to Ready split into Scaleway's share (delivery, reboots), the
 // node's own boot and join (as simulated) and the provider's overhead, the
@@ -40,7 +41,7 @@ import (
 func BenchmarkRealisticNodeTimes(b *testing.B) {
 	scale := envFloat(b, "BENCH_SCALE", 1)
 	n := int(envFloat(b, "BENCH_NODES", 3))
-	quiet := time.Duration(envFloat(b, "BENCH_SPARE_QUIET", 60) * float64(time.Second))
+	quiet := time.Duration(envFloat(b, "BENCH_SPARE_QUIET", 150) * float64(time.Second))
 	// Printed, not b.Logf: a benchmark's log is cut to a few lines.
 	report := func(format string, args ...any) { fmt.Printf(format+"\n", args...) }
 	for range b.N {
@@ -131,8 +132,8 @@ func BenchmarkRealisticNodeTimes(b *testing.B) {
 	}
 }
 
-// waitQuietSpares waits until n servers are spares, ready, with tags and
-// status unchanged for quiet.
+// waitQuietSpares waits until n servers are spares, each pre-imaged or
+// ready with tags and status unchanged for quiet (nodetimes.Spares).
 func waitQuietSpares(e *harness.Env, n int, quiet, timeout time.Duration) {
 	var w nodetimes.Spares
 	e.Eventually(fmt.Sprintf("%d spares quiet for %s", n, quiet), timeout, func() (bool, string) {

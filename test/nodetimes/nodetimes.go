@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/world"
 )
@@ -298,17 +300,19 @@ func orNone(s string) string {
 	return s
 }
 
-// Spares watches the spares (phase spare) of a simulator for quiet: ready,
-// with status and tags unchanged for a while, so that whatever the provider
-// does to an idle spare in the background (pre-imaging) is over before a
-// measurement takes it.
+// Spares watches the spares (phase spare) of a simulator until each is
+// settled: pre-imaged (ready in a keyed rescue boot with a pinned host key
+// and an image written: the tags spare.Take looks for), or quiet (ready, status
+// and tags unchanged for a while), so that whatever the provider does to an
+// idle spare in the background is over before a measurement takes it.
 type Spares struct {
 	last  map[string]string
 	since map[string]time.Time
 }
 
-// Quiet returns how many of servers are spares, and how many of those have
-// been ready and unchanged for at least d, as of now. Call it repeatedly.
+// Quiet returns how many of servers are spares, and how many of those are
+// pre-imaged or have been ready and unchanged for at least d, as of now.
+// Call it repeatedly.
 func (w *Spares) Quiet(servers []scwsim.ServerState, d time.Duration) (spares, quiet int) {
 	if w.last == nil {
 		w.last, w.since = map[string]string{}, map[string]time.Time{}
@@ -323,9 +327,20 @@ func (w *Spares) Quiet(servers []scwsim.ServerState, d time.Duration) (spares, q
 		if w.last[s.ID] != state {
 			w.last[s.ID], w.since[s.ID] = state, now
 		}
-		if s.Status == "ready" && now.Sub(w.since[s.ID]) >= d {
+		if s.Status == "ready" && (now.Sub(w.since[s.ID]) >= d || preImaged(s.Tags)) {
 			quiet++
 		}
 	}
 	return spares, quiet
+}
+
+// preImaged: the tags of a spare in the keyed rescue boot that wrote its
+// image, its host key pinned.
+func preImaged(tags []string) bool {
+	for _, k := range []string{install.TagRescueBoot, install.TagRescueHostKey, scaleway.TagImage} {
+		if world.TagValue(tags, k) == "" {
+			return false
+		}
+	}
+	return true
 }

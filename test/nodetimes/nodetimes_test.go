@@ -118,4 +118,9 @@ func TestSparesQuiet(t *testing.T) {
 	if _, quiet := w.Quiet(servers, 10*time.Millisecond); quiet != 0 {
 		t.Errorf("a tag changed: %d quiet, want 0 (its quiet starts over)", quiet)
 	}
+	// Pre-imaged (keyed rescue, pinned host key, image written): settled at once.
+	servers[0].Tags = append(servers[0].Tags, "karpenter-scaleway-em/rescue-host-key=ssh-ed25519:abc", "karpenter-scaleway-em/image=0cd82988")
+	if _, quiet := w.Quiet(servers, time.Hour); quiet != 1 {
+		t.Errorf("pre-imaged: %d settled, want 1", quiet)
+	}
 }

@@ -199,11 +199,12 @@ func (d *demo) run(ctx context.Context, example string, nc *v1alpha1.ScalewayEla
 			return err
 		}
 	}
-	// Quiet: tags and status unchanged that long, so a background
-	// pre-imaging of the spares gets its turn before they are taken.
+	// Each spare pre-imaged, or its tags and status unchanged that long (more
+	// than a GC interval, when a background pre-imaging sweeps: 5s in the
+	// fast profile, 2m by default), before they are taken.
 	quiet := 10 * time.Second
 	if realistic {
-		quiet = time.Minute
+		quiet = 150 * time.Second
 	}
 	spares, err := d.waitSpares(ctx, w1.servers, quiet, timeout)
 	if err != nil {
@@ -304,7 +305,7 @@ func (d *demo) orders() int {
 }
 
 // waitSpares waits until n servers are spares with no NodeClaim left, each
-// ready and unchanged (status and tags) for quiet; it returns how many
+// pre-imaged or ready and unchanged (status and tags) for quiet; it returns how many
 // spares there are. A server released meanwhile fails it.
 func (d *demo) waitSpares(ctx context.Context, n int, quiet, timeout time.Duration) (int, error) {
 	deadline := time.Now().Add(timeout)
