@@ -116,7 +116,7 @@ bench: deps build tools bench-nodes ## performance figures (em-imager vs curl|xz
 # 50 NodeClaims at once (test profile): all Ready, orders == NodeClaims, controller peak RSS.
 bench-nodes: deps build tools ## node times (new server, spare), overhead, API calls per server; 50 NodeClaims at once
 	$(GO) test -run '^$$' -bench RealisticNodeTimes -benchtime 1x -timeout 90m ./test/e2e/
-	$(GO) test -run '^$$' -bench Scale50NodeClaims -benchtime 1x -timeout 30m ./test/e2e/
+	$(GO) test -run '^$$' -bench Scale50NodeClaims -benchtime 1x -timeout 60m ./test/e2e/
 
 # Every module the project builds or tests with and its licence (github.com/google/licenseclassifier/v2 on
 # the module cache); exits 1 when one has none. test/licenses runs the same audit, and the check that no
