@@ -86,13 +86,16 @@ func BenchmarkScale50NodeClaims(b *testing.B) {
 		b.ReportMetric(cpu.Seconds(), "controller-cpu-s")
 		b.ReportMetric(float64(rss)/(1<<20), "controller-peak-MiB")
 		// Printed, not b.Logf: a benchmark's log is cut to a few lines.
-		fmt.Printf("%d pods bound on %d servers in %s; %d nodes Ready; %d NodeClaims, %d orders, %d duplicate orders\n",
-			n, len(servers), elapsed.Round(time.Millisecond), ready, claims, orders, dups)
+		// A NodeClaim whose install failed (e.g. a phase timeout under load)
+		// is replaced by a new one, which orders its own server: orders are
+		// compared with every NodeClaim that ordered, not the live ones.
+		fmt.Printf("%d pods bound on %d servers in %s; %d nodes Ready; %d orders for %d NodeClaims (%d live, %d replaced after a failed install, their servers released), %d duplicate orders\n",
+			n, len(servers), elapsed.Round(time.Millisecond), ready, orders, len(perClaim), claims, len(perClaim)-claims, dups)
 		fmt.Printf("%d API calls in all (%.1f per server, catalogue and GC included); about one server: median %d, max %d (%s)\n",
 			len(calls), float64(len(calls))/float64(len(servers)), med, mx, nodetimes.Kinds(most))
 		fmt.Printf("controller CPU %s, peak RSS %d MiB (goal < 300 MiB)\n", cpu, rss>>20)
-		if dups > 0 || orders != claims {
-			b.Errorf("%d NodeClaims, %d orders: %d NodeClaims got more than one server", claims, orders, dups)
+		if dups > 0 {
+			b.Errorf("%d orders for %d NodeClaims: %d NodeClaims got more than one server", orders, len(perClaim), dups)
 		}
 	}
 }
