@@ -50,6 +50,18 @@ type Timeline struct {
 	NodeSeen, NodeReady time.Time
 	// Gone: when the server disappeared from the API.
 	Gone time.Time
+	// Claims: every NodeClaim tag value the server carried, when first seen
+	// (a monthly server kept as a spare and taken again has several), and
+	// Nodes: every node registered from it, in order.
+	Claims []Stamp
+	Nodes  []NodeSeen
+}
+
+// NodeSeen is one node registered from a server: when it was first seen, and
+// first seen Ready.
+type NodeSeen struct {
+	Name        string
+	Seen, Ready time.Time
 }
 
 // Event is one change the tracker saw.
@@ -100,6 +112,8 @@ func (t *Tracker) Timelines() []Timeline {
 		tl := *t.timelines[id]
 		tl.Statuses = append([]Stamp(nil), tl.Statuses...)
 		tl.Phases = append([]Stamp(nil), tl.Phases...)
+		tl.Claims = append([]Stamp(nil), tl.Claims...)
+		tl.Nodes = append([]NodeSeen(nil), tl.Nodes...)
 		out = append(out, tl)
 	}
 	return out
@@ -153,6 +167,9 @@ func (t *Tracker) poll(ctx context.Context) {
 		}
 		if nc := TagValue(s.Tags, TagNodeClaim); nc != "" {
 			tl.NodeClaim = nc
+			if n := len(tl.Claims); n == 0 || tl.Claims[n-1].Value != nc {
+				tl.Claims = append(tl.Claims, Stamp{nc, now})
+			}
 		}
 		if n := len(tl.Statuses); n == 0 || tl.Statuses[n-1].Value != s.Status {
 			tl.Statuses = append(tl.Statuses, Stamp{s.Status, now})
@@ -184,6 +201,18 @@ func (t *Tracker) poll(ctx context.Context) {
 		if tl.NodeReady.IsZero() && nodeReady(&n) {
 			tl.NodeReady = now
 			evs = append(evs, Event{At: now, ServerID: id, Kind: "ready", Value: n.Name})
+		}
+		if k := len(tl.Nodes); k == 0 || tl.Nodes[k-1].Name != n.Name {
+			if k > 0 { // a spare's next node; the first is reported above
+				evs = append(evs, Event{At: now, ServerID: id, Kind: "node", Value: n.Name})
+			}
+			tl.Nodes = append(tl.Nodes, NodeSeen{Name: n.Name, Seen: now})
+		}
+		if last := &tl.Nodes[len(tl.Nodes)-1]; last.Ready.IsZero() && nodeReady(&n) {
+			last.Ready = now
+			if len(tl.Nodes) > 1 {
+				evs = append(evs, Event{At: now, ServerID: id, Kind: "ready", Value: n.Name})
+			}
 		}
 	}
 	t.mu.Unlock()

@@ -34,12 +34,15 @@ import (
 	"text/tabwriter"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/nodetimes"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/machine"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/world"
 
@@ -57,8 +60,7 @@ type demo struct {
 	mu      sync.Mutex
 	mbps    map[string]string // nodeclaim -> last imaging throughput seen
 	seenEvt map[string]int32
-	config  map[string]string // server ID -> where its Talos got its config, and the :50000 calls
-	spend   string            // what each NodeClass cost at the end of the scale-up
+	config  map[string]string // node -> where its Talos got its config, and the :50000 calls
 }
 
 func (d *demo) printf(format string, args ...any) {
@@ -90,7 +92,7 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		return 2
 	}
-	err = d.run(ctx, nc, np, *keep)
+	err = d.run(ctx, *example, nc, np, *keep)
 	if err != nil {
 		if ctx.Err() != nil {
 			fmt.Fprintln(os.Stderr, "demo: interrupted; everything started was stopped")
@@ -103,7 +105,7 @@ func run() int {
 	return 0
 }
 
-func (d *demo) run(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass, np *karpv1.NodePool, keep bool) (err error) {
+func (d *demo) run(ctx context.Context, example string, nc *v1alpha1.ScalewayElasticMetalNodeClass, np *karpv1.NodePool, keep bool) (err error) {
 	realistic := d.profile == "realistic"
 	timeout := 6 * time.Minute
 	if realistic {
@@ -155,13 +157,17 @@ func (d *demo) run(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeCla
 	}
 	d.printf("bin/karpenter-scaleway-em running (pid %d, log %s)", c.Pid(), c.LogPath)
 
-	// The example keeps idle nodes 10 minutes; a demo shows consolidation sooner.
-	consolidate := karpv1.MustParseNillableDuration("15s")
-	np.Spec.Disruption.ConsolidateAfter = consolidate
+	// The example keeps idle nodes 10 minutes; a demo shows consolidation
+	// sooner, of every empty node at once. Billed monthly, consolidated
+	// servers stay as spares for the second wave.
+	np.Spec.Disruption.ConsolidateAfter = karpv1.MustParseNillableDuration("15s")
+	np.Spec.Disruption.Budgets = []karpv1.Budget{{Nodes: "100%"}}
+	makeMonthly(nc, np)
 	if err := w.Apply(ctx, nc, np); err != nil {
 		return err
 	}
-	d.printf("applied examples/general-purpose.yaml: NodeClass %s, NodePool %s (consolidateAfter 15s for the demo)", nc.Name, np.Name)
+	d.printf("applied %s: NodeClass %s, NodePool %s (made monthly: billing.periods [monthly] and the billing-period requirement; consolidateAfter 15s, budget 100%% for the demo)",
+		filepath.Base(example), nc.Name, np.Name)
 	if err := d.waitNodeClassReady(ctx, nc.Name); err != nil {
 		return err
 	}
@@ -173,72 +179,175 @@ func (d *demo) run(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeCla
 	go d.watchNodeClaimEvents(evctx)
 	go d.showWhileImaging(evctx)
 
-	web := w.RunWorkload("default", "web", 3, "6", "2Gi", true)
+	web := w.RunWorkload("default", "web", 0, "6", "2Gi", true)
 	defer web.Stop()
-	batch := w.RunWorkload("default", "batch", 1, "20", "8Gi", false)
+	batch := w.RunWorkload("default", "batch", 0, "20", "8Gi", false)
 	defer batch.Stop()
-	d.printf("workload: 3 pods 'web' (6 CPU, 2Gi, one per node) + 1 pod 'batch' (20 CPU, 8Gi) pending; no node exists yet")
+	api := w.RunWorkload("default", "api", 0, "6", "2Gi", true)
+	defer api.Stop()
 
-	t0 := time.Now()
-	// Create returns once a server is ordered; the installs run afterwards,
-	// so Karpenter keeps scheduling: a second wave gets its NodeClaims while
-	// the first wave's servers are still being delivered and installed.
-	first, err := d.waitLaunched(ctx, 1, timeout)
+	d.printf("wave 1: 3 pods 'web' (6 CPU, 2Gi, one per node) + 1 pod 'batch' (20 CPU, 8Gi) pending; no node exists yet")
+	w1, err := d.wave(ctx, c, timeout, true, web, batch, api)
 	if err != nil {
 		return err
 	}
-	d.printf("first wave: %d NodeClaims launched %s after the pods (servers ordered; their installs run in the background)", first, time.Since(t0).Round(100*time.Millisecond))
-	api := w.RunWorkload("default", "api", 2, "6", "2Gi", true)
-	defer api.Stop()
-	t2 := time.Now()
-	d.printf("second wave: 2 pods 'api' (6 CPU, 2Gi, one per node) pending")
-	all, err := d.waitLaunched(ctx, first+1, timeout)
+
+	d.printf("removing the workload: nodes become empty, Karpenter consolidates them; the monthly servers stay as spares")
+	t1 := time.Now()
+	for _, wl := range []*world.Workload{web, batch, api} {
+		if err := wl.Scale(ctx, 0); err != nil {
+			return err
+		}
+	}
+	// Each spare pre-imaged, or its tags and status unchanged that long (more
+	// than a GC interval, when a background pre-imaging sweeps: 5s in the
+	// fast profile, 2m by default), before they are taken.
+	quiet := 10 * time.Second
+	if realistic {
+		quiet = 150 * time.Second
+	}
+	spares, err := d.waitSpares(ctx, w1.servers, quiet, timeout)
 	if err != nil {
 		return err
+	}
+	d.printf("scale-down complete in %s: %d servers kept as spares (phase spare, in rescue; paid for the month), 0 released",
+		time.Since(t1).Round(100*time.Millisecond), spares)
+	// What the idle spares cost meanwhile: the gauges count them.
+	idle, err := d.spendByNodeClass(ctx, c, spares)
+	if err != nil {
+		return err
+	}
+
+	d.printf("wave 2: the same pods again: 3 'web' + 1 'batch', then 2 'api'")
+	w2, err := d.wave(ctx, c, timeout, false, web, batch, api)
+	if err != nil {
+		return err
+	}
+	w2.orders -= w1.orders
+	tracker.Stop()
+	return d.summary(tracker.Timelines(), []waveResult{w1, w2}, idle)
+}
+
+// waveResult is what one wave of pods cost.
+type waveResult struct {
+	start   time.Time
+	took    time.Duration // pods pending -> all bound
+	orders  int           // servers ordered so far (CreateServer accepted)
+	servers int           // nodes at the end of the wave
+	spend   string
+}
+
+// wave scales web to 3 and batch to 1, and once their NodeClaims are
+// launched, api to 2; it waits until every pod is bound. Create returns once
+// a server is ordered (or a spare taken) and the installs run afterwards, so
+// Karpenter keeps scheduling: api's NodeClaims are launched while the first
+// servers are still installing (checked in the first wave, where they are
+// delivered for minutes).
+func (d *demo) wave(ctx context.Context, c *world.Controller, timeout time.Duration, first bool, web, batch, api *world.Workload) (waveResult, error) {
+	r := waveResult{start: time.Now()}
+	if err := web.Scale(ctx, 3); err != nil {
+		return r, err
+	}
+	if err := batch.Scale(ctx, 1); err != nil {
+		return r, err
+	}
+	n, err := d.waitLaunched(ctx, 1, timeout)
+	if err != nil {
+		return r, err
+	}
+	d.printf("%d NodeClaims launched %s after the pods (servers ordered or spares taken; their installs run in the background)", n, time.Since(r.start).Round(100*time.Millisecond))
+	if err := api.Scale(ctx, 2); err != nil {
+		return r, err
+	}
+	t2 := time.Now()
+	d.printf("2 pods 'api' (6 CPU, 2Gi, one per node) pending")
+	all, err := d.waitLaunched(ctx, n+1, timeout)
+	if err != nil {
+		return r, err
 	}
 	installing := 0
-	for _, s := range w.Sim.Servers() {
-		if p := world.TagValue(s.Tags, world.TagPhase); p != "joined" {
+	for _, s := range d.w.Sim.Servers() {
+		if p := world.TagValue(s.Tags, world.TagPhase); p != "joined" && p != "spare" {
 			installing++
 		}
 	}
-	d.printf("second wave: %d NodeClaims launched %s after its pods, while %d servers are still installing", all-first, time.Since(t2).Round(100*time.Millisecond), installing)
-	if installing == 0 {
-		return errors.New("the second wave waited for the first wave's installs")
+	d.printf("%d NodeClaims for 'api' launched %s after its pods, while %d servers are still installing", all-n, time.Since(t2).Round(100*time.Millisecond), installing)
+	if first && installing == 0 {
+		return r, errors.New("the 'api' pods waited for the first servers' installs")
 	}
-	if err := d.nodeClaimPhases(ctx); err != nil {
-		return err
+	if first {
+		if err := d.nodeClaimPhases(ctx); err != nil {
+			return r, err
+		}
 	}
 	if err := d.waitPods(ctx, timeout, web, batch, api); err != nil {
-		return err
+		return r, err
 	}
-	upTook := time.Since(t0)
-	nodes, _ := w.Clientset.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	d.printf("scale-up complete in %s: %d nodes, all 6 pods bound", upTook.Round(100*time.Millisecond), len(nodes.Items))
+	r.took = time.Since(r.start)
+	nodes, _ := d.w.Clientset.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	r.servers = len(nodes.Items)
+	r.orders = d.orders()
+	d.printf("scale-up complete in %s: %d nodes, all 6 pods bound", r.took.Round(100*time.Millisecond), r.servers)
 	if err := d.nodeClaimPhases(ctx); err != nil {
-		return err
+		return r, err
 	}
-	if d.spend, err = d.spendByNodeClass(ctx, c, len(nodes.Items)); err != nil {
-		return err
-	}
+	r.spend, err = d.spendByNodeClass(ctx, c, r.servers)
+	return r, err
+}
 
-	d.printf("removing the workload: nodes become empty, Karpenter consolidates them")
-	t1 := time.Now()
-	if err := web.Scale(ctx, 0); err != nil {
-		return err
+// orders counts the servers ordered so far.
+func (d *demo) orders() int {
+	n := 0
+	for _, c := range d.w.Sim.CreatesByTag(world.TagNodeClaim) {
+		n += c
 	}
-	if err := batch.Scale(ctx, 0); err != nil {
-		return err
+	return n
+}
+
+// waitSpares waits until n servers are spares with no NodeClaim left, each
+// pre-imaged or ready and unchanged (status and tags) for quiet; it returns how many
+// spares there are. A server released meanwhile fails it.
+func (d *demo) waitSpares(ctx context.Context, n int, quiet, timeout time.Duration) (int, error) {
+	deadline := time.Now().Add(timeout)
+	var watch nodetimes.Spares
+	for {
+		var ncs karpv1.NodeClaimList
+		if err := d.w.Kube.Client.List(ctx, &ncs); err != nil {
+			return 0, err
+		}
+		servers := d.w.Sim.Servers()
+		spares, settled := watch.Quiet(servers, quiet)
+		if len(servers) < n {
+			return 0, fmt.Errorf("%d of the %d monthly servers were released instead of kept as spares", n-len(servers), n)
+		}
+		if settled == n && len(ncs.Items) == 0 {
+			return spares, nil
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("after %s: %d of %d servers are quiet spares, %d NodeClaims remain", timeout, settled, n, len(ncs.Items))
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
-	if err := api.Scale(ctx, 0); err != nil {
-		return err
+}
+
+// makeMonthly bills the NodeClass's servers monthly (kept as spares when
+// their NodeClaims end, for the default minimum lifetime of a month) and
+// makes the NodePool ask for monthly offerings.
+func makeMonthly(nc *v1alpha1.ScalewayElasticMetalNodeClass, np *karpv1.NodePool) {
+	nc.Spec.Billing.Periods = []string{"monthly"}
+	reqs := np.Spec.Template.Spec.Requirements
+	for i := range reqs {
+		if reqs[i].Key == catalog.LabelBillingPeriod {
+			reqs = append(reqs[:i], reqs[i+1:]...)
+			break
+		}
 	}
-	if err := d.waitReleased(ctx, timeout); err != nil {
-		return err
-	}
-	d.printf("scale-down complete in %s: every server released", time.Since(t1).Round(100*time.Millisecond))
-	tracker.Stop()
-	return d.summary(tracker.Timelines())
+	np.Spec.Template.Spec.Requirements = append(reqs, karpv1.NodeSelectorRequirementWithMinValues{
+		Key: catalog.LabelBillingPeriod, Operator: corev1.NodeSelectorOpIn, Values: []string{"monthly"}})
 }
 
 // nodeClaimPhases prints what
@@ -367,7 +476,7 @@ func (d *demo) onServerEvent(ev world.Event) {
 			api = "no maintenance API used (0 calls to :50000)"
 		}
 		d.mu.Lock()
-		d.config[ev.ServerID] = fmt.Sprintf("%s, %d", cfg, len(calls))
+		d.config[ev.Value] = fmt.Sprintf("%s, %d", cfg, len(calls))
 		d.mu.Unlock()
 		d.printf("server %s node %s Ready; config from %s; %s", id, ev.Value, cfg, api)
 	case "gone":
@@ -532,78 +641,121 @@ func (d *demo) waitReleased(ctx context.Context, timeout time.Duration) error {
 
 var phases = []string{"ordered", "rescue", "imaging", "booting"}
 
-func (d *demo) summary(tls []world.Timeline) error {
+// summary prints one row per node (a spare taken by wave 2 is a second node
+// of its server), then per wave: orders, spares reused, time to Ready and
+// its split (test/nodetimes), API calls per server, spend.
+func (d *demo) summary(tls []world.Timeline, waves []waveResult, idle string) error {
 	var problems []string
+	calls := d.w.Sim.Calls()
+	var lives []nodetimes.Life
+	for _, tl := range tls {
+		lives = append(lives, nodetimes.Lives(tl, calls)...)
+	}
+	waveOf := func(l nodetimes.Life) int {
+		if l.Start.Before(waves[1].start) {
+			return 0
+		}
+		return 1
+	}
+	sort.SliceStable(lives, func(i, j int) bool {
+		if wi, wj := waveOf(lives[i]), waveOf(lives[j]); wi != wj {
+			return wi < wj
+		}
+		return lives[i].Start.Before(lives[j].Start)
+	})
 	tw := tabwriter.NewWriter(d.out, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
 	fmt.Fprintln(d.out)
-	fmt.Fprintln(tw, "node\toffer\tzone\tordered\trescue\timaging\tbooting\tto Ready\tem-imager\tconfig, :50000 calls\treleased\t")
-	for _, tl := range tls {
-		start := tl.Created
-		if len(tl.Statuses) > 0 && tl.Statuses[0].At.Before(start) {
-			start = tl.Statuses[0].At
-		}
+	fmt.Fprintln(tw, "node\twave\tserver\toffer\tordered\trescue\timaging\tbooting\tto Ready\tScaleway\tprovider\tAPI calls\tem-imager\tconfig, :50000 calls\t")
+	for _, l := range lives {
+		// Time in a phase: from its tag to the next phase's tag (the
+		// ordered phase from the order or the take), the last to node Ready.
 		at := map[string]time.Time{}
-		for _, p := range tl.Phases {
+		for _, p := range l.PhaseTimes {
 			if _, ok := at[p.Value]; !ok {
 				at[p.Value] = p.At
 			}
 		}
-		// Time in a phase: from its tag to the next phase's tag (the
-		// ordered phase from the order itself), the last to node Ready.
+		at["ordered"] = l.Start
 		cells := []string{}
 		for i, p := range phases {
 			from, ok := at[p]
-			if p == "ordered" {
-				from, ok = start, true
+			to := l.Ready
+			for _, q := range phases[i+1:] {
+				if t, ok := at[q]; ok {
+					to = t
+					break
+				}
 			}
-			var to time.Time
-			if i+1 < len(phases) {
-				to = at[phases[i+1]]
-			} else {
-				to = tl.NodeReady
-			}
-			if !ok || to.IsZero() || from.IsZero() {
+			if !ok || to.IsZero() {
 				cells = append(cells, "-")
 				continue
 			}
 			cells = append(cells, fmtDur(to.Sub(from)))
 		}
 		ready := "never"
-		if !tl.NodeReady.IsZero() {
-			ready = fmtDur(tl.NodeReady.Sub(start))
+		if !l.Ready.IsZero() {
+			ready = fmtDur(l.Total())
 		} else {
-			problems = append(problems, fmt.Sprintf("server %s (%s) never became a Ready node", tl.ID, tl.Offer))
+			problems = append(problems, fmt.Sprintf("server %s (%s): NodeClaim %s never became a Ready node", l.Server, l.Offer, l.NodeClaim))
 		}
-		released := "no"
-		if !tl.Gone.IsZero() {
-			released = "yes"
-		} else {
-			problems = append(problems, fmt.Sprintf("server %s (%s) was not released", tl.ID, tl.Offer))
+		how := "ordered"
+		if l.Reused {
+			how = "spare"
+		}
+		name := l.Node
+		if name == "" {
+			name = l.NodeClaim
 		}
 		d.mu.Lock()
-		mbps := d.mbps[tl.NodeClaim]
+		mbps, cfg := d.mbps[l.NodeClaim], d.config[l.Node]
 		d.mu.Unlock()
 		if mbps == "" {
 			mbps = "-"
 		} else {
 			mbps += " MB/s"
 		}
-		name := tl.Node
-		if name == "" {
-			name = tl.NodeClaim
-		}
-		d.mu.Lock()
-		cfg := d.config[tl.ID]
-		d.mu.Unlock()
 		if cfg == "" {
 			cfg = "-"
 		} else if cfg != configmetalISO+", 0" {
-			problems = append(problems, fmt.Sprintf("server %s (%s): config %s calls to :50000, want %s, 0 (Disk delivery)", tl.ID, tl.Offer, cfg, configmetalISO))
+			problems = append(problems, fmt.Sprintf("node %s: config %s calls to :50000, want %s, 0 (Disk delivery)", name, cfg, configmetalISO))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", name, tl.Offer, tl.Zone, cells[0], cells[1], cells[2], cells[3], ready, mbps, cfg, released)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t\n", name, waveOf(l)+1, how, l.Offer,
+			cells[0], cells[1], cells[2], cells[3], ready, fmtDur(l.Scaleway), fmtDur(l.Provider), len(l.Calls), mbps, cfg)
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(d.out)
+	fmt.Fprintln(d.out, "Scaleway: delivery and reboots (the API status not ready); provider: the rest but the node's own boot after the last reboot;")
+	fmt.Fprintln(d.out, "API calls: about the server, from the order or the take to the node Ready. By kind, per node:")
+	for _, l := range lives {
+		fmt.Fprintf(d.out, "  %s (wave %d): %s\n", l.NodeClaim, waveOf(l)+1, nodetimes.Kinds(l.Calls))
+	}
+	fmt.Fprintln(d.out)
+	for i, w := range waves {
+		var total, over []time.Duration
+		var ncalls []int
+		reused := 0
+		for _, l := range lives {
+			if waveOf(l) != i || l.Ready.IsZero() {
+				continue
+			}
+			total, over, ncalls = append(total, l.Total()), append(over, l.Provider), append(ncalls, len(l.Calls))
+			if l.Reused {
+				reused++
+			}
+		}
+		mt, xt := nodetimes.Stats(total)
+		mo, xo := nodetimes.Stats(over)
+		mc, xc := nodetimes.Stats(ncalls)
+		fmt.Fprintf(d.out, "wave %d: %d servers ordered, %d spares reused; pods bound in %s; node to Ready median %s, max %s (provider overhead median %s, max %s); API calls per server median %d, max %d\n",
+			i+1, w.orders, reused, fmtDur(w.took), fmtDur(mt), fmtDur(xt), fmtDur(mo), fmtDur(xo), mc, xc)
+		fmt.Fprintf(d.out, "        %s\n", w.spend)
+		if i == 0 {
+			fmt.Fprintf(d.out, "between the waves, %d idle spares: %s\n", w.servers, idle)
+		}
+	}
+	if waves[1].orders != 0 {
+		problems = append(problems, fmt.Sprintf("wave 2 ordered %d servers, want 0 (every node on a spare)", waves[1].orders))
+	}
 	noAPI := 0
 	d.mu.Lock()
 	for _, cfg := range d.config {
@@ -611,14 +763,13 @@ func (d *demo) summary(tls []world.Timeline) error {
 			noAPI++
 		}
 	}
-	spent := d.spend
+	configs := len(d.config)
 	d.mu.Unlock()
-	if noAPI == len(tls) {
-		fmt.Fprintf(d.out, "maintenance API (:50000): used by none of the %d nodes (each read its config from the metal-iso partition: Disk delivery)\n", len(tls))
+	if noAPI == configs {
+		fmt.Fprintf(d.out, "maintenance API (:50000): used by none of the %d nodes (each read its config from the metal-iso partition: Disk delivery)\n", configs)
 	} else {
-		fmt.Fprintf(d.out, "maintenance API (:50000): used by %d of the %d nodes\n", len(tls)-noAPI, len(tls))
+		fmt.Fprintf(d.out, "maintenance API (:50000): used by %d of the %d nodes\n", configs-noAPI, configs)
 	}
-	fmt.Fprintln(d.out, spent)
 	if len(tls) == 0 {
 		problems = append(problems, "no server was ordered")
 	}
@@ -633,12 +784,11 @@ func (d *demo) summary(tls []world.Timeline) error {
 			problems = append(problems, fmt.Sprintf("NodeClaim %s got %d servers", nc, n))
 		}
 	}
-	calls := d.w.Sim.Calls()
 	most := 0
 	for _, tl := range tls {
 		most = max(most, len(d.w.Sim.CallsForServer(tl.ID)))
 	}
-	fmt.Fprintf(d.out, "%d servers (%d offers), %d duplicate orders; %d Scaleway API calls in all (catalogue refreshes and GC sweeps included), at most %d about one server\n",
+	fmt.Fprintf(d.out, "%d servers (%d offers), %d duplicate orders; %d Scaleway API calls in all (catalogue refreshes and GC sweeps included), at most %d about one server over both waves and its keep as a spare\n",
 		len(tls), len(offers), dups, len(calls), most)
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))
