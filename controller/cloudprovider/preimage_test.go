@@ -361,3 +361,70 @@ func TestPreImagingFaultsLeaveTheSpareUnimaged(t *testing.T) {
 	}
 	e.assertNoIAMKey("after failed pre-imagings")
 }
+
+// A pre-imaged spare whose rescue went away (rebooted into its disk by
+// hand) is imaged again from a new keyed rescue boot; when that rewrite
+// fails (a corrupt image), em-imager has already wiped the disk's
+// partition table, so the spare must not keep an image tag that says it
+// holds the image: it is not pre-imaged, and a NodeClaim taking it writes
+// the image again instead of only a config onto a wiped disk.
+func TestFailedRewriteOfAPreImagedSpareDropsItsImageTag(t *testing.T) {
+	e := startEnv(t, nil)
+	id, _ := e.monthlySpare()
+	e.preImage(e.ctx)
+	img := e.currentImage()
+	if !spare.PreImaged(e.server(id), img) {
+		t.Fatal("spare not pre-imaged")
+	}
+	if _, err := e.p.API.RebootServer(e.ctx, "fr-par-2", id, baremetal.ServerBootTypeNormal, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually("the spare booted from its disk", func() bool {
+		s := e.server(id)
+		return s.Status == baremetal.ServerStatusReady && s.BootType == baremetal.ServerBootTypeNormal
+	})
+	if err := e.w.CorruptImages(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.p.Images.Invalidate()
+	writes := e.imagerRuns(id, "write")
+	e.preImage(e.ctx)
+	if e.imagerRuns(id, "write") != writes+1 {
+		t.Fatalf("%d image writes, want 1 (the rewrite that fails)", e.imagerRuns(id, "write")-writes)
+	}
+	srv := e.server(id)
+	if spare.PreImaged(srv, img) || install.Imaged(srv, img) {
+		t.Fatalf("after a failed rewrite the spare still says it holds the image: tags %v", srv.Tags)
+	}
+	if install.PhaseOf(srv) != install.PhaseSpare {
+		t.Fatalf("phase %s, want spare", install.PhaseOf(srv))
+	}
+}
+
+// A rescue-boot mark whose keyed reboot never came (a restart or an API
+// failure between the mark and the reboot) sits on a spare that runs the
+// keyless rescue the spare policy booted: the controller cannot log in.
+// The pre-imager notices within a short probe and boots a keyed rescue,
+// instead of knocking until the rescue and imaging deadlines end.
+func TestStaleRescueBootMarkIsRebootedNotWaitedOut(t *testing.T) {
+	e := startEnv(t, nil)
+	id, _ := e.monthlySpare()
+	if _, err := e.p.API.EditTags(e.ctx, "fr-par-2", id, func(tags []string) ([]string, bool) {
+		tags, _ = scaleway.SetTagIn(tags, install.TagRescueBoot, "install")
+		return tags, true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !install.InKeyedRescue(e.server(id)) {
+		t.Fatal("the test needs the spare's keyless rescue to look keyed")
+	}
+	boots := e.rescueBoots(id)
+	e.preImage(e.ctx)
+	if !spare.PreImaged(e.server(id), e.currentImage()) {
+		t.Fatalf("spare not pre-imaged: tags %v", e.server(id).Tags)
+	}
+	if got := e.rescueBoots(id) - boots; got != 1 {
+		t.Fatalf("%d rescue boots, want 1 (the keyed one)", got)
+	}
+	e.assertNoIAMKey("after pre-imaging")
+}

@@ -117,7 +117,10 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 		}
 	}
 	for _, v := range c.collectable(ctx, srvs, byName) {
-		outcome, d, err := c.Spares.Release(ctx, v.srv.Zone, v.srv.ID, "", v.nc)
+		// Released only while tagged as listed: a spare a NodeClaim took
+		// since the listing is that NodeClaim's now.
+		listedFor := scaleway.ParseTags(v.srv.Tags)[scaleway.TagNodeClaim]
+		outcome, d, err := c.Spares.Release(ctx, v.srv.Zone, v.srv.ID, listedFor, v.nc)
 		if err != nil {
 			errs = append(errs, err)
 			continue

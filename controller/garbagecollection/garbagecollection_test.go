@@ -245,3 +245,51 @@ func TestServersInARemovedZoneAreCollected(t *testing.T) {
 		t.Fatal("a server in a zone no nodeclass names was not collected")
 	}
 }
+
+// A spare whose paid month ends is collected from a listing; a NodeClaim
+// that takes it between that listing and the release (Karpenter schedules
+// onto spares as reserved capacity) keeps it: the release reads it afresh
+// and finds it tagged for that NodeClaim.
+func TestASpareTakenAfterTheListingIsNotReleased(t *testing.T) {
+	f := setup(t, nodeClassNamed("nc"))
+	srv := f.orderIn(t, zone, "monthly", scaleway.Tag(scaleway.TagNodeClass, "nc"), scaleway.Tag(scaleway.TagPhase, "spare"))
+	f.clk.Step(spare.Month - spare.RenewalMargin/2) // its paid month ends: the collector releases it
+	list := f.gc.Servers
+	f.gc.Servers = func(ctx context.Context) ([]*baremetal.Server, error) {
+		srvs, err := list(ctx)
+		// Taken right after the listing.
+		if _, terr := f.api.EditTags(ctx, zone, srv.ID, func(tags []string) ([]string, bool) {
+			tags, _ = scaleway.SetTagIn(tags, scaleway.TagNodeClaim, "taker")
+			tags, _ = scaleway.SetTagIn(tags, scaleway.TagPhase, "ordered")
+			return tags, true
+		}); terr != nil {
+			t.Fatal(terr)
+		}
+		return srvs, err
+	}
+	if _, err := f.gc.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got, ok := f.sim.Server(srv.ID)
+	if !ok || got.Status == string(baremetal.ServerStatusDeleting) {
+		t.Fatal("the collector released a spare a NodeClaim had just taken")
+	}
+	if scaleway.ParseTags(got.Tags)[scaleway.TagNodeClaim] != "taker" {
+		t.Fatalf("the taken spare lost its NodeClaim: %v", got.Tags)
+	}
+	// Not taken, the same spare is released (the test can fail).
+	f.gc.Servers = list
+	if _, err := f.api.EditTags(context.Background(), zone, srv.ID, func(tags []string) ([]string, bool) {
+		tags, _ = scaleway.RemoveTagIn(tags, scaleway.TagNodeClaim)
+		tags, _ = scaleway.SetTagIn(tags, scaleway.TagPhase, "spare")
+		return tags, true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.gc.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if f.live(t)[srv.ID] {
+		t.Fatal("an expired spare no NodeClaim took was kept")
+	}
+}

@@ -88,12 +88,24 @@ func (i *Installer) enterRescue(ctx, pctx context.Context, job *Job, srv *bareme
 	if err != nil {
 		return srv, "", err
 	}
-	if !InKeyedRescue(srv) {
-		if srv, err = i.rebootIntoRescue(ctx, pctx, job, srv, p); err != nil {
-			return srv, "", err
-		}
-	} else {
+	if InKeyedRescue(srv) {
 		i.loadHostKeyPin(srv, host)
+		sess, err := i.probeRescue(pctx, host)
+		if err == nil {
+			_ = sess.Close()
+			return srv, sess.HostKey, nil
+		}
+		if !rescueGone(ctx, pctx, err) {
+			return srv, "", waitError(ctx, p, "rescue SSH", err)
+		}
+		// The tags say a keyed rescue boot, yet it does not let us in: a
+		// mark whose reboot never came (a restart or an API failure between
+		// the two) left a keyless spare's rescue behind it, or rescue went
+		// away. Boot one that does, rather than knock until the deadline.
+		i.Log.Info("rescue marked as keyed does not let the controller in; rebooting into rescue", "server", srv.ID, "error", err.Error())
+	}
+	if srv, err = i.rebootIntoRescue(ctx, pctx, job, srv, p); err != nil {
+		return srv, "", err
 	}
 	i.progress(job, p, "waiting for rescue SSH on "+host)
 	sess, err := i.Dialer.WaitDial(pctx, host, i.retryInterval())
@@ -102,6 +114,21 @@ func (i *Installer) enterRescue(ctx, pctx context.Context, job *Job, srv *bareme
 	}
 	_ = sess.Close()
 	return srv, sess.HostKey, nil
+}
+
+// probeRescue dials a rescue system that answered before (or whose tags say
+// it should): a short wait tells whether it is still there.
+func (i *Installer) probeRescue(pctx context.Context, host string) (*rescue.Session, error) {
+	dctx, cancel := context.WithTimeout(pctx, max(20*i.retryInterval(), 10*time.Second))
+	defer cancel()
+	return i.Dialer.WaitDial(dctx, host, i.retryInterval())
+}
+
+// rescueGone tells whether err, from probeRescue, means booting rescue again
+// may help: not when the install stops, and not on a changed host key
+// (rebooting would trust whatever answers next).
+func rescueGone(ctx, pctx context.Context, err error) bool {
+	return ctx.Err() == nil && pctx.Err() == nil && !errors.As(err, new(*rescue.HostKeyChangedError))
 }
 
 // loadHostKeyPin gives the dialer the pin of srv's current rescue boot
@@ -140,6 +167,12 @@ func withHostKey(pin rescue.HostKeyPin) func([]string) []string {
 // (registered for it just before) and waits until the server is ready in it.
 func (i *Installer) rebootIntoRescue(ctx, pctx context.Context, job *Job, srv *baremetal.Server, p Phase) (*baremetal.Server, error) {
 	i.progress(job, p, "rebooting into rescue")
+	// The key first: a mark written for a reboot that cannot get the key
+	// would announce a keyed boot that never comes.
+	keys, err := i.Keys.Acquire(pctx, job.keyHolder())
+	if err != nil {
+		return srv, &PhaseError{Phase: p, Err: fmt.Errorf("rescue SSH key: %w", err)}
+	}
 	// The new boot has a new host key: the old pin goes first; and it is
 	// marked as ours, booted with the key.
 	if v, _ := scaleway.TagValue(srv.Tags, TagRescueHostKey); v != "" || !scaleway.HasTags(srv.Tags, rescueBootTag) {
@@ -150,10 +183,6 @@ func (i *Installer) rebootIntoRescue(ctx, pctx context.Context, job *Job, srv *b
 			return srv, &PhaseError{Phase: p, Err: fmt.Errorf("recording the reboot into rescue: %w", err)}
 		}
 		srv = updated
-	}
-	keys, err := i.Keys.Acquire(pctx, job.keyHolder())
-	if err != nil {
-		return srv, &PhaseError{Phase: p, Err: fmt.Errorf("rescue SSH key: %w", err)}
 	}
 	if _, err := i.Dialer.RebootIntoRescue(pctx, i.API, srv, keys); err != nil {
 		// The boot the tag announces may not happen: without the tag the
@@ -256,16 +285,12 @@ func (i *Installer) inRescue(ctx, pctx context.Context, log logr.Logger, job *Jo
 	}
 	defer release()
 	i.loadHostKeyPin(srv, host)
-	// Rescue answered SSH when this phase began: a short wait tells whether
-	// it is still there.
-	dctx, cancel := context.WithTimeout(pctx, max(20*i.retryInterval(), 10*time.Second))
-	sess, err := i.Dialer.WaitDial(dctx, host, i.retryInterval())
-	cancel()
+	// Rescue answered SSH when this phase began.
+	sess, err := i.probeRescue(pctx, host)
 	if err != nil {
 		// Rescue went away (a reboot by hand, a restart after a failed boot):
-		// boot it again, within this phase's deadline. A changed host key is
-		// not rescue gone: rebooting would trust whatever answers next.
-		if ctx.Err() != nil || pctx.Err() != nil || errors.As(err, new(*rescue.HostKeyChangedError)) {
+		// boot it again, within this phase's deadline.
+		if !rescueGone(ctx, pctx, err) {
 			return srv, waitError(ctx, PhaseImaging, "rescue SSH", err)
 		}
 		log.Info("rescue SSH unreachable while imaging; rebooting into rescue", "error", err.Error())
@@ -287,6 +312,19 @@ func (i *Installer) inRescue(ctx, pctx context.Context, log logr.Logger, job *Jo
 // on the NodeClaim (and the job, for this run), then the uplink, the disk
 // and the image on the server's tags.
 func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, sess *rescue.Session, img Image) (*baremetal.Server, error) {
+	if v, _ := scaleway.TagValue(srv.Tags, scaleway.TagImage); v != "" {
+		// em-imager wipes the partition table first: until the new write
+		// is verified, no tag may say the disk holds an image (a failed or
+		// stopped rewrite of a spare would leave it "pre-imaged" on a
+		// wiped disk).
+		updated, err := i.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
+			return scaleway.RemoveTagIn(tags, scaleway.TagImage)
+		})
+		if err != nil {
+			return srv, &PhaseError{Phase: PhaseImaging, Err: fmt.Errorf("dropping the image tag before writing: %w", err)}
+		}
+		srv = updated
+	}
 	i.progress(job, PhaseImaging, "writing the Talos image")
 	lastPct := -1
 	rep, err := rescue.RunImager(pctx, sess, rescue.ImagerArgs{

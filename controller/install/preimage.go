@@ -2,6 +2,7 @@ package install
 
 import (
 	"context"
+	"fmt"
 
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 
@@ -29,9 +30,15 @@ func (i *Installer) PreImage(ctx context.Context, srv *baremetal.Server, img Ima
 	log := i.Log.WithValues("server", srv.ID, "zone", string(srv.Zone), "preimage", true)
 	pctx, cancel := context.WithTimeout(ctx, i.Timeouts.Rescue+i.Timeouts.Imaging)
 	defer cancel()
-	srv, _, err := i.enterRescue(ctx, pctx, job, srv, PhaseRescue)
+	srv, pin, err := i.enterRescue(ctx, pctx, job, srv, PhaseRescue)
 	if err != nil {
 		return srv, err
+	}
+	// Pinned on the server now, as an install's rescue phase does, not after
+	// waiting for an imaging slot: a restart meanwhile must not trust a
+	// second key on first use.
+	if srv, err = i.recordHostKey(ctx, log, srv, pin); err != nil {
+		return srv, &PhaseError{Phase: PhaseRescue, Err: fmt.Errorf("recording the rescue host key: %w", err)}
 	}
 	return i.inRescue(ctx, pctx, log, job, srv, func(sess *rescue.Session) (*baremetal.Server, error) {
 		return i.writeImage(ctx, pctx, log, job, srv, sess, img)

@@ -2,8 +2,9 @@
 // capacity. A spare (package spare) is an idle server already paid for; each
 // group of spares of one NodeClass, offer, zone and billing period becomes a
 // reserved offering (capacity type "reserved") on that offer's instance type,
-// with the group's size as its reservation capacity and a near-zero price, so
-// that Karpenter's scheduler and consolidation prefer it to ordering.
+// with the group's size as its reservation capacity and, for monthly spares,
+// a near-zero price (see Price), so that Karpenter's scheduler and
+// consolidation prefer it to ordering.
 //
 // The counts come from a cache: one ListServers per zone and NodeClass per
 // TTL, dropped when this process takes, keeps or releases a spare, so that
@@ -43,12 +44,27 @@ import (
 // Label is the reservation-ID label (Karpenter's ReservationIDLabel).
 const Label = catalog.LabelReservationID
 
-// PriceDivisor: a reserved offering costs its on-demand offering's price
-// divided by this. The server is paid for whatever runs on it, so to
-// Karpenter it is (almost) free; dividing rather than zeroing keeps the
-// order between offers, so consolidation still prefers the smaller spare.
-// The same choice as karpenter-provider-aws for capacity reservations.
+// PriceDivisor: a reserved offering of monthly spares costs its on-demand
+// offering's price divided by this. The server is paid for its month
+// whatever runs on it, so to Karpenter it is (almost) free; dividing rather
+// than zeroing keeps the order between offers, so consolidation still
+// prefers the smaller spare. The same choice as karpenter-provider-aws for
+// capacity reservations.
 const PriceDivisor = 10_000_000.0
+
+// Price of a reserved offering whose on-demand offering costs onDemand.
+// Hourly spares (warm-pool servers) keep their full price: taking one costs
+// a new hourly server (the pool orders its replacement) and the node bills
+// by the hour while it runs, so consolidation must not see it as free
+// (it would move nodes onto the pool and drain it). Karpenter's scheduler
+// uses any compatible reserved offering before on-demand ones whatever its
+// price, so the pool still serves scale-up first.
+func Price(onDemand float64, billing catalog.BillingPeriod) float64 {
+	if billing == catalog.BillingHourly {
+		return onDemand
+	}
+	return onDemand / PriceDivisor
+}
 
 // Defaults of the cache.
 const (
@@ -178,11 +194,7 @@ func (c *Cache) list(ctx context.Context, nodeClass, zone string) ([]Group, erro
 	}
 	counts := map[Group]int{}
 	for _, s := range srvs {
-		switch s.Status {
-		case baremetal.ServerStatusDeleting, baremetal.ServerStatusError, baremetal.ServerStatusOutOfStock:
-			continue
-		}
-		if install.PhaseOf(s) != install.PhaseSpare || s.OfferName == "" {
+		if !spare.Takeable(s) || install.PhaseOf(s) != install.PhaseSpare || s.OfferName == "" {
 			continue
 		}
 		counts[Group{NodeClass: nodeClass, Zone: zone, Offer: s.OfferName, Billing: spare.Billing(c.Offers, s)}]++
@@ -273,7 +285,7 @@ func Offerings(its []*cloudprovider.InstanceType, groups []Group) []*cloudprovid
 				Requirements: replaced(od.Requirements,
 					scheduling.NewRequirement(karpv1.CapacityTypeLabelKey, corev1.NodeSelectorOpIn, karpv1.CapacityTypeReserved),
 					scheduling.NewRequirement(Label, corev1.NodeSelectorOpIn, g.ID())),
-				Price:               od.Price / PriceDivisor,
+				Price:               Price(od.Price, g.Billing),
 				Available:           g.Count > 0,
 				ReservationCapacity: g.Count,
 			})

@@ -262,6 +262,9 @@ func TestOfferingsFromGroups(t *testing.T) {
 	}
 	if h := reserved["hourly"]; h.Available || h.ReservationCapacity != 0 {
 		t.Fatalf("an exhausted group is offered as available: %+v", h)
+	} else if hod := onDemand(got.Offerings, zone, catalog.BillingHourly); h.Price != hod.Price {
+		// An hourly spare (a warm-pool server) bills by the hour: not free to consolidation.
+		t.Fatalf("hourly reserved offering priced %v, want its on-demand price %v", h.Price, hod.Price)
 	}
 }
 

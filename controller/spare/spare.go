@@ -184,24 +184,55 @@ func (k *Keeper) Busy(id string, stop context.CancelFunc) (end func(), ok bool) 
 	}, true
 }
 
-// stopWork stops the background work on id, if any, and waits for its end.
-func (k *Keeper) stopWork(id string) {
-	k.workMu.Lock()
-	b := k.work[id]
-	k.workMu.Unlock()
-	if b != nil {
+// hold stops the background work on id, if any, waits for its end, and
+// keeps new work off id (Busy refuses it) until the returned func is
+// called: a pre-imaging that began between the stop and the take's tag
+// write would otherwise read the server as a spare still and image a
+// server that is no longer one.
+func (k *Keeper) hold(id string) (unhold func()) {
+	for {
+		k.workMu.Lock()
+		b := k.work[id]
+		if b == nil {
+			if k.work == nil {
+				k.work = map[string]*busy{}
+			}
+			mine := &busy{stop: func() {}, done: make(chan struct{})}
+			k.work[id] = mine
+			k.workMu.Unlock()
+			return func() {
+				k.workMu.Lock()
+				delete(k.work, id)
+				k.workMu.Unlock()
+				close(mine.done)
+			}
+		}
+		k.workMu.Unlock()
 		b.stop()
 		<-b.done
 	}
 }
 
+// Takeable reports whether spare srv can be given to a NodeClaim: not
+// being deleted, broken or an order never delivered. The reserved
+// offerings count the same servers.
+func Takeable(srv *baremetal.Server) bool {
+	switch srv.Status {
+	case baremetal.ServerStatusDeleting, baremetal.ServerStatusError, baremetal.ServerStatusOutOfStock, baremetal.ServerStatusLocked:
+		return false
+	}
+	return true
+}
+
 // Release ends owner's use of server zone/id: it reads the server, leaves it
-// alone unless it is this cluster's and tagged for owner (owner "" is the
-// garbage collector's: whoever), then keeps it as a spare or deletes it.
+// alone unless it is this cluster's and tagged for NodeClaim owner (owner ""
+// is the garbage collector's for a server tagged for no NodeClaim: one a
+// NodeClaim took since the collector listed it is not its to end), then
+// keeps it as a spare or deletes it.
 func (k *Keeper) Release(ctx context.Context, zone scw.Zone, id, owner string, nc *v1alpha1.ScalewayElasticMetalNodeClass) (Outcome, Decision, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.stopWork(id)
+	defer k.hold(id)()
 	srv, err := k.API.GetServer(ctx, zone, id)
 	if scaleway.IsNotFound(err) {
 		return Gone, Decision{}, nil
@@ -214,7 +245,7 @@ func (k *Keeper) Release(ctx context.Context, zone scw.Zone, id, owner string, n
 		return "", Decision{}, err
 	}
 	tags := scaleway.ParseTags(srv.Tags)
-	if !mine || (owner != "" && tags[scaleway.TagNodeClaim] != owner) {
+	if !mine || tags[scaleway.TagNodeClaim] != owner {
 		return NotOwned, Decision{}, nil
 	}
 	if srv.Status == baremetal.ServerStatusDeleting {
@@ -290,7 +321,7 @@ func (k *Keeper) keep(ctx context.Context, srv *baremetal.Server, owner string) 
 func (k *Keeper) EndSpare(ctx context.Context, zone scw.Zone, id string, handOver bool) (Outcome, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.stopWork(id)
+	defer k.hold(id)()
 	srv, err := k.API.GetServer(ctx, zone, id)
 	if scaleway.IsNotFound(err) {
 		return Gone, nil
@@ -398,10 +429,10 @@ func (k *Keeper) take(ctx context.Context, zone scw.Zone, offerName string, bill
 	})
 	for _, s := range spares {
 		// Billing: an hourly warm-pool server is not a monthly claim's (nor the reverse).
-		if s.OfferName != offerName || Billing(k.Offers, s) != billing || s.Status == baremetal.ServerStatusDeleting || s.Status == baremetal.ServerStatusError {
+		if s.OfferName != offerName || Billing(k.Offers, s) != billing || !Takeable(s) {
 			continue
 		}
-		k.stopWork(s.ID) // a pre-imaging under way ends before the take
+		unhold := k.hold(s.ID) // a pre-imaging under way ends before the take, and none starts until it is written
 		taken, preImaged := false, false
 		updated, err := k.API.EditTags(ctx, s.Zone, s.ID, func(tags []string) ([]string, bool) {
 			if install.PhaseOf(&baremetal.Server{Tags: tags}) != install.PhaseSpare {
@@ -426,6 +457,7 @@ func (k *Keeper) take(ctx context.Context, zone scw.Zone, offerName string, bill
 			}
 			return install.SetPhaseIn(tags, install.PhaseOrdered, now), true
 		})
+		unhold()
 		if scaleway.IsNotFound(err) {
 			continue
 		}

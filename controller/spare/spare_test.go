@@ -108,7 +108,8 @@ func TestPreImagedNeedsImageKeyedRescueAndPin(t *testing.T) {
 }
 
 // Work under Busy is stopped and waited for before a take acts; a second
-// Busy on the same spare is refused until the first ends.
+// Busy on the same spare is refused until the first ends, and no work
+// starts while a take, release or end holds the spare.
 func TestBusyWorkIsStoppedAndAwaited(t *testing.T) {
 	k := &Keeper{}
 	stopped := make(chan struct{})
@@ -125,14 +126,30 @@ func TestBusyWorkIsStoppedAndAwaited(t *testing.T) {
 		finished.Store(true)
 		end()
 	}()
-	k.stopWork("s")
+	unhold := k.hold("s")
 	if !finished.Load() {
-		t.Fatal("stopWork returned before the work ended")
+		t.Fatal("hold returned before the work ended")
 	}
+	if _, ok := k.Busy("s", func() {}); ok {
+		t.Fatal("work started on a spare a take holds (it would image a server no longer a spare)")
+	}
+	unhold()
 	if end2, ok := k.Busy("s", func() {}); !ok {
-		t.Fatal("Busy refused after the work ended")
+		t.Fatal("Busy refused after the hold ended")
 	} else {
 		end2()
 	}
-	k.stopWork("idle") // nothing under way: returns at once
+	k.hold("idle")() // nothing under way: returns at once
+}
+
+func TestTakeableLeavesBrokenAndUndeliveredServers(t *testing.T) {
+	for status, want := range map[baremetal.ServerStatus]bool{
+		baremetal.ServerStatusReady: true, baremetal.ServerStatusDelivering: true, baremetal.ServerStatusStarting: true,
+		baremetal.ServerStatusOutOfStock: false, baremetal.ServerStatusError: false, baremetal.ServerStatusDeleting: false,
+		baremetal.ServerStatusLocked: false,
+	} {
+		if got := Takeable(&baremetal.Server{Status: status}); got != want {
+			t.Errorf("Takeable(%s) = %v, want %v", status, got, want)
+		}
+	}
 }
