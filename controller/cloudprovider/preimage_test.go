@@ -49,6 +49,32 @@ func (e *env) monthlySpare() (id, instanceType string) {
 	return id, got.Labels[corev1.LabelInstanceTypeStable]
 }
 
+// preImagedSpare is monthlySpare, pre-imaged by one sweep.
+func (e *env) preImagedSpare() (id, instanceType string) {
+	e.t.Helper()
+	id, instanceType = e.monthlySpare()
+	e.preImage(e.ctx)
+	if !spare.PreImaged(e.server(id), e.currentImage()) {
+		e.t.Fatalf("spare not pre-imaged: tags %v", e.server(id).Tags)
+	}
+	return id, instanceType
+}
+
+// preImageAgain runs a sweep on spare id and expects it pre-imaged with
+// wantBoots rescue boots since boots (why: which ones), and the key gone
+// from IAM afterwards.
+func (e *env) preImageAgain(id string, boots, wantBoots int, why string) {
+	e.t.Helper()
+	e.preImage(e.ctx)
+	if !spare.PreImaged(e.server(id), e.currentImage()) {
+		e.t.Fatalf("spare not pre-imaged: tags %v", e.server(id).Tags)
+	}
+	if got := e.rescueBoots(id) - boots; got != wantBoots {
+		e.t.Fatalf("%d rescue boots, want %d: %s", got, wantBoots, why)
+	}
+	e.assertNoIAMKey("after pre-imaging")
+}
+
 // waitSpareReady waits until spare id is delivered in rescue (the keep's reboot done).
 func (e *env) waitSpareReady(id string) {
 	e.t.Helper()
@@ -214,12 +240,8 @@ func TestPreImagedSpareIsReusedWithConfigAndRebootOnly(t *testing.T) {
 // A spare holding an image older than its NodeClass's is imaged again.
 func TestStaleSpareIsImagedAgain(t *testing.T) {
 	e := startEnv(t, nil)
-	id, _ := e.monthlySpare()
-	e.preImage(e.ctx)
+	id, _ := e.preImagedSpare()
 	old := e.currentImage()
-	if !spare.PreImaged(e.server(id), old) {
-		t.Fatal("spare not pre-imaged")
-	}
 	if _, err := e.w.PublishImage(e.ctx, "v1.12.9"); err != nil {
 		t.Fatal(err)
 	}
@@ -262,14 +284,7 @@ func TestRestartMidPreImagingResumesWithoutLeakingTheKey(t *testing.T) {
 	e.p = e.newProvider()
 	e.assertNoIAMKey("after a restart mid-pre-imaging")
 	e.waitSpareReady(id)
-	e.preImage(e.ctx)
-	if !spare.PreImaged(e.server(id), e.currentImage()) {
-		t.Fatalf("spare not pre-imaged after the restart: tags %v", e.server(id).Tags)
-	}
-	if got := e.rescueBoots(id) - boots; got != 1 {
-		t.Fatalf("%d rescue boots, want 1: the restarted pre-imager logs into the keyed boot the first one made", got)
-	}
-	e.assertNoIAMKey("after the resumed pre-imaging")
+	e.preImageAgain(id, boots, 1, "the restarted pre-imager logs into the keyed boot the first one made")
 }
 
 // A pre-imaged spare whose rescue shows another key than the one pinned on
@@ -278,11 +293,7 @@ func TestRestartMidPreImagingResumesWithoutLeakingTheKey(t *testing.T) {
 // tags.
 func TestPreImagedSpareWithChangedHostKeyIsNotTrusted(t *testing.T) {
 	e := startEnv(t, nil)
-	id, instanceType := e.monthlySpare()
-	e.preImage(e.ctx)
-	if !spare.PreImaged(e.server(id), e.currentImage()) {
-		t.Fatal("spare not pre-imaged")
-	}
+	id, instanceType := e.preImagedSpare()
 	other := rescue.HostKeyPin("SHA256:" + base64.RawStdEncoding.EncodeToString(make([]byte, 32)))
 	if _, err := e.p.API.EditTags(e.ctx, "fr-par-2", id, func(tags []string) ([]string, bool) {
 		tags, _ = scaleway.SetTagIn(tags, install.TagRescueHostKey, string(other))
@@ -370,12 +381,8 @@ func TestPreImagingFaultsLeaveTheSpareUnimaged(t *testing.T) {
 // the image again instead of only a config onto a wiped disk.
 func TestFailedRewriteOfAPreImagedSpareDropsItsImageTag(t *testing.T) {
 	e := startEnv(t, nil)
-	id, _ := e.monthlySpare()
-	e.preImage(e.ctx)
+	id, _ := e.preImagedSpare()
 	img := e.currentImage()
-	if !spare.PreImaged(e.server(id), img) {
-		t.Fatal("spare not pre-imaged")
-	}
 	if _, err := e.p.API.RebootServer(e.ctx, "fr-par-2", id, baremetal.ServerBootTypeNormal, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -418,13 +425,5 @@ func TestStaleRescueBootMarkIsRebootedNotWaitedOut(t *testing.T) {
 	if !install.InKeyedRescue(e.server(id)) {
 		t.Fatal("the test needs the spare's keyless rescue to look keyed")
 	}
-	boots := e.rescueBoots(id)
-	e.preImage(e.ctx)
-	if !spare.PreImaged(e.server(id), e.currentImage()) {
-		t.Fatalf("spare not pre-imaged: tags %v", e.server(id).Tags)
-	}
-	if got := e.rescueBoots(id) - boots; got != 1 {
-		t.Fatalf("%d rescue boots, want 1 (the keyed one)", got)
-	}
-	e.assertNoIAMKey("after pre-imaging")
+	e.preImageAgain(id, e.rescueBoots(id), 1, "the keyed one")
 }
