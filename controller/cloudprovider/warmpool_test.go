@@ -10,11 +10,13 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 )
 
-// An hourly NodeClaim takes a delivered warm-pool server in rescue instead
-// of ordering, installs and joins on it, and the pool orders a replacement.
+// An hourly NodeClaim takes a delivered, pre-imaged warm-pool server instead
+// of ordering, installs and joins on it without a reboot into rescue, and
+// the pool orders a replacement.
 func TestHourlyNodeClaimTakesAWarmPoolServer(t *testing.T) {
 	e := startEnv(t, nil)
 	const offer = "EM-A116X-SSD"
@@ -30,14 +32,18 @@ func TestHourlyNodeClaimTakesAWarmPoolServer(t *testing.T) {
 		}
 		return out
 	}
-	e.eventually("the warm pool delivered into rescue", func() bool {
+	// The pool orders; the pre-imager boots the delivered server into a
+	// keyed rescue and writes the image (the pool itself reboots nothing).
+	e.eventually("the warm pool delivered and pre-imaged", func() bool {
 		if _, err := e.p.WarmPool.Reconcile(e.ctx); err != nil {
 			t.Fatal(err)
 		}
+		e.preImage(e.ctx)
 		p := pool()
-		return len(p) == 1 && p[0].Status == string(baremetal.ServerStatusReady) && p[0].BootType == string(baremetal.ServerBootTypeRescue)
+		return len(p) == 1 && spare.PreImaged(e.server(p[0].ID), e.currentImage())
 	})
 	warm := pool()[0]
+	boots := e.rescueBoots(warm.ID)
 
 	claim := e.nodeClaim(karpv1.NodeSelectorRequirementWithMinValues{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: []string{offer}})
 	got := e.launch(claim)
@@ -52,6 +58,9 @@ func TestHourlyNodeClaimTakesAWarmPoolServer(t *testing.T) {
 	}
 	e.waitNode(got.Status.ProviderID)
 	e.waitPhase(claim.Name, install.PhaseJoined)
+	if n := e.rescueBoots(warm.ID) - boots; n != 0 {
+		t.Errorf("%d reboots into rescue taking a pre-imaged pool server, want 0", n)
+	}
 
 	if _, err := e.p.WarmPool.Reconcile(e.ctx); err != nil {
 		t.Fatal(err)

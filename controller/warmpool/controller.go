@@ -68,7 +68,13 @@ type Controller struct {
 	Log         logr.Logger
 
 	mu      sync.Mutex
-	ordered map[string]time.Time // slot tag -> when ordered here
+	ordered map[string]slotOrder // slot tag -> its order here
+}
+
+// slotOrder is a slot ordered here: when, and the server the order gave.
+type slotOrder struct {
+	at time.Time
+	id string
 }
 
 // Reconcile sizes every pool once.
@@ -93,7 +99,9 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 			return reconciler.Result{}, err // never size on a partial view
 		}
 	}
+	listed := map[string]bool{}
 	for _, s := range srvs {
+		listed[s.ID] = true
 		if InPool(s) {
 			nc, _ := scaleway.TagValue(s.Tags, scaleway.TagNodeClass)
 			pools[nc] = append(pools[nc], s)
@@ -109,7 +117,7 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 			}
 			continue
 		}
-		if err := c.reconcile(ctx, nc, pools[nc.Name]); err != nil {
+		if err := c.reconcile(ctx, nc, pools[nc.Name], listed); err != nil {
 			errs = append(errs, fmt.Errorf("warm pool of nodeclass %s: %w", nc.Name, err))
 		}
 	}
@@ -121,10 +129,10 @@ type condition struct {
 	reason, message string
 }
 
-func (c *Controller) reconcile(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass, pool []*baremetal.Server) error {
+func (c *Controller) reconcile(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass, pool []*baremetal.Server, listed map[string]bool) error {
 	want, problems := Entries(nc, c.DefaultZone, c.Catalog)
 	billing := func(s *baremetal.Server) catalog.BillingPeriod { return spare.Billing(c.Catalog, s) }
-	plan := Decide(want, pool, billing, c.inFlight(pool), nc.Name)
+	plan := Decide(want, pool, billing, c.inFlight(pool, listed), nc.Name)
 	var errs []error
 	for _, s := range plan.Release {
 		if _, err := c.Spares.EndSpare(ctx, s.Zone, s.ID, false); err != nil {
@@ -211,7 +219,7 @@ func (c *Controller) order(ctx context.Context, nc *v1alpha1.ScalewayElasticMeta
 			}
 			continue
 		}
-		c.remember(tag)
+		c.remember(tag, srv.ID)
 		if c.Saw != nil {
 			c.Saw(k.Zone)
 		}
@@ -283,8 +291,11 @@ func equalConditions(a, b *v1alpha1.ScalewayElasticMetalNodeClass) bool {
 	return ca.Status == cb.Status && ca.Reason == cb.Reason && ca.Message == cb.Message
 }
 
-// inFlight are the slots ordered here that the listing does not show yet.
-func (c *Controller) inFlight(pool []*baremetal.Server) map[string]bool {
+// inFlight are the slots ordered here that the listing does not show yet:
+// neither the slot tag in the pool nor the server the order gave among all
+// the cluster's servers (listed taken, it left the pool before this pass
+// saw it there: its slot is free again).
+func (c *Controller) inFlight(pool []*baremetal.Server, listedIDs map[string]bool) map[string]bool {
 	listed := map[string]bool{}
 	for _, s := range pool {
 		if v, ok := scaleway.TagValue(s.Tags, scaleway.TagWarmPoolSlot); ok {
@@ -295,8 +306,8 @@ func (c *Controller) inFlight(pool []*baremetal.Server) map[string]bool {
 	defer c.mu.Unlock()
 	out := map[string]bool{}
 	now := c.clock().Now()
-	for tag, at := range c.ordered {
-		if listed[tag] || now.Sub(at) > InFlight {
+	for tag, o := range c.ordered {
+		if listed[tag] || listedIDs[o.id] || now.Sub(o.at) > InFlight {
 			delete(c.ordered, tag)
 			continue
 		}
@@ -305,13 +316,13 @@ func (c *Controller) inFlight(pool []*baremetal.Server) map[string]bool {
 	return out
 }
 
-func (c *Controller) remember(tag string) {
+func (c *Controller) remember(tag, id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ordered == nil {
-		c.ordered = map[string]time.Time{}
+		c.ordered = map[string]slotOrder{}
 	}
-	c.ordered[tag] = c.clock().Now()
+	c.ordered[tag] = slotOrder{at: c.clock().Now(), id: id}
 }
 
 func delivering(keep map[Key][]*baremetal.Server) int {

@@ -406,3 +406,27 @@ func TestLaggingListingDoesNotOrderTwice(t *testing.T) {
 		t.Errorf("%d orders while the listing lags, want 1", got)
 	}
 }
+
+// A pool server taken before any pass listed it (Karpenter takes a
+// delivering pool server within the pass interval) leaves the pool with its
+// slot tag: its slot is not "ordered, not listed yet" any more, and the
+// next pass orders it again instead of waiting out InFlight.
+func TestSlotTakenBeforeItWasListedIsOrderedAgain(t *testing.T) {
+	f := setup(t, readyNodeClass(v1alpha1.WarmPoolEntry{Offer: "EM-A116X-SSD", Servers: 1}))
+	if err := f.reconcile(t); err != nil {
+		t.Fatal(err)
+	}
+	taken, err := f.keeper.Take(context.Background(), zone, "EM-A116X-SSD", catalog.BillingHourly, f.nodeClass(t), "claim-a", "np")
+	if err != nil || taken == nil {
+		t.Fatalf("take: %v, %v", taken, err)
+	}
+	if err := f.reconcile(t); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.posts(t); got != 2 {
+		t.Fatalf("%d orders, want 2: the taken server's slot ordered again", got)
+	}
+	if pool, _ := f.live(); len(pool) != 1 || pool[0].ID == taken.ID {
+		t.Fatalf("pool %+v, want one new server", pool)
+	}
+}
