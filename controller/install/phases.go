@@ -21,19 +21,25 @@ import (
 
 // deliver waits for the order to be delivered and attaches private networks.
 func (i *Installer) deliver(ctx, pctx context.Context, job *Job, srv *baremetal.Server) (*baremetal.Server, error) {
-	i.progress(job, PhaseOrdered, fmt.Sprintf("waiting for delivery of server %s", srv.ID))
-	// Ready is not enough: the API can show a delivered server without IPs for a while.
-	var expect []scaleway.WaitOption
-	if srv.Status == baremetal.ServerStatusDelivering {
-		// Polls follow the delivery's expected end (a taken spare has none).
-		expect = append(expect, scaleway.Expecting(scaleway.TransitionDelivery, srv.OfferName, PhaseSince(srv)))
+	// A taken spare (or a resumed install) whose state at hand, the answer
+	// to the take's tag write or a read moments ago, shows it delivered
+	// with its address needs no list: waiting for the next one cost up to a
+	// poll interval (15 s) per reuse.
+	if srv.Status != baremetal.ServerStatusReady || scaleway.IPv4Of(srv) == "" {
+		i.progress(job, PhaseOrdered, fmt.Sprintf("waiting for delivery of server %s", srv.ID))
+		// Ready is not enough: the API can show a delivered server without IPs for a while.
+		var expect []scaleway.WaitOption
+		if srv.Status == baremetal.ServerStatusDelivering {
+			// Polls follow the delivery's expected end.
+			expect = append(expect, scaleway.Expecting(scaleway.TransitionDelivery, srv.OfferName, PhaseSince(srv)))
+		}
+		got, _, err := i.Poller.WaitIPv4(pctx, srv.Zone, srv.ID, scaleway.StatusIs(baremetal.ServerStatusReady),
+			func(msg string) { i.progress(job, PhaseOrdered, msg) }, expect...)
+		if err != nil {
+			return srv, waitError(ctx, PhaseOrdered, "delivery", err)
+		}
+		srv = got
 	}
-	got, _, err := i.Poller.WaitIPv4(pctx, srv.Zone, srv.ID, scaleway.StatusIs(baremetal.ServerStatusReady),
-		func(msg string) { i.progress(job, PhaseOrdered, msg) }, expect...)
-	if err != nil {
-		return srv, waitError(ctx, PhaseOrdered, "delivery", err)
-	}
-	srv = got
 	if err := i.API.AttachPrivateNetworks(pctx, srv.Zone, srv.ID, job.PrivateNetworkIDs); err != nil {
 		return srv, &PhaseError{Phase: PhaseOrdered, Err: err}
 	}

@@ -76,12 +76,36 @@ func Cadence(last, due time.Time, interval time.Duration) time.Time {
 	}
 }
 
+// CadencePrior is Cadence for an expectation taken from priors rather than
+// learned: dense around due, but never sparser than the plain interval (a
+// prior may not fit this offer: a faster server is noticed no later than
+// without it).
+func CadencePrior(last, due time.Time, interval time.Duration) time.Time {
+	next := Cadence(last, due, interval)
+	if plain := last.Add(interval); plain.Before(next) {
+		return plain
+	}
+	return next
+}
+
+// priors are what a transition is expected to take before this process saw
+// one of its kind end (the first nodes after a start): the short side of
+// Scaleway's recorded durations (deliveries 4m40s-5m15s, reboots
+// 2m20s-2m45s), so that the dense window (30 s before to 60 s after)
+// covers them and the first nodes notice each transition within a third
+// of an interval instead of a whole one.
+var priors = map[Transition]time.Duration{
+	TransitionDelivery:     4*time.Minute + 30*time.Second,
+	TransitionRebootRescue: 2*time.Minute + 15*time.Second,
+	TransitionRebootNormal: 2*time.Minute + 15*time.Second,
+}
+
 // expectSamples is how many recent durations a key keeps.
 const expectSamples = 8
 
 // expectations are the recent durations of each kind of transition, per
 // offer and zone, learned from the waits this process saw end. None known
-// (a new offer, a restart): the plain interval, as without expectations.
+// (a new offer, a restart): the kind's prior, on CadencePrior.
 type expectations struct {
 	mu      sync.Mutex
 	samples map[expectKey][]time.Duration
@@ -105,13 +129,14 @@ func (e *expectations) observe(k expectKey, d time.Duration) {
 
 // typical is the shortest recent duration: the dense polling starts before
 // the fastest of them would end (a shorter guess costs a few lists, a
-// longer one costs time on every node).
-func (e *expectations) typical(k expectKey) (time.Duration, bool) {
+// longer one costs time on every node). None learned: the kind's prior
+// (learned false), if it has one.
+func (e *expectations) typical(k expectKey) (d time.Duration, learned, ok bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	s := e.samples[k]
-	if len(s) == 0 {
-		return 0, false
+	if s := e.samples[k]; len(s) > 0 {
+		return slices.Min(s), true, true
 	}
-	return slices.Min(s), true
+	d, ok = priors[k.kind]
+	return d, false, ok
 }

@@ -102,35 +102,34 @@ func (l *listTimes) RoundTrip(r *http.Request) (*http.Response, error) {
 	return l.base.RoundTrip(r)
 }
 
-// A delivery expected to take 5 minutes (learned from an earlier one):
-// the zone is listed every 4 intervals early in the wait, every third of
-// an interval from 30 s before the expected end, and the wait's duration
-// is learned. Times are the fake clock's: no wall-clock threshold.
-func TestPollerCadenceTightensNearTheExpectedEnd(t *testing.T) {
-	const interval = 15 * time.Second
-	const typical = 5 * time.Minute
+// deliveryWait orders a server held in delivering, waits for its delivery
+// (Expecting) on a fake clock with a 15 s poll interval and delivers it
+// deliveredAfter the order; learned, when not zero, is a duration the
+// poller saw before. It returns when each list started, after the order.
+func deliveryWait(t *testing.T, learned, deliveredAfter time.Duration) (offsets []time.Duration, p *Poller, key expectKey, c *manualClock, srv *baremetal.Server) {
+	t.Helper()
 	env := startSim(t, 1, nil, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	stuck := env.sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStuck, State: "delivering", Tag: Tag(TagManagedBy, cluster)})
 	srv, _, err := env.client.CreateServer(ctx, env.createReq("nc-cadence"))
 	if err != nil {
 		t.Fatal(err)
 	}
-
 	clock := &manualClock{now: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
 	lists := &listTimes{base: http.DefaultTransport, clock: clock}
 	cfg := testConfig(env.client.cfg.APIURL)
-	cfg.PollInterval = interval
-	c, err := New(cfg, WithClock(clock), WithTransport(lists))
+	cfg.PollInterval = cadenceInterval
+	client, err := New(cfg, WithClock(clock), WithTransport(lists))
 	if err != nil {
 		t.Fatal(err)
 	}
-	poller := c.NewPoller(Tag(TagManagedBy, cluster))
-	defer poller.Close()
-	key := expectKey{zone: zone, offer: srv.OfferName, kind: TransitionDelivery}
-	poller.expect.observe(key, typical)
-
+	poller := client.NewPoller(Tag(TagManagedBy, cluster))
+	t.Cleanup(poller.Close)
+	key = expectKey{zone: zone, offer: srv.OfferName, kind: TransitionDelivery}
+	if learned > 0 {
+		poller.expect.observe(key, learned)
+	}
 	since := clock.Now()
 	done := make(chan error, 1)
 	go func() {
@@ -140,36 +139,53 @@ func TestPollerCadenceTightensNearTheExpectedEnd(t *testing.T) {
 	}()
 	released := false
 	clock.drive(t, done, func() {
-		if !released && clock.Now().Sub(since) >= typical+30*time.Second {
-			env.sim.RemoveFault(stuck) // delivered 30 s after the expected end
+		if !released && clock.Now().Sub(since) >= deliveredAfter {
+			env.sim.RemoveFault(stuck)
 			released = true
 		}
 	})
 	lists.mu.Lock()
-	at := append([]time.Time(nil), lists.at...)
-	lists.mu.Unlock()
-	var offsets []time.Duration
-	for _, a := range at {
+	defer lists.mu.Unlock()
+	for _, a := range lists.at {
 		offsets = append(offsets, a.Sub(since))
 	}
 	t.Logf("lists at %v after the order", offsets)
-	denseFrom := typical - 2*interval
-	var sparse, dense int
+	return offsets, poller, key, clock, srv
+}
+
+const cadenceInterval = 15 * time.Second
+
+// countGaps checks the gaps between lists: wantEarly apart up to denseFrom
+// (or ending on it), a third of the interval from denseFrom to end; it
+// returns how many of each it saw.
+func countGaps(t *testing.T, offsets []time.Duration, wantEarly, denseFrom, end time.Duration) (early, dense int) {
+	t.Helper()
 	for k := 1; k < len(offsets); k++ {
 		gap, prev := offsets[k]-offsets[k-1], offsets[k-1]
 		switch {
 		case offsets[k] <= denseFrom:
-			sparse++
-			if gap != 4*interval && offsets[k] != denseFrom {
-				t.Errorf("list at %v, %v after the previous one: early in the wait lists are 4 intervals apart (or at the dense window's start %v)", offsets[k], gap, denseFrom)
+			early++
+			if gap != wantEarly && offsets[k] != denseFrom {
+				t.Errorf("list at %v, %v after the previous one: early in the wait lists are %v apart (or at the dense window's start %v)", offsets[k], gap, wantEarly, denseFrom)
 			}
-		case prev >= denseFrom && offsets[k] <= typical+30*time.Second:
+		case prev >= denseFrom && offsets[k] <= end:
 			dense++
-			if gap != interval/3 {
-				t.Errorf("list at %v, %v after the previous one: near the expected end lists are %v apart", offsets[k], gap, interval/3)
+			if gap != cadenceInterval/3 {
+				t.Errorf("list at %v, %v after the previous one: near the expected end lists are %v apart", offsets[k], gap, cadenceInterval/3)
 			}
 		}
 	}
+	return early, dense
+}
+
+// A delivery expected to take 5 minutes (learned from an earlier one):
+// the zone is listed every 4 intervals early in the wait, every third of
+// an interval from 30 s before the expected end, and the wait's duration
+// is learned. Times are the fake clock's: no wall-clock threshold.
+func TestPollerCadenceTightensNearTheExpectedEnd(t *testing.T) {
+	const typical = 5 * time.Minute
+	offsets, poller, key, clock, srv := deliveryWait(t, typical, typical+30*time.Second)
+	sparse, dense := countGaps(t, offsets, 4*cadenceInterval, typical-2*cadenceInterval, typical+30*time.Second)
 	if sparse < 4 || dense < 6 {
 		t.Errorf("%d sparse and %d dense lists: the wait did not go through both cadences (lists at %v)", sparse, dense, offsets)
 	}
@@ -179,6 +195,9 @@ func TestPollerCadenceTightensNearTheExpectedEnd(t *testing.T) {
 
 	// Done on the first list (a wait resumed after a restart): no lower
 	// bound, nothing learned.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
 	go func() {
 		_, err := poller.WaitFor(ctx, zone, srv.ID, StatusIs(baremetal.ServerStatusReady),
 			Expecting(TransitionDelivery, srv.OfferName, clock.Now().Add(-time.Hour)))
@@ -187,6 +206,40 @@ func TestPollerCadenceTightensNearTheExpectedEnd(t *testing.T) {
 	clock.drive(t, done, func() {})
 	if n := len(poller.expect.samples[key]); n != 2 {
 		t.Errorf("%d durations known after a wait done on its first list, want still 2", n)
+	}
+}
+
+// Before any delivery was seen to end (the first nodes after a start) the
+// prior stands in: lists every interval early (never sparser than without
+// an expectation) and every third of an interval around the prior's end;
+// the delivery is learned for the next waits.
+func TestPollerFollowsThePriorBeforeAnyWaitEnded(t *testing.T) {
+	prior := priors[TransitionDelivery]
+	offsets, poller, key, _, _ := deliveryWait(t, 0, prior+10*time.Second)
+	early, dense := countGaps(t, offsets, cadenceInterval, prior-2*cadenceInterval, prior+10*time.Second)
+	if early < 10 || dense < 6 {
+		t.Errorf("%d early and %d dense lists: the wait did not go through both cadences (lists at %v)", early, dense, offsets)
+	}
+	if _, learned, _ := poller.expect.typical(key); !learned {
+		t.Error("after the wait the delivery is not learned: the next waits would still follow the prior")
+	}
+}
+
+func TestCadencePriorIsNeverSparserThanTheInterval(t *testing.T) {
+	const i = 15 * time.Second
+	due := time.Date(2026, 1, 1, 12, 5, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name string
+		last time.Time
+		want time.Time
+	}{
+		{"early: the plain interval, not 4", due.Add(-5 * time.Minute), due.Add(-5*time.Minute + i)},
+		{"dense before the expected end", due.Add(-30 * time.Second), due.Add(-25 * time.Second)},
+		{"plain once well past it", due.Add(60 * time.Second), due.Add(75 * time.Second)},
+	} {
+		if got := CadencePrior(c.last, due, i); !got.Equal(c.want) {
+			t.Errorf("%s: CadencePrior(due%+v) = due%+v, want due%+v", c.name, c.last.Sub(due), got.Sub(due), c.want.Sub(due))
+		}
 	}
 }
 

@@ -79,7 +79,7 @@ type zonePoller struct {
 	running bool
 	// dues: when the transitions that waiters expect should end (Expecting);
 	// a waiter without one is served every interval.
-	dues    map[uint64]time.Time
+	dues    map[uint64]due
 	waiters uint64
 	// wantAfter: a caller needs a list started at or after this instant,
 	// sooner than the interval would give it. A list already in flight that
@@ -100,21 +100,28 @@ func (p *Poller) zonePoller(zone scw.Zone) *zonePoller {
 	return z
 }
 
+// due is when a waiter expects its transition to end, and whether that
+// comes from a prior (CadencePrior) rather than waits seen to end.
+type due struct {
+	at    time.Time
+	prior bool
+}
+
 // acquire registers a waiter and starts the zone's loop if needed.
 // wantAfter, when not zero, asks for a list started at or after it now;
-// due, when not zero, is when the waiter expects its transition to end.
-// It returns the waiter's token for release.
-func (z *zonePoller) acquire(wantAfter, due time.Time) uint64 {
+// d, when its time is not zero, is when the waiter expects its transition
+// to end. It returns the waiter's token for release.
+func (z *zonePoller) acquire(wantAfter time.Time, d due) uint64 {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	z.demand++
 	z.waiters++
 	token := z.waiters
-	if !due.IsZero() {
+	if !d.at.IsZero() {
 		if z.dues == nil {
-			z.dues = map[uint64]time.Time{}
+			z.dues = map[uint64]due{}
 		}
-		z.dues[token] = due
+		z.dues[token] = d
 	}
 	z.p.c.metrics.waiters.WithLabelValues(string(z.zone)).Set(float64(z.demand))
 	urgent := !wantAfter.IsZero() && wantAfter.After(z.lastList)
@@ -152,8 +159,12 @@ func (z *zonePoller) nextList() time.Time {
 	if z.demand > len(z.dues) {
 		next = z.lastList.Add(z.p.interval)
 	}
-	for _, due := range z.dues {
-		if n := Cadence(z.lastList, due, z.p.interval); next.IsZero() || n.Before(next) {
+	for _, d := range z.dues {
+		cadence := Cadence
+		if d.prior {
+			cadence = CadencePrior
+		}
+		if n := cadence(z.lastList, d.at, z.p.interval); next.IsZero() || n.Before(next) {
 			next = n
 		}
 	}
@@ -229,7 +240,7 @@ func (p *Poller) Get(ctx context.Context, zone scw.Zone, id string, maxAge time.
 	if snap, _ := z.current(); snap != nil && !snap.started.Before(notBefore) {
 		return p.lookup(ctx, zone, snap, id)
 	}
-	token := z.acquire(notBefore, time.Time{})
+	token := z.acquire(notBefore, due{})
 	defer z.release(token)
 	for {
 		snap, updated := z.current()
@@ -281,17 +292,17 @@ func (p *Poller) WaitFor(ctx context.Context, zone scw.Zone, id string, done fun
 	}
 	z := p.zonePoller(zone)
 	since := p.c.clock.Now()
-	var due time.Time
+	var d due
 	if w.key.kind != "" {
 		w.key.zone = zone
 		if w.since.IsZero() {
 			w.since = since
 		}
-		if typical, ok := p.expect.typical(w.key); ok {
-			due = w.since.Add(typical)
+		if typical, learned, ok := p.expect.typical(w.key); ok {
+			d = due{at: w.since.Add(typical), prior: !learned}
 		}
 	}
-	token := z.acquire(time.Time{}, due)
+	token := z.acquire(time.Time{}, d)
 	defer z.release(token)
 	var seen uint64
 	var last *baremetal.Server
