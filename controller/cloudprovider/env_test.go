@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	controllerruntime "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -186,9 +187,16 @@ func (e *env) reconcileNodeClass() {
 // updateNodeClass edits the NodeClass and reconciles its status.
 func (e *env) updateNodeClass(edit func(*v1alpha1.ScalewayElasticMetalNodeClass)) {
 	e.t.Helper()
-	nc := e.nc.DeepCopy()
-	edit(nc)
-	if err := e.kube.Update(e.ctx, nc); err != nil {
+	// The latest copy, again on a conflict: the controller writes the
+	// NodeClass too (its status, the breaker's records).
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
+		if err := e.kube.Get(e.ctx, client.ObjectKeyFromObject(e.nc), nc); err != nil {
+			return err
+		}
+		edit(nc)
+		return e.kube.Update(e.ctx, nc)
+	}); err != nil {
 		e.t.Fatal(err)
 	}
 	e.reconcileNodeClass()
