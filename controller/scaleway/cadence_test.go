@@ -14,22 +14,28 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 )
 
+// Cadence for learned expectations; CadencePrior for a prior is never
+// sparser than the plain interval.
 func TestCadence(t *testing.T) {
 	const i = 15 * time.Second
 	due := time.Date(2026, 1, 1, 12, 5, 0, 0, time.UTC)
 	for _, c := range []struct {
-		name string
-		last time.Time
-		want time.Time
+		name    string
+		cadence func(last, due time.Time, interval time.Duration) time.Time
+		last    time.Time
+		want    time.Time
 	}{
-		{"early: sparse", due.Add(-5 * time.Minute), due.Add(-4 * time.Minute)},
-		{"sparse stops where the dense window starts", due.Add(-40 * time.Second), due.Add(-30 * time.Second)},
-		{"dense before the expected end", due.Add(-30 * time.Second), due.Add(-25 * time.Second)},
-		{"dense a little after it", due.Add(50 * time.Second), due.Add(55 * time.Second)},
-		{"plain once well past it", due.Add(60 * time.Second), due.Add(75 * time.Second)},
+		{"early: sparse", Cadence, due.Add(-5 * time.Minute), due.Add(-4 * time.Minute)},
+		{"sparse stops where the dense window starts", Cadence, due.Add(-40 * time.Second), due.Add(-30 * time.Second)},
+		{"dense before the expected end", Cadence, due.Add(-30 * time.Second), due.Add(-25 * time.Second)},
+		{"dense a little after it", Cadence, due.Add(50 * time.Second), due.Add(55 * time.Second)},
+		{"plain once well past it", Cadence, due.Add(60 * time.Second), due.Add(75 * time.Second)},
+		{"prior, early: the plain interval, not 4", CadencePrior, due.Add(-5 * time.Minute), due.Add(-5*time.Minute + i)},
+		{"prior, dense before the expected end", CadencePrior, due.Add(-30 * time.Second), due.Add(-25 * time.Second)},
+		{"prior, plain once well past it", CadencePrior, due.Add(60 * time.Second), due.Add(75 * time.Second)},
 	} {
-		if got := Cadence(c.last, due, i); !got.Equal(c.want) {
-			t.Errorf("%s: Cadence(due%+v) = due%+v, want due%+v", c.name, c.last.Sub(due), got.Sub(due), c.want.Sub(due))
+		if got := c.cadence(c.last, due, i); !got.Equal(c.want) {
+			t.Errorf("%s: next list at due%+v after one at due%+v, want due%+v", c.name, got.Sub(due), c.last.Sub(due), c.want.Sub(due))
 		}
 	}
 }
@@ -222,24 +228,6 @@ func TestPollerFollowsThePriorBeforeAnyWaitEnded(t *testing.T) {
 	}
 	if _, learned, _ := poller.expect.typical(key); !learned {
 		t.Error("after the wait the delivery is not learned: the next waits would still follow the prior")
-	}
-}
-
-func TestCadencePriorIsNeverSparserThanTheInterval(t *testing.T) {
-	const i = 15 * time.Second
-	due := time.Date(2026, 1, 1, 12, 5, 0, 0, time.UTC)
-	for _, c := range []struct {
-		name string
-		last time.Time
-		want time.Time
-	}{
-		{"early: the plain interval, not 4", due.Add(-5 * time.Minute), due.Add(-5*time.Minute + i)},
-		{"dense before the expected end", due.Add(-30 * time.Second), due.Add(-25 * time.Second)},
-		{"plain once well past it", due.Add(60 * time.Second), due.Add(75 * time.Second)},
-	} {
-		if got := CadencePrior(c.last, due, i); !got.Equal(c.want) {
-			t.Errorf("%s: CadencePrior(due%+v) = due%+v, want due%+v", c.name, c.last.Sub(due), got.Sub(due), c.want.Sub(due))
-		}
 	}
 }
 
