@@ -95,6 +95,7 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 	if c.base != nil {
 		ctx = c.base
 	}
+	c.forgetFailures(srvs)
 	for _, s := range srvs {
 		if !c.candidate(s) || !c.start(s.ID) {
 			continue
@@ -124,6 +125,25 @@ func (c *Controller) candidate(s *baremetal.Server) bool {
 	defer c.mu.Unlock()
 	f, failed := c.failed[s.ID]
 	return !failed || !c.clock().Now().Before(f.next)
+}
+
+// forgetFailures drops the backoffs of servers that are no spares in the
+// listing (taken, released, gone): a server that is a spare again later
+// starts afresh, and the map does not grow with every server that ever failed.
+func (c *Controller) forgetFailures(listed []*baremetal.Server) {
+	spares := map[string]bool{}
+	for _, s := range listed {
+		if install.PhaseOf(s) == install.PhaseSpare {
+			spares[s.ID] = true
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id := range c.failed {
+		if !spares[id] {
+			delete(c.failed, id)
+		}
+	}
 }
 
 func (c *Controller) start(id string) bool {
