@@ -169,10 +169,15 @@ func (e *env) newProvider() *operator.Provider {
 func (e *env) reconcileNodeClass() {
 	e.t.Helper()
 	nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
-	if err := e.kube.Get(e.ctx, types.NamespacedName{Name: e.nc.Name}, nc); err != nil {
-		e.t.Fatal(err)
-	}
-	if _, err := e.p.NodeClassStatus.Reconcile(e.ctx, nc); err != nil {
+	// Again on a conflict, as controller-runtime would requeue it: the
+	// installs write the NodeClass's status too (the breaker's records).
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := e.kube.Get(e.ctx, types.NamespacedName{Name: e.nc.Name}, nc); err != nil {
+			return err
+		}
+		_, err := e.p.NodeClassStatus.Reconcile(e.ctx, nc)
+		return err
+	}); err != nil {
 		e.t.Fatal(err)
 	}
 	if err := e.kube.Get(e.ctx, types.NamespacedName{Name: e.nc.Name}, nc); err != nil {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -181,48 +182,44 @@ func NewKube(ctx context.Context, opts KubeOptions) (*Kube, error) {
 	if err != nil {
 		return fail(err)
 	}
-	apiserver := &envtest.APIServer{Path: apiserverBin, Out: apiLog, Err: apiLog}
-	// No kube-controller-manager runs here, so nothing would ever remove the
-	// node.kubernetes.io/not-ready taint that TaintNodesByCondition puts on
-	// every new Node: pods could never schedule onto registered nodes. envtest
-	// already disables ServiceAccount (no token controller either).
-	apiserver.Configure().Append("disable-admission-plugins", "TaintNodesByCondition")
-	for flag, values := range opts.APIServerFlags {
-		apiserver.Configure().Set(flag, values...)
-	}
 	timeout := opts.StartTimeout
 	if timeout == 0 && os.Getenv("KUBEBUILDER_CONTROLPLANE_START_TIMEOUT") == "" {
 		timeout = 2 * time.Minute
 	}
-	k.env = &envtest.Environment{
-		ControlPlane: envtest.ControlPlane{
-			APIServer: apiserver,
-			Etcd:      &envtest.Etcd{Path: etcdBin, Out: etcdLog, Err: etcdLog},
-		},
-		Scheme:                   k.Scheme,
-		CRDs:                     crds,
-		CRDDirectoryPaths:        opts.CRDPaths,
-		ErrorIfCRDPathMissing:    true,
-		ControlPlaneStartTimeout: timeout,
-	}
-	// envtest's Start takes no context; stop it if ctx ends first.
-	type result struct {
-		cfg *rest.Config
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		cfg, err := k.env.Start()
-		done <- result{cfg, err}
-	}()
-	var res result
-	select {
-	case res = <-done:
-	case <-ctx.Done():
-		res = <-done // envtest has its own timeouts; wait so Stop sees a settled state
-		if res.err == nil {
-			res.err = ctx.Err()
+	newEnv := func() *envtest.Environment {
+		apiserver := &envtest.APIServer{Path: apiserverBin, Out: apiLog, Err: apiLog}
+		// No kube-controller-manager runs here, so nothing would ever remove the
+		// node.kubernetes.io/not-ready taint that TaintNodesByCondition puts on
+		// every new Node: pods could never schedule onto registered nodes. envtest
+		// already disables ServiceAccount (no token controller either).
+		apiserver.Configure().Append("disable-admission-plugins", "TaintNodesByCondition")
+		for flag, values := range opts.APIServerFlags {
+			apiserver.Configure().Set(flag, values...)
 		}
+		return &envtest.Environment{
+			ControlPlane: envtest.ControlPlane{
+				APIServer: apiserver,
+				Etcd:      &envtest.Etcd{Path: etcdBin, Out: etcdLog, Err: etcdLog},
+			},
+			Scheme:                   k.Scheme,
+			CRDs:                     crds,
+			CRDDirectoryPaths:        opts.CRDPaths,
+			ErrorIfCRDPathMissing:    true,
+			ControlPlaneStartTimeout: timeout,
+		}
+	}
+	// envtest picks its ports by listening and closing, then retries with the
+	// same ports: a process that binds one meanwhile (another world's S3 or
+	// etcd, started side by side) fails all its retries. A fresh environment
+	// picks fresh ports.
+	var res startResult
+	for attempt := 1; ; attempt++ {
+		k.env = newEnv()
+		res = startEnv(ctx, k.env)
+		if res.err == nil || attempt == 3 || ctx.Err() != nil || !strings.Contains(fileTail(etcdLog.Name(), 10)+fileTail(apiLog.Name(), 10), "address already in use") {
+			break
+		}
+		_ = k.env.Stop()
 	}
 	if res.err != nil {
 		return fail(fmt.Errorf("start kube-apiserver/etcd: %w\nkube-apiserver log tail:\n%s\netcd log tail:\n%s",
@@ -239,6 +236,32 @@ func NewKube(ctx context.Context, opts KubeOptions) (*Kube, error) {
 		return fail(err)
 	}
 	return k, nil
+}
+
+type startResult struct {
+	cfg *rest.Config
+	err error
+}
+
+// startEnv starts env; envtest's Start takes no context, so it is awaited
+// even when ctx ends first (envtest has its own timeouts), and Stop then
+// sees a settled state.
+func startEnv(ctx context.Context, env *envtest.Environment) startResult {
+	done := make(chan startResult, 1)
+	go func() {
+		cfg, err := env.Start()
+		done <- startResult{cfg, err}
+	}()
+	select {
+	case res := <-done:
+		return res
+	case <-ctx.Done():
+		res := <-done
+		if res.err == nil {
+			res.err = ctx.Err()
+		}
+		return res
+	}
 }
 
 func (k *Kube) openLog(name string) (*os.File, error) {
