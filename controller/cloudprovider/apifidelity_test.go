@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/karpenter/pkg/events"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
@@ -83,12 +84,7 @@ func TestAttachWhileOptionEnabling(t *testing.T) {
 				o.PrivateNetworkAttach = mode
 				o.Delays.OptionEnable = 2 * time.Second // several attach attempts while enabling
 			})
-			nc := e.nc.DeepCopy()
-			nc.Spec.PrivateNetworkIDs = []string{pn}
-			if err := e.kube.Update(e.ctx, nc); err != nil {
-				t.Fatal(err)
-			}
-			e.reconcileNodeClass()
+			e.updateNodeClass(func(nc *v1alpha1.ScalewayElasticMetalNodeClass) { nc.Spec.PrivateNetworkIDs = []string{pn} })
 			claim := e.nodeClaim()
 			got := e.launch(claim)
 			// Delivery attaches the networks before the server leaves "ordered".

@@ -168,6 +168,15 @@ func (e *env) newProvider() *operator.Provider {
 
 func (e *env) reconcileNodeClass() {
 	e.t.Helper()
+	if nc := e.reconcileNodeClassStatus(); !nc.StatusConditions().Root().IsTrue() {
+		e.t.Fatalf("nodeclass not ready: %+v", nc.Status.Conditions)
+	}
+}
+
+// reconcileNodeClassStatus reconciles the NodeClass's status once and
+// returns what it wrote.
+func (e *env) reconcileNodeClassStatus() *v1alpha1.ScalewayElasticMetalNodeClass {
+	e.t.Helper()
 	nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
 	// Again on a conflict, as controller-runtime would requeue it: the
 	// installs write the NodeClass's status too (the breaker's records).
@@ -183,17 +192,21 @@ func (e *env) reconcileNodeClass() {
 	if err := e.kube.Get(e.ctx, types.NamespacedName{Name: e.nc.Name}, nc); err != nil {
 		e.t.Fatal(err)
 	}
-	if !nc.StatusConditions().Root().IsTrue() {
-		e.t.Fatalf("nodeclass not ready: %+v", nc.Status.Conditions)
-	}
 	e.nc = nc
+	return nc
 }
 
 // updateNodeClass edits the NodeClass and reconciles its status.
 func (e *env) updateNodeClass(edit func(*v1alpha1.ScalewayElasticMetalNodeClass)) {
 	e.t.Helper()
-	// The latest copy, again on a conflict: the controller writes the
-	// NodeClass too (its status, the breaker's records).
+	e.editNodeClass(edit)
+	e.reconcileNodeClass()
+}
+
+// editNodeClass edits the latest NodeClass, again on a conflict: the
+// controller writes it too (its status, the breaker's records).
+func (e *env) editNodeClass(edit func(*v1alpha1.ScalewayElasticMetalNodeClass)) {
+	e.t.Helper()
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
 		if err := e.kube.Get(e.ctx, client.ObjectKeyFromObject(e.nc), nc); err != nil {
@@ -204,7 +217,6 @@ func (e *env) updateNodeClass(edit func(*v1alpha1.ScalewayElasticMetalNodeClass)
 	}); err != nil {
 		e.t.Fatal(err)
 	}
-	e.reconcileNodeClass()
 }
 
 func (e *env) nodeClaim(reqs ...karpv1.NodeSelectorRequirementWithMinValues) *karpv1.NodeClaim {

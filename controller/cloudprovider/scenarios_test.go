@@ -14,7 +14,6 @@ import (
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	"github.com/scaleway/scaleway-sdk-go/scw"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider"
 
@@ -33,17 +32,9 @@ var monthlyReq = karpv1.NodeSelectorRequirementWithMinValues{Key: catalog.LabelB
 // breakNodeClass makes the NodeClass not Ready (its join Secret is gone).
 func (e *env) breakNodeClass() {
 	e.t.Helper()
-	nc := e.nc.DeepCopy()
-	nc.Spec.Talos.JoinSecretRef.Name = "gone"
-	if err := e.kube.Update(e.ctx, nc); err != nil {
-		e.t.Fatal(err)
-	}
-	if _, err := e.p.NodeClassStatus.Reconcile(e.ctx, nc); err != nil {
-		e.t.Fatal(err)
-	}
-	got := &v1alpha1.ScalewayElasticMetalNodeClass{}
-	if err := e.kube.Get(e.ctx, types.NamespacedName{Name: nc.Name}, got); err != nil || got.StatusConditions().Root().IsTrue() {
-		e.t.Fatalf("the nodeclass is still Ready: %v", err)
+	e.editNodeClass(func(nc *v1alpha1.ScalewayElasticMetalNodeClass) { nc.Spec.Talos.JoinSecretRef.Name = "gone" })
+	if got := e.reconcileNodeClassStatus(); got.StatusConditions().Root().IsTrue() {
+		e.t.Fatalf("the nodeclass is still Ready: %+v", got.Status.Conditions)
 	}
 }
 
