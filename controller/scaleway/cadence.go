@@ -127,16 +127,35 @@ func (e *expectations) observe(k expectKey, d time.Duration) {
 	e.samples[k] = s
 }
 
-// typical is the shortest recent duration: the dense polling starts before
-// the fastest of them would end (a shorter guess costs a few lists, a
-// longer one costs time on every node). None learned: the kind's prior
-// (learned false), if it has one.
-func (e *expectations) typical(k expectKey) (d time.Duration, learned, ok bool) {
+// due is when a waiter expects its transition to end, and whether that
+// comes from a prior rather than waits seen to end.
+type due struct {
+	at    time.Time
+	prior bool
+}
+
+// next is when the next list should start for this waiter, the last one
+// having started at last: Cadence, or CadencePrior for a prior.
+func (d due) next(last time.Time, interval time.Duration) time.Time {
+	if d.prior {
+		return CadencePrior(last, d.at, interval)
+	}
+	return Cadence(last, d.at, interval)
+}
+
+// due is when a transition of kind k that started at since should end: after
+// the shortest recent duration (the dense polling starts before the
+// fastest of them would end: a shorter guess costs a few lists, a longer
+// one costs time on every node), or none learned, after the kind's prior.
+// Zero for a kind without either.
+func (e *expectations) due(k expectKey, since time.Time) due {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if s := e.samples[k]; len(s) > 0 {
-		return slices.Min(s), true, true
+		return due{at: since.Add(slices.Min(s))}
 	}
-	d, ok = priors[k.kind]
-	return d, false, ok
+	if d, ok := priors[k.kind]; ok {
+		return due{at: since.Add(d), prior: true}
+	}
+	return due{}
 }

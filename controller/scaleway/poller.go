@@ -100,13 +100,6 @@ func (p *Poller) zonePoller(zone scw.Zone) *zonePoller {
 	return z
 }
 
-// due is when a waiter expects its transition to end, and whether that
-// comes from a prior (CadencePrior) rather than waits seen to end.
-type due struct {
-	at    time.Time
-	prior bool
-}
-
 // acquire registers a waiter and starts the zone's loop if needed.
 // wantAfter, when not zero, asks for a list started at or after it now;
 // d, when its time is not zero, is when the waiter expects its transition
@@ -153,18 +146,14 @@ func (z *zonePoller) release(token uint64) {
 
 // nextList is when the next list should start: the earliest any waiter
 // wants one, an interval after the last for a waiter without an
-// expectation, on Cadence for one with. Caller holds mu.
+// expectation, on its due (Cadence, or CadencePrior for a prior). Caller holds mu.
 func (z *zonePoller) nextList() time.Time {
 	var next time.Time
 	if z.demand > len(z.dues) {
 		next = z.lastList.Add(z.p.interval)
 	}
 	for _, d := range z.dues {
-		cadence := Cadence
-		if d.prior {
-			cadence = CadencePrior
-		}
-		if n := cadence(z.lastList, d.at, z.p.interval); next.IsZero() || n.Before(next) {
+		if n := d.next(z.lastList, z.p.interval); next.IsZero() || n.Before(next) {
 			next = n
 		}
 	}
@@ -298,9 +287,7 @@ func (p *Poller) WaitFor(ctx context.Context, zone scw.Zone, id string, done fun
 		if w.since.IsZero() {
 			w.since = since
 		}
-		if typical, learned, ok := p.expect.typical(w.key); ok {
-			d = due{at: w.since.Add(typical), prior: !learned}
-		}
+		d = p.expect.due(w.key, w.since)
 	}
 	token := z.acquire(time.Time{}, d)
 	defer z.release(token)
