@@ -31,6 +31,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/operator"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/operator/options"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/invariants"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/diskimage"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/world"
@@ -395,10 +396,10 @@ func (e *env) waitReleased(claim string) {
 // live server backs a NodeClaim that still exists (or is a spare).
 func (e *env) assertNoDuplicatesNorLeaks() {
 	e.t.Helper()
-	for nc, n := range e.w.Sim.CreatesByTag(scaleway.TagNodeClaim) {
-		if n > 1 {
-			e.t.Errorf("nodeclaim %s: %d servers ordered", nc, n)
-		}
+	// I1 over the simulator's ledger: orders whose answer was lost count,
+	// and so do spares taken for a claim that already had a server.
+	for _, v := range invariants.I1(e.w.Sim.Ledger(), invariants.Facts{}) {
+		e.t.Error(v)
 	}
 	for _, s := range e.w.Sim.Servers() {
 		if s.Status == string(baremetal.ServerStatusDeleting) || scaleway.HasTags(s.Tags, scaleway.Tag(scaleway.TagPhase, string(install.PhaseSpare))) {

@@ -502,6 +502,7 @@ func (s *Sim) createServer(rec *statusRecorder, r *http.Request) (any, *apiError
 		s.takeStock(sv)
 		s.startDelivery(sv)
 	}
+	s.record(sv, LedgerOrder, nil, "", "")
 	s.logf("server %s (%s, %s) created: %s", id, o.Name, zone, sv.status)
 	body := s.render(sv)
 	if sv.status == stOrdered && s.opts.ReadyIPs == ReadyIPsRecorded {
@@ -821,7 +822,9 @@ func (s *Sim) updateServer(rec *statusRecorder, r *http.Request) (any, *apiError
 		sv.description = *req.Description
 	}
 	if req.Tags != nil {
+		before := sv.tags
 		sv.tags = append([]string{}, *req.Tags...)
+		s.record(sv, LedgerTags, before, "", sv.status)
 	}
 	if req.Protected != nil {
 		sv.protected = *req.Protected
@@ -916,6 +919,7 @@ func (s *Sim) bootAction(rec *statusRecorder, r *http.Request, refuse, msg strin
 	if e != nil {
 		return nil, e
 	}
+	s.record(sv, LedgerReboot, sv.tags, string(mode), sv.status)
 	s.act(sv)
 	sv.bootType = string(mode)
 	begin(sv, mode, keys)
@@ -941,6 +945,7 @@ func (s *Sim) stopServer(rec *statusRecorder, r *http.Request) (any, *apiError) 
 	if sv.status == stStopped {
 		return nil, errMessage(http.StatusBadRequest, "Server is already stopped")
 	}
+	s.record(sv, LedgerStop, sv.tags, "", sv.status)
 	s.act(sv)
 	s.powerOff(sv)
 	s.setStatus(sv, stStopping)
@@ -970,6 +975,7 @@ func (s *Sim) deleteServer(rec *statusRecorder, r *http.Request) (any, *apiError
 	if sv.protected {
 		return nil, errMessage(http.StatusBadRequest, "Server is protected")
 	}
+	s.record(sv, LedgerDelete, sv.tags, "", sv.status)
 	s.act(sv)
 	s.powerOff(sv)
 	s.setStatus(sv, stDeleting)
@@ -991,6 +997,7 @@ func (s *Sim) deleteServer(rec *statusRecorder, r *http.Request) (any, *apiError
 
 // remove makes a deleted server gone: 404, stock back, Host.Delete.
 func (s *Sim) remove(sv *server) {
+	s.record(sv, LedgerGone, sv.tags, "", sv.status)
 	delete(s.servers, sv.id)
 	for _, a := range s.pns {
 		if a.serverID == sv.id {

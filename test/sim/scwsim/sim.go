@@ -39,6 +39,7 @@ type Sim struct {
 	faultByID map[FaultID]*faultEntry
 	faultSeq  int
 	calls     []Call
+	ledger    []LedgerEntry // committed changes, for money invariants (ledger.go)
 	timers    map[*time.Timer]struct{}
 	rng       *rand.Rand // jitter
 	tokens    float64    // rate limit bucket
