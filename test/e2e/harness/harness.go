@@ -18,6 +18,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/invariants"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/diskimage"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/world"
@@ -231,13 +232,13 @@ func (wl *Workload) ScaleTo(n int) {
 	}
 }
 
-// AssertNoDuplicateOrders fails if any NodeClaim got more than one server.
+// AssertNoDuplicateOrders fails if any NodeClaim got more than one server,
+// ordered or taken, as the simulator's ledger records it (invariant I1:
+// orders whose answer was lost count too).
 func (e *Env) AssertNoDuplicateOrders() {
 	e.T.Helper()
-	for nc, n := range e.W.Sim.CreatesByTag(world.TagNodeClaim) {
-		if n > 1 {
-			e.T.Errorf("NodeClaim %s: %d servers ordered (CreateServer calls with its tag), want 1", nc, n)
-		}
+	for _, v := range invariants.I1(e.W.Sim.Ledger(), invariants.Facts{}) {
+		e.T.Error(v)
 	}
 }
 
