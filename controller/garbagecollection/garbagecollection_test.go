@@ -171,7 +171,8 @@ func (f *fixture) orderIn(t *testing.T, z scw.Zone, period string, tags ...strin
 	if !ok {
 		t.Fatalf("no %s %s offer in %s", name, period, z)
 	}
-	tags = append(c1.Tags(), tags...)
+	// Bought as period, as an order tags it.
+	tags = append(append(c1.Tags(), "karpenter-scaleway-em/billing="+period), tags...)
 	srv, _, err := f.api.CreateServer(context.Background(), scaleway.CreateServerRequest{
 		Zone: z, OfferID: offerID, Name: "n", Tags: tags, IdempotencyTag: tags[len(tags)-1]})
 	if err != nil {

@@ -25,38 +25,36 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/billing"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 )
 
+// RenewalMargin: a spare is released this long before its subscription
+// renews (billing.RenewalMargin), so that no sweep interval or slow API call
+// costs another month.
+const RenewalMargin = billing.RenewalMargin
+
+// Offers is what the policy needs of the catalogue (*catalog.Catalog): the
+// offers of a server ordered before billing tags existed (billing.Derive).
+type Offers = billing.Offers
+
+// Monthly reports whether srv was bought with a monthly subscription, as
+// its billing tags say (billing.Of; never today's catalogue, which may not
+// list its offer any more).
+func Monthly(offers Offers, srv *baremetal.Server) bool {
+	return billing.Of(offers, srv).Monthly()
+}
+
+// Billing is how srv is paid for, as its billing tags say (billing.Of).
+func Billing(offers Offers, srv *baremetal.Server) catalog.BillingPeriod {
+	return billing.Of(offers, srv).Period
+}
+
 // Month is Scaleway's billing month; a monthly subscription renews every Month.
 const Month = catalog.HoursPerMonth * time.Hour
-
-// RenewalMargin: a spare is released this long before its subscription
-// renews, so that no sweep interval or slow API call costs another month.
-const RenewalMargin = time.Hour
-
-// Offers is what the policy needs of the catalogue (*catalog.Catalog).
-type Offers interface {
-	Offer(zone, offerName string, billing catalog.BillingPeriod) (*baremetal.Offer, bool)
-}
-
-// Monthly reports whether srv was ordered with its offer's monthly subscription.
-func Monthly(offers Offers, srv *baremetal.Server) bool {
-	o, ok := offers.Offer(string(srv.Zone), srv.OfferName, catalog.BillingMonthly)
-	return ok && o.ID == srv.OfferID
-}
-
-// Billing is how srv is paid for: monthly when its offer ID is the monthly
-// offer's, else hourly.
-func Billing(offers Offers, srv *baremetal.Server) catalog.BillingPeriod {
-	if Monthly(offers, srv) {
-		return catalog.BillingMonthly
-	}
-	return catalog.BillingHourly
-}
 
 // MinimumLifetime is the NodeClass's billing.minimumLifetime, by default one
 // month: the period the order paid for.
@@ -95,8 +93,9 @@ type Decision struct {
 // Decide applies the policy to srv as it is now (read it fresh). nc is the
 // NodeClass that built it (nil when it is gone: no policy, release).
 func Decide(offers Offers, srv *baremetal.Server, nc *v1alpha1.ScalewayElasticMetalNodeClass, now time.Time) Decision {
+	rec := billing.Of(offers, srv)
 	switch {
-	case !Monthly(offers, srv):
+	case !rec.Monthly():
 		return Decision{Reason: "billed by the hour"}
 	case srv.Status == baremetal.ServerStatusError:
 		return Decision{Reason: "the server is in error"}

@@ -1,6 +1,7 @@
 package spare
 
 import (
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,10 +20,19 @@ func (o offers) Offer(_, name string, b catalog.BillingPeriod) (*baremetal.Offer
 	return &baremetal.Offer{ID: id, Name: name}, ok && name == "EM-X"
 }
 
+func (o offers) Refreshed(string) bool { return true }
+
 var cat = offers{catalog.BillingHourly: "hourly-id", catalog.BillingMonthly: "monthly-id"}
 
 func server(offerID string, created time.Time, status baremetal.ServerStatus) *baremetal.Server {
 	return &baremetal.Server{ID: "s", Zone: "fr-par-2", OfferName: "EM-X", OfferID: offerID, CreatedAt: &created, Status: status}
+}
+
+// bought is server with the billing tags its order wrote.
+func bought(offerID string, period catalog.BillingPeriod, created time.Time, status baremetal.ServerStatus) *baremetal.Server {
+	s := server(offerID, created, status)
+	s.Tags = []string{"karpenter-scaleway-em/billing=" + string(period), "karpenter-scaleway-em/paid-since=" + strconv.FormatInt(created.Unix(), 10)}
+	return s
 }
 
 func nodeClass(lifetime *time.Duration) *v1alpha1.ScalewayElasticMetalNodeClass {
@@ -31,6 +41,10 @@ func nodeClass(lifetime *time.Duration) *v1alpha1.ScalewayElasticMetalNodeClass 
 		nc.Spec.Billing.MinimumLifetime = &metav1.Duration{Duration: *lifetime}
 	}
 	return nc
+}
+
+func utc(y int, m time.Month, d, h, min int) time.Time {
+	return time.Date(y, m, d, h, min, 0, 0, time.UTC)
 }
 
 func TestKeepUntilCoversThePaidMonthAndRenews(t *testing.T) {
@@ -56,8 +70,8 @@ func TestKeepUntilCoversThePaidMonthAndRenews(t *testing.T) {
 }
 
 func TestDecide(t *testing.T) {
-	created := time.Now().Add(-24 * time.Hour)
-	now := time.Now()
+	// Away from a month's end, where every spare goes.
+	now, created := utc(2026, 5, 12, 10, 0), utc(2026, 5, 11, 10, 0)
 	cases := []struct {
 		name string
 		srv  *baremetal.Server
@@ -69,13 +83,53 @@ func TestDecide(t *testing.T) {
 		{"monthly in error", server("monthly-id", created, baremetal.ServerStatusError), nodeClass(nil), false},
 		{"monthly never delivered", server("monthly-id", created, baremetal.ServerStatusOutOfStock), nodeClass(nil), false},
 		{"monthly without nodeclass", server("monthly-id", created, baremetal.ServerStatusReady), nil, false},
-		{"monthly about to renew", server("monthly-id", now.Add(-Month+RenewalMargin/2), baremetal.ServerStatusReady), nodeClass(nil), false},
 	}
 	for _, tc := range cases {
 		d := Decide(cat, tc.srv, tc.nc, now)
 		if d.Keep != tc.keep || d.Reason == "" {
 			t.Errorf("%s: %+v, want keep=%v with a reason", tc.name, d, tc.keep)
 		}
+	}
+}
+
+// noOffers is a catalogue that does not list the server's offer: the
+// embedded snapshot before the first refresh, a refresh that replaced the
+// zone, an offer Scaleway no longer sells.
+type noOffers struct{ refreshed bool }
+
+func (noOffers) Offer(string, string, catalog.BillingPeriod) (*baremetal.Offer, bool) {
+	return nil, false
+}
+func (o noOffers) Refreshed(string) bool { return o.refreshed }
+
+// What a server was bought as is its tags', whatever today's catalogue
+// lists: a paid monthly server is kept as a spare when the catalogue no
+// longer (or not yet) lists its offer, and an hourly one is not.
+func TestBillingIsTheServersRecordNotTheCatalogues(t *testing.T) {
+	now, created := utc(2026, 5, 12, 10, 0), utc(2026, 5, 11, 10, 0)
+	for _, offers := range []Offers{noOffers{refreshed: false}, noOffers{refreshed: true}, cat} {
+		monthly := bought("monthly-id", catalog.BillingMonthly, created, baremetal.ServerStatusReady)
+		if !Monthly(offers, monthly) || Billing(offers, monthly) != catalog.BillingMonthly {
+			t.Errorf("%v: a server tagged monthly is %s", offers, Billing(offers, monthly))
+		}
+		if d := Decide(offers, monthly, nodeClass(nil), now); !d.Keep {
+			t.Errorf("%v: a tagged monthly server is released: %s", offers, d.Reason)
+		}
+		// The tag wins over an offer ID the catalogue says is hourly.
+		hourly := bought("monthly-id", catalog.BillingHourly, created, baremetal.ServerStatusReady)
+		if d := Decide(offers, hourly, nodeClass(nil), now); d.Keep {
+			t.Errorf("%v: a server tagged hourly is kept: %s", offers, d.Reason)
+		}
+	}
+	// Untagged (ordered before the tags): a catalogue that cannot tell keeps it.
+	untagged := server("hourly-id", created, baremetal.ServerStatusReady)
+	for _, offers := range []Offers{noOffers{refreshed: false}, noOffers{refreshed: true}} {
+		if d := Decide(offers, untagged, nodeClass(nil), now); !d.Keep {
+			t.Errorf("%v: an untagged server the catalogue cannot tell is released: %s", offers, d.Reason)
+		}
+	}
+	if d := Decide(cat, untagged, nodeClass(nil), now); d.Keep {
+		t.Errorf("an untagged server a refreshed catalogue lists as hourly is kept: %s", d.Reason)
 	}
 }
 
