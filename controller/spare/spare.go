@@ -53,32 +53,35 @@ func Billing(offers Offers, srv *baremetal.Server) catalog.BillingPeriod {
 	return billing.Of(offers, srv).Period
 }
 
-// Month is Scaleway's billing month; a monthly subscription renews every Month.
-const Month = catalog.HoursPerMonth * time.Hour
-
-// MinimumLifetime is the NodeClass's billing.minimumLifetime, by default one
-// month: the period the order paid for.
-func MinimumLifetime(nc *v1alpha1.ScalewayElasticMetalNodeClass) time.Duration {
+// MinimumLifetime is the NodeClass's billing.minimumLifetime; set is false
+// when it is unset (the paid calendar month only).
+func MinimumLifetime(nc *v1alpha1.ScalewayElasticMetalNodeClass) (lifetime time.Duration, set bool) {
 	if nc != nil && nc.Spec.Billing.MinimumLifetime != nil {
-		return nc.Spec.Billing.MinimumLifetime.Duration
+		return nc.Spec.Billing.MinimumLifetime.Duration, true
 	}
-	return Month
+	return 0, false
 }
 
-// KeepUntil is until when keeping srv costs nothing more: the later of its
-// minimum lifetime and the end of the subscription month it is in at now,
-// less RenewalMargin. Zero when it must go now (a minimumLifetime of 0
-// disables spares).
-func KeepUntil(srv *baremetal.Server, nc *v1alpha1.ScalewayElasticMetalNodeClass, now time.Time) time.Time {
-	lifetime := MinimumLifetime(nc)
-	if srv.CreatedAt == nil || lifetime <= 0 {
+// KeepUntil is until when keeping a monthly server bought as rec costs
+// nothing more, less RenewalMargin: the end of the calendar month (UTC) now
+// is in (billing.PaidUntil: Scaleway renews monthly subscriptions on the
+// first of each month, the first month pro rata), or, when the NodeClass's
+// minimumLifetime counted from the order ends later, the end of the month
+// that lifetime ends in (that month is paid for once it starts). Zero when
+// it must go now (a minimumLifetime of 0 disables spares).
+func KeepUntil(rec billing.Record, nc *v1alpha1.ScalewayElasticMetalNodeClass, now time.Time) time.Time {
+	lifetime, set := MinimumLifetime(nc)
+	if set && lifetime <= 0 {
 		return time.Time{}
 	}
-	created := *srv.CreatedAt
-	months := int64(now.Sub(created)/Month) + 1
-	end := created.Add(time.Duration(months) * Month)
-	if min := created.Add(lifetime); min.After(end) {
-		end = min
+	end := billing.PaidUntil(now)
+	if set && !rec.Since.IsZero() {
+		// The instant before the lifetime's end is still inside the month
+		// it ends in: a lifetime ending at midnight on the first needs no
+		// more month.
+		if min := rec.Since.Add(lifetime); min.After(end) {
+			end = billing.MonthEnd(min.Add(-time.Nanosecond))
+		}
 	}
 	return end.Add(-RenewalMargin)
 }
@@ -104,7 +107,7 @@ func Decide(offers Offers, srv *baremetal.Server, nc *v1alpha1.ScalewayElasticMe
 	case nc == nil:
 		return Decision{Reason: "its NodeClass is gone"}
 	}
-	until := KeepUntil(srv, nc, now)
+	until := KeepUntil(rec, nc, now)
 	if !now.Before(until) {
 		return Decision{Reason: "its paid period ends"}
 	}
