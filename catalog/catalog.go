@@ -96,7 +96,10 @@ type unavailableEntry struct {
 
 // zoneState is one zone's offers; replaced whole on refresh, never modified.
 type zoneState struct {
-	origin      string
+	origin string
+	// refreshed: the data is this process's own listing of the zone (a
+	// successful Refresh), not the snapshot it started from.
+	refreshed   bool
 	offers      map[BillingPeriod]map[string]*baremetal.Offer
 	fingerprint [32]byte
 }
@@ -339,7 +342,8 @@ func (c *Catalog) Refresh(ctx context.Context) error {
 		}
 		c.metrics.lastSuccess.WithLabelValues(string(r.zone)).Set(float64(now.UnixNano()) / 1e9)
 		zs := newZoneState(snapshot.OriginLive, r.hourly, r.monthly)
-		if old, ok := c.zones[string(r.zone)]; !ok || old.fingerprint != zs.fingerprint || old.origin != zs.origin {
+		zs.refreshed = true
+		if old, ok := c.zones[string(r.zone)]; !ok || old.fingerprint != zs.fingerprint || old.origin != zs.origin || !old.refreshed {
 			c.zones[string(r.zone)] = zs
 			changed = true
 		}
@@ -395,6 +399,17 @@ func (c *Catalog) ZoneOrigin(zone string) (origin string, ok bool) {
 		return "", false
 	}
 	return zs.origin, true
+}
+
+// Refreshed reports whether zone's offers are this process's own listing of
+// the zone (a successful Refresh), not the snapshot it started from: only
+// then does an offer ID the zone does not list mean one Scaleway no longer
+// sells (package billing derives what a server was bought as from it).
+func (c *Catalog) Refreshed(zone string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	zs, ok := c.zones[zone]
+	return ok && zs.refreshed
 }
 
 // ObserveCapacity records the capacity a registered node of offerName reports (node.status.capacity); later

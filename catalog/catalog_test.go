@@ -670,12 +670,18 @@ func TestRefresh(t *testing.T) {
 	e := newEnv(t, true)
 	ctx := context.Background()
 	f := Filter{Zones: []string{"fr-par-2"}, BillingPeriods: BillingPeriods}
+	// The snapshot is no listing of this process: an offer it lacks says nothing.
+	for _, z := range snapshot.Zones {
+		if e.cat.Refreshed(string(z)) {
+			t.Errorf("%s refreshed before any refresh", z)
+		}
+	}
 	if err := e.cat.Refresh(ctx); err != nil {
 		t.Fatalf("Refresh: %v", err)
 	}
 	for _, z := range snapshot.Zones {
-		if origin, _ := e.cat.ZoneOrigin(string(z)); origin != snapshot.OriginLive {
-			t.Errorf("%s origin %s after refresh", z, origin)
+		if origin, _ := e.cat.ZoneOrigin(string(z)); origin != snapshot.OriginLive || !e.cat.Refreshed(string(z)) {
+			t.Errorf("%s origin %s after refresh (refreshed: %v)", z, origin, e.cat.Refreshed(string(z)))
 		}
 		if got := testutil.ToFloat64(e.cat.metrics.lastSuccess.WithLabelValues(string(z))); got != float64(t0.Unix()) {
 			t.Errorf("%s last success %v", z, got)

@@ -91,7 +91,7 @@ func (c *CloudProvider) order(ctx context.Context, claim *karpv1.NodeClaim, nc *
 			OfferID:        offer.ID,
 			Name:           claim.Name,
 			Description:    fmt.Sprintf("Karpenter node of cluster %s (nodepool %s)", c.opts.ClusterName, claim.Labels[karpv1.NodePoolLabelKey]),
-			Tags:           c.serverTags(claim, nc),
+			Tags:           c.serverTags(claim, nc, billing),
 			IdempotencyTag: claimTag,
 			Match:          ordertags.Match(c.Inventory.Owner),
 		})
@@ -147,9 +147,9 @@ func (c *CloudProvider) takeReserved(ctx context.Context, claim *karpv1.NodeClai
 	return nil, nil
 }
 
-// serverTags are an order's tags (package ordertags).
-func (c *CloudProvider) serverTags(claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalNodeClass) []string {
-	return ordertags.For(c.Inventory.Owner, nc, install.PhaseOrdered, time.Now(),
+// serverTags are an order's tags (package ordertags), bought as billing.
+func (c *CloudProvider) serverTags(claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalNodeClass, billing catalog.BillingPeriod) []string {
+	return ordertags.For(c.Inventory.Owner, nc, install.PhaseOrdered, time.Now(), billing,
 		scaleway.Tag(scaleway.TagNodePool, claim.Labels[karpv1.NodePoolLabelKey]),
 		scaleway.Tag(scaleway.TagNodeClaim, claim.Name))
 }

@@ -171,7 +171,8 @@ func (f *fixture) orderIn(t *testing.T, z scw.Zone, period string, tags ...strin
 	if !ok {
 		t.Fatalf("no %s %s offer in %s", name, period, z)
 	}
-	tags = append(c1.Tags(), tags...)
+	// Bought as period, as an order tags it.
+	tags = append(append(c1.Tags(), "karpenter-scaleway-em/billing="+period), tags...)
 	srv, _, err := f.api.CreateServer(context.Background(), scaleway.CreateServerRequest{
 		Zone: z, OfferID: offerID, Name: "n", Tags: tags, IdempotencyTag: tags[len(tags)-1]})
 	if err != nil {
@@ -191,7 +192,7 @@ func nodeClassNamed(name string, zones ...string) *v1alpha1.ScalewayElasticMetal
 func TestMonthlyServerWithoutNodeClaimIsKeptAsSpareUntilItsMonthEnds(t *testing.T) {
 	f := setup(t, nodeClassNamed("nc"))
 	srv := f.orderIn(t, zone, "monthly", scaleway.Tag(scaleway.TagNodeClass, "nc"), scaleway.Tag(scaleway.TagNodeClaim, "gone"))
-	f.clk.Step(11 * time.Minute)
+	f.clk.SetTime(earlyNextMonth(f.clk.Now()))
 	if _, err := f.gc.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +213,7 @@ func TestMonthlyServerWithoutNodeClaimIsKeptAsSpareUntilItsMonthEnds(t *testing.
 	}
 	// ...and release it before the subscription renews (sweeps come every
 	// few minutes; the last one in the renewal margin releases it).
-	f.clk.Step(spare.Month - 24*time.Hour - 11*time.Minute - spare.RenewalMargin/2)
+	f.clk.SetTime(inRenewalMargin(f.clk.Now()))
 	if _, err := f.gc.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +254,7 @@ func TestServersInARemovedZoneAreCollected(t *testing.T) {
 func TestASpareTakenAfterTheListingIsNotReleased(t *testing.T) {
 	f := setup(t, nodeClassNamed("nc"))
 	srv := f.orderIn(t, zone, "monthly", scaleway.Tag(scaleway.TagNodeClass, "nc"), scaleway.Tag(scaleway.TagPhase, "spare"))
-	f.clk.Step(spare.Month - spare.RenewalMargin/2) // its paid month ends: the collector releases it
+	f.clk.SetTime(inRenewalMargin(earlyNextMonth(f.clk.Now()))) // its paid month ends: the collector releases it
 	list := f.gc.Servers
 	f.gc.Servers = func(ctx context.Context) ([]*baremetal.Server, error) {
 		srvs, err := list(ctx)

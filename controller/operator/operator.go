@@ -28,6 +28,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog/snapshot"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/billing"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/bootstraptoken"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/breaker"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/capacity"
@@ -89,7 +90,7 @@ func Run() error {
 	op.
 		WithControllers(ctx, controllers.NewControllers(ctx, op.Manager, op.Clock, op.GetClient(), op.EventRecorder,
 			decorated, p.CloudProvider, clusterState, op.InstanceTypeStore)...).
-		WithControllers(ctx, p.NodeClassStatus, p.GarbageCollection, p.Installs, p.Spend, p.Removal, p.WarmPool, p.PreImage,
+		WithControllers(ctx, p.NodeClassStatus, p.GarbageCollection, p.Installs, p.Spend, p.Removal, p.WarmPool, p.PreImage, p.Billing,
 			&capacity.Controller{Kube: op.GetClient(), Catalog: p.Catalog, Interval: opts.CatalogRefresh}).
 		Start(ctx)
 	return nil
@@ -113,6 +114,7 @@ type Provider struct {
 	Removal           *removal.Controller
 	WarmPool          *warmpool.Controller
 	PreImage          *preimage.Controller
+	Billing           *billing.Backfill
 }
 
 // NewProvider builds the provider. kube may be cached; direct must not be
@@ -236,6 +238,10 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 		WarmPool: &warmpool.Controller{Kube: kube, API: api, Catalog: cat, Servers: inv.Servers, Saw: inv.Saw,
 			Spares: spares, Breaker: breakers, Limits: limits, DefaultZone: string(scwCfg.DefaultZone),
 			Recorder: recorder, Metrics: warmpool.NewMetrics(reg), Log: logger.WithName("warmpool")},
+		// Every GC interval until servers ordered before billing tags have
+		// them (the catalogue's first refresh settles them), then hourly.
+		Billing: &billing.Backfill{Servers: inv.Servers, API: api, Offers: cat, Interval: opts.GCInterval,
+			Log: logger.WithName("billing")},
 		// Every GC interval: a spare kept by a sweep is imaged by the next.
 		PreImage: &preimage.Controller{Kube: kube, API: api, Servers: inv.Servers, Spares: spares, Imager: installer,
 			Images: images, Interval: opts.GCInterval, Log: logger.WithName("preimage"), Metrics: preimage.NewMetrics(reg)},

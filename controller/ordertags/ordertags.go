@@ -7,19 +7,24 @@ package ordertags
 import (
 	"time"
 
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/billing"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 )
 
 // For is an order's tags: owner's identity, extra (the order's own, e.g.
-// its NodeClaim), NodeClass nc, the phase since now, then nc's spec.tags.
-// The image tag is not among them: it says what the disk holds, and is
-// written after imaging.
-func For(owner *identity.Owner, nc *v1alpha1.ScalewayElasticMetalNodeClass, phase install.Phase, now time.Time, extra ...string) []string {
+// its NodeClaim), NodeClass nc, what the server is bought as (billing, paid
+// from now: package billing reads it from there, never from the
+// catalogue), the phase since now, then nc's spec.tags. The image tag is
+// not among them: it says what the disk holds, and is written after
+// imaging.
+func For(owner *identity.Owner, nc *v1alpha1.ScalewayElasticMetalNodeClass, phase install.Phase, now time.Time, bought catalog.BillingPeriod, extra ...string) []string {
 	tags := append(owner.Tags(), extra...)
 	tags = append(tags, scaleway.Tag(scaleway.TagNodeClass, nc.Name))
+	tags = append(tags, billing.Tags(bought, now)...)
 	tags = install.SetPhaseIn(tags, phase, now)
 	return append(tags, nc.Spec.Tags...)
 }

@@ -37,6 +37,9 @@ func (o simOffers) Offer(zone, name string, b catalog.BillingPeriod) (*baremetal
 	return &baremetal.Offer{ID: id, Name: name}, ok
 }
 
+// Refreshed: the simulator's offers are the live ones.
+func (o simOffers) Refreshed(string) bool { return true }
+
 type fixture struct {
 	t     *testing.T
 	sim   *scwsim.Sim

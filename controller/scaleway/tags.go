@@ -28,6 +28,13 @@ const (
 	// TagReservation names the reservation (package reservation) a
 	// NodeClaim took its spare server from: its node is reserved capacity.
 	TagReservation = "karpenter-scaleway-em/reservation"
+	// TagBilling is what the server was bought as: "hourly" or "monthly"
+	// (the order's subscription period), and TagPaidSince when its paid
+	// period started (Unix seconds: the order). Both are written at order
+	// and never change (package billing): the catalogue is no record of a
+	// bought server, its offers are replaced, delisted or not yet loaded.
+	TagBilling   = "karpenter-scaleway-em/billing"
+	TagPaidSince = "karpenter-scaleway-em/paid-since"
 )
 
 // Tags is a parsed key=value tag set.

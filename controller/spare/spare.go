@@ -25,62 +25,63 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/billing"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 )
 
-// Month is Scaleway's billing month; a monthly subscription renews every Month.
-const Month = catalog.HoursPerMonth * time.Hour
-
 // RenewalMargin: a spare is released this long before its subscription
-// renews, so that no sweep interval or slow API call costs another month.
-const RenewalMargin = time.Hour
+// renews (billing.RenewalMargin), so that no sweep interval or slow API call
+// costs another month.
+const RenewalMargin = billing.RenewalMargin
 
-// Offers is what the policy needs of the catalogue (*catalog.Catalog).
-type Offers interface {
-	Offer(zone, offerName string, billing catalog.BillingPeriod) (*baremetal.Offer, bool)
-}
+// Offers is what the policy needs of the catalogue (*catalog.Catalog): the
+// offers of a server ordered before billing tags existed (billing.Derive).
+type Offers = billing.Offers
 
-// Monthly reports whether srv was ordered with its offer's monthly subscription.
+// Monthly reports whether srv was bought with a monthly subscription, as
+// its billing tags say (billing.Of; never today's catalogue, which may not
+// list its offer any more).
 func Monthly(offers Offers, srv *baremetal.Server) bool {
-	o, ok := offers.Offer(string(srv.Zone), srv.OfferName, catalog.BillingMonthly)
-	return ok && o.ID == srv.OfferID
+	return billing.Of(offers, srv).Monthly()
 }
 
-// Billing is how srv is paid for: monthly when its offer ID is the monthly
-// offer's, else hourly.
+// Billing is how srv is paid for, as its billing tags say (billing.Of).
 func Billing(offers Offers, srv *baremetal.Server) catalog.BillingPeriod {
-	if Monthly(offers, srv) {
-		return catalog.BillingMonthly
-	}
-	return catalog.BillingHourly
+	return billing.Of(offers, srv).Period
 }
 
-// MinimumLifetime is the NodeClass's billing.minimumLifetime, by default one
-// month: the period the order paid for.
-func MinimumLifetime(nc *v1alpha1.ScalewayElasticMetalNodeClass) time.Duration {
+// MinimumLifetime is the NodeClass's billing.minimumLifetime; set is false
+// when it is unset (the paid calendar month only).
+func MinimumLifetime(nc *v1alpha1.ScalewayElasticMetalNodeClass) (lifetime time.Duration, set bool) {
 	if nc != nil && nc.Spec.Billing.MinimumLifetime != nil {
-		return nc.Spec.Billing.MinimumLifetime.Duration
+		return nc.Spec.Billing.MinimumLifetime.Duration, true
 	}
-	return Month
+	return 0, false
 }
 
-// KeepUntil is until when keeping srv costs nothing more: the later of its
-// minimum lifetime and the end of the subscription month it is in at now,
-// less RenewalMargin. Zero when it must go now (a minimumLifetime of 0
-// disables spares).
-func KeepUntil(srv *baremetal.Server, nc *v1alpha1.ScalewayElasticMetalNodeClass, now time.Time) time.Time {
-	lifetime := MinimumLifetime(nc)
-	if srv.CreatedAt == nil || lifetime <= 0 {
+// KeepUntil is until when keeping a monthly server bought as rec costs
+// nothing more, less RenewalMargin: the end of the calendar month (UTC) now
+// is in (billing.PaidUntil: Scaleway renews monthly subscriptions on the
+// first of each month, the first month pro rata), or, when the NodeClass's
+// minimumLifetime counted from the order ends later, the end of the month
+// that lifetime ends in (that month is paid for once it starts). Zero when
+// it must go now (a minimumLifetime of 0 disables spares).
+func KeepUntil(rec billing.Record, nc *v1alpha1.ScalewayElasticMetalNodeClass, now time.Time) time.Time {
+	lifetime, set := MinimumLifetime(nc)
+	if set && lifetime <= 0 {
 		return time.Time{}
 	}
-	created := *srv.CreatedAt
-	months := int64(now.Sub(created)/Month) + 1
-	end := created.Add(time.Duration(months) * Month)
-	if min := created.Add(lifetime); min.After(end) {
-		end = min
+	end := billing.PaidUntil(now)
+	if set && !rec.Since.IsZero() {
+		// The instant before the lifetime's end is still inside the month
+		// it ends in: a lifetime ending at midnight on the first needs no
+		// more month.
+		if min := rec.Since.Add(lifetime); min.After(end) {
+			end = billing.MonthEnd(min.Add(-time.Nanosecond))
+		}
 	}
 	return end.Add(-RenewalMargin)
 }
@@ -95,8 +96,9 @@ type Decision struct {
 // Decide applies the policy to srv as it is now (read it fresh). nc is the
 // NodeClass that built it (nil when it is gone: no policy, release).
 func Decide(offers Offers, srv *baremetal.Server, nc *v1alpha1.ScalewayElasticMetalNodeClass, now time.Time) Decision {
+	rec := billing.Of(offers, srv)
 	switch {
-	case !Monthly(offers, srv):
+	case !rec.Monthly():
 		return Decision{Reason: "billed by the hour"}
 	case srv.Status == baremetal.ServerStatusError:
 		return Decision{Reason: "the server is in error"}
@@ -105,7 +107,7 @@ func Decide(offers Offers, srv *baremetal.Server, nc *v1alpha1.ScalewayElasticMe
 	case nc == nil:
 		return Decision{Reason: "its NodeClass is gone"}
 	}
-	until := KeepUntil(srv, nc, now)
+	until := KeepUntil(rec, nc, now)
 	if !now.Before(until) {
 		return Decision{Reason: "its paid period ends"}
 	}

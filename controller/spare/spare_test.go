@@ -1,6 +1,7 @@
 package spare
 
 import (
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,10 +20,19 @@ func (o offers) Offer(_, name string, b catalog.BillingPeriod) (*baremetal.Offer
 	return &baremetal.Offer{ID: id, Name: name}, ok && name == "EM-X"
 }
 
+func (o offers) Refreshed(string) bool { return true }
+
 var cat = offers{catalog.BillingHourly: "hourly-id", catalog.BillingMonthly: "monthly-id"}
 
 func server(offerID string, created time.Time, status baremetal.ServerStatus) *baremetal.Server {
 	return &baremetal.Server{ID: "s", Zone: "fr-par-2", OfferName: "EM-X", OfferID: offerID, CreatedAt: &created, Status: status}
+}
+
+// bought is server with the billing tags its order wrote.
+func bought(offerID string, period catalog.BillingPeriod, created time.Time, status baremetal.ServerStatus) *baremetal.Server {
+	s := server(offerID, created, status)
+	s.Tags = []string{"karpenter-scaleway-em/billing=" + string(period), "karpenter-scaleway-em/paid-since=" + strconv.FormatInt(created.Unix(), 10)}
+	return s
 }
 
 func nodeClass(lifetime *time.Duration) *v1alpha1.ScalewayElasticMetalNodeClass {
@@ -33,31 +43,59 @@ func nodeClass(lifetime *time.Duration) *v1alpha1.ScalewayElasticMetalNodeClass 
 	return nc
 }
 
-func TestKeepUntilCoversThePaidMonthAndRenews(t *testing.T) {
-	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	srv := server("monthly-id", created, baremetal.ServerStatusReady)
-	// Default: the month the order paid for.
-	if got, want := KeepUntil(srv, nodeClass(nil), created.Add(time.Hour)), created.Add(Month-RenewalMargin); !got.Equal(want) {
-		t.Fatalf("first month: keep until %s, want %s", got, want)
+func utc(y int, m time.Month, d, h, min int) time.Time {
+	return time.Date(y, m, d, h, min, 0, 0, time.UTC)
+}
+
+// A monthly subscription renews at the start of each calendar month (UTC),
+// the first month pro rata from the order: a spare is kept until an hour
+// before the next first of the month, never past it on a count of 730-hour
+// months from its creation (which kept a spare created on 1 February until
+// 3 March, paying March).
+func TestSpareIsKeptUntilTheCalendarMonthRenews(t *testing.T) {
+	paris := time.FixedZone("CET", 3600) // Europe/Paris in winter, without tzdata
+	hours := func(h int) *time.Duration { d := time.Duration(h) * time.Hour; return &d }
+	cases := []struct {
+		name     string
+		created  time.Time
+		now      time.Time
+		lifetime *time.Duration
+		keep     bool
+		until    time.Time // when kept
+	}{
+		{"1 Feb: kept in February", utc(2026, 2, 1, 9, 0), utc(2026, 2, 20, 12, 0), nil, true, utc(2026, 2, 28, 23, 0)},
+		{"1 Feb: released before 1 March", utc(2026, 2, 1, 9, 0), utc(2026, 2, 28, 23, 30), nil, false, time.Time{}},
+		{"1 Feb: a sweep late past 1 March keeps the paid March", utc(2026, 2, 1, 9, 0), utc(2026, 3, 1, 0, 30), nil, true, utc(2026, 3, 31, 23, 0)},
+		{"31 Jan: the pro-rata first month ends at midnight", utc(2026, 1, 31, 20, 0), utc(2026, 1, 31, 22, 0), nil, true, utc(2026, 1, 31, 23, 0)},
+		{"31 Jan: released in the margin", utc(2026, 1, 31, 20, 0), utc(2026, 1, 31, 23, 1), nil, false, time.Time{}},
+		{"31 Jan: February renewed", utc(2026, 1, 31, 20, 0), utc(2026, 2, 1, 10, 0), nil, true, utc(2026, 2, 28, 23, 0)},
+		{"28 Feb of a common year", utc(2026, 2, 10, 0, 0), utc(2026, 2, 28, 22, 59), nil, true, utc(2026, 2, 28, 23, 0)},
+		{"28 Feb of a leap year is not its end", utc(2028, 2, 10, 0, 0), utc(2028, 2, 28, 23, 30), nil, true, utc(2028, 2, 29, 23, 0)},
+		{"29 Feb of a leap year", utc(2028, 2, 10, 0, 0), utc(2028, 2, 29, 23, 30), nil, false, time.Time{}},
+		{"year end", utc(2026, 12, 15, 8, 0), utc(2026, 12, 31, 23, 30), nil, false, time.Time{}},
+		{"new year", utc(2026, 12, 15, 8, 0), utc(2027, 1, 1, 0, 5), nil, true, utc(2027, 1, 31, 23, 0)},
+		// Months are UTC's: 1 March 00:40 in Paris is 28 February 23:40 UTC.
+		{"Paris clock, UTC month", time.Date(2026, 2, 10, 12, 0, 0, 0, paris), time.Date(2026, 3, 1, 0, 40, 0, 0, paris), nil, false, time.Time{}},
+		{"Paris clock, in the month", time.Date(2026, 2, 10, 12, 0, 0, 0, paris), time.Date(2026, 2, 28, 23, 30, 0, 0, paris), nil, true, utc(2026, 2, 28, 23, 0)},
+		// A minimumLifetime counts from the order and ends with the month it
+		// ends in (that month is paid once it starts).
+		{"lifetime into the next month", utc(2026, 1, 31, 20, 0), utc(2026, 1, 31, 23, 30), hours(48), true, utc(2026, 2, 28, 23, 0)},
+		{"lifetime within the month", utc(2026, 2, 1, 9, 0), utc(2026, 2, 28, 23, 30), hours(48), false, time.Time{}},
+		{"lifetime ending at midnight", utc(2026, 1, 31, 0, 0), utc(2026, 1, 31, 22, 0), hours(24), true, utc(2026, 1, 31, 23, 0)},
+		{"three months", utc(2026, 1, 15, 0, 0), utc(2026, 1, 31, 23, 30), hours(3 * 730), true, utc(2026, 4, 30, 23, 0)},
+		{"lifetime 0: no spares", utc(2026, 2, 1, 9, 0), utc(2026, 2, 1, 10, 0), hours(0), false, time.Time{}},
 	}
-	// In the third month the subscription was renewed twice: kept until the third month ends.
-	if got, want := KeepUntil(srv, nodeClass(nil), created.Add(2*Month+time.Hour)), created.Add(3*Month-RenewalMargin); !got.Equal(want) {
-		t.Fatalf("third month: keep until %s, want %s", got, want)
-	}
-	// A minimum lifetime of three months keeps it that long from the first month on.
-	three := 3 * Month
-	if got, want := KeepUntil(srv, nodeClass(&three), created.Add(time.Hour)), created.Add(3*Month-RenewalMargin); !got.Equal(want) {
-		t.Fatalf("minimumLifetime 3 months: keep until %s, want %s", got, want)
-	}
-	zero := time.Duration(0)
-	if got := KeepUntil(srv, nodeClass(&zero), created.Add(time.Hour)); !got.IsZero() {
-		t.Fatalf("minimumLifetime 0 keeps until %s, want never", got)
+	for _, tc := range cases {
+		d := Decide(cat, bought("monthly-id", catalog.BillingMonthly, tc.created, baremetal.ServerStatusReady), nodeClass(tc.lifetime), tc.now)
+		if d.Keep != tc.keep || (tc.keep && !d.Until.Equal(tc.until)) {
+			t.Errorf("%s: keep=%v until %s (%s), want keep=%v until %s", tc.name, d.Keep, d.Until.UTC(), d.Reason, tc.keep, tc.until)
+		}
 	}
 }
 
 func TestDecide(t *testing.T) {
-	created := time.Now().Add(-24 * time.Hour)
-	now := time.Now()
+	// Away from a month's end, where every spare goes.
+	now, created := utc(2026, 5, 12, 10, 0), utc(2026, 5, 11, 10, 0)
 	cases := []struct {
 		name string
 		srv  *baremetal.Server
@@ -69,13 +107,53 @@ func TestDecide(t *testing.T) {
 		{"monthly in error", server("monthly-id", created, baremetal.ServerStatusError), nodeClass(nil), false},
 		{"monthly never delivered", server("monthly-id", created, baremetal.ServerStatusOutOfStock), nodeClass(nil), false},
 		{"monthly without nodeclass", server("monthly-id", created, baremetal.ServerStatusReady), nil, false},
-		{"monthly about to renew", server("monthly-id", now.Add(-Month+RenewalMargin/2), baremetal.ServerStatusReady), nodeClass(nil), false},
 	}
 	for _, tc := range cases {
 		d := Decide(cat, tc.srv, tc.nc, now)
 		if d.Keep != tc.keep || d.Reason == "" {
 			t.Errorf("%s: %+v, want keep=%v with a reason", tc.name, d, tc.keep)
 		}
+	}
+}
+
+// noOffers is a catalogue that does not list the server's offer: the
+// embedded snapshot before the first refresh, a refresh that replaced the
+// zone, an offer Scaleway no longer sells.
+type noOffers struct{ refreshed bool }
+
+func (noOffers) Offer(string, string, catalog.BillingPeriod) (*baremetal.Offer, bool) {
+	return nil, false
+}
+func (o noOffers) Refreshed(string) bool { return o.refreshed }
+
+// What a server was bought as is its tags', whatever today's catalogue
+// lists: a paid monthly server is kept as a spare when the catalogue no
+// longer (or not yet) lists its offer, and an hourly one is not.
+func TestBillingIsTheServersRecordNotTheCatalogues(t *testing.T) {
+	now, created := utc(2026, 5, 12, 10, 0), utc(2026, 5, 11, 10, 0)
+	for _, offers := range []Offers{noOffers{refreshed: false}, noOffers{refreshed: true}, cat} {
+		monthly := bought("monthly-id", catalog.BillingMonthly, created, baremetal.ServerStatusReady)
+		if !Monthly(offers, monthly) || Billing(offers, monthly) != catalog.BillingMonthly {
+			t.Errorf("%v: a server tagged monthly is %s", offers, Billing(offers, monthly))
+		}
+		if d := Decide(offers, monthly, nodeClass(nil), now); !d.Keep {
+			t.Errorf("%v: a tagged monthly server is released: %s", offers, d.Reason)
+		}
+		// The tag wins over an offer ID the catalogue says is hourly.
+		hourly := bought("monthly-id", catalog.BillingHourly, created, baremetal.ServerStatusReady)
+		if d := Decide(offers, hourly, nodeClass(nil), now); d.Keep {
+			t.Errorf("%v: a server tagged hourly is kept: %s", offers, d.Reason)
+		}
+	}
+	// Untagged (ordered before the tags): a catalogue that cannot tell keeps it.
+	untagged := server("hourly-id", created, baremetal.ServerStatusReady)
+	for _, offers := range []Offers{noOffers{refreshed: false}, noOffers{refreshed: true}} {
+		if d := Decide(offers, untagged, nodeClass(nil), now); !d.Keep {
+			t.Errorf("%v: an untagged server the catalogue cannot tell is released: %s", offers, d.Reason)
+		}
+	}
+	if d := Decide(cat, untagged, nodeClass(nil), now); d.Keep {
+		t.Errorf("an untagged server a refreshed catalogue lists as hourly is kept: %s", d.Reason)
 	}
 }
 

@@ -1,6 +1,6 @@
 // Package spend says what the cluster's Elastic Metal servers cost, per
-// NodeClass, from each server's offer and billing period priced by the
-// catalogue:
+// NodeClass, from each server's offer and billing period (its billing tags,
+// package billing) priced by the catalogue:
 //
 //   - hourly spend (EUR per hour): an hourly server at its price per hour; a
 //     monthly server at its monthly price over 730 hours (amortised);
@@ -20,6 +20,7 @@ import (
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/billing"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 )
@@ -33,10 +34,10 @@ const (
 // UnknownNodeClass labels servers without a NodeClass tag.
 const UnknownNodeClass = "unknown"
 
-// Offers prices servers (*catalog.Catalog).
-type Offers interface {
-	Offer(zone, offerName string, billing catalog.BillingPeriod) (*baremetal.Offer, bool)
-}
+// Offers prices servers (*catalog.Catalog); what a server was bought as
+// comes from its tags (billing.Of), the catalogue only for servers ordered
+// before them.
+type Offers = billing.Offers
 
 // Cost is what one server costs.
 type Cost struct {
@@ -61,34 +62,45 @@ func Of(srv *baremetal.Server, offers Offers, now time.Time) Cost {
 	if install.Phase(tags[scaleway.TagPhase]) == install.PhaseSpare {
 		c.Usage = UsageSpare
 	}
-	for _, billing := range catalog.BillingPeriods {
-		o, ok := offers.Offer(string(srv.Zone), srv.OfferName, billing)
-		if !ok || o.ID != srv.OfferID {
-			continue
-		}
-		c.Billing = billing
-		switch billing {
-		case catalog.BillingHourly:
-			if o.PricePerHour != nil {
-				c.Hourly, c.Priced = o.PricePerHour.ToFloat(), true
-			}
-		case catalog.BillingMonthly:
-			if o.PricePerMonth != nil {
-				month := o.PricePerMonth.ToFloat()
-				c.Hourly, c.Commitment, c.Priced = month/catalog.HoursPerMonth, month, true
-				if o.Fee != nil && srv.CreatedAt != nil && sameMonth(*srv.CreatedAt, now) {
-					c.Commitment += o.Fee.ToFloat()
-				}
+	rec := billing.Of(offers, srv)
+	if rec.Source == billing.SourceAssumed {
+		// A server ordered before billing tags, in a zone the catalogue has
+		// not refreshed yet: the spare policy counts it as monthly to be
+		// safe, but a cost is no release, and the snapshot's offer IDs
+		// price it better than nothing; nothing there: unknown.
+		period := catalog.BillingPeriod("")
+		for _, p := range catalog.BillingPeriods {
+			if o, ok := offers.Offer(string(srv.Zone), srv.OfferName, p); ok && o.ID == srv.OfferID {
+				period = p
+				break
 			}
 		}
-		break
+		rec.Period = period
+	}
+	c.Billing = rec.Period
+	// The price is the catalogue's offer of that name and period, when it
+	// is still the one the server was ordered with.
+	o, ok := offers.Offer(string(srv.Zone), srv.OfferName, rec.Period)
+	if !ok || o.ID != srv.OfferID {
+		return c
+	}
+	switch rec.Period {
+	case catalog.BillingHourly:
+		if o.PricePerHour != nil {
+			c.Hourly, c.Priced = o.PricePerHour.ToFloat(), true
+		}
+	case catalog.BillingMonthly:
+		if o.PricePerMonth != nil {
+			month := o.PricePerMonth.ToFloat()
+			c.Hourly, c.Commitment, c.Priced = month/catalog.HoursPerMonth, month, true
+			// The setup fee is owed in the month of the order: the calendar
+			// month (UTC) Scaleway bills by (billing.MonthStart).
+			if o.Fee != nil && !rec.Since.IsZero() && !rec.Since.Before(billing.MonthStart(now)) {
+				c.Commitment += o.Fee.ToFloat()
+			}
+		}
 	}
 	return c
-}
-
-func sameMonth(a, b time.Time) bool {
-	a, b = a.UTC(), b.UTC()
-	return a.Year() == b.Year() && a.Month() == b.Month()
 }
 
 // Key groups costs.

@@ -2,6 +2,7 @@ package spend_test
 
 import (
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -91,6 +92,33 @@ func TestComputeGroupsAndSkips(t *testing.T) {
 	sum := totals.NodeClass("gp")
 	if sum.Servers != 4 || !near(sum.Hourly, 2*0.548+32.99/730) || !near(sum.Commitment, 32.99) || sum.Unpriced != 1 {
 		t.Errorf("gp in all: %+v", sum)
+	}
+}
+
+// A server's billing period is its billing tags': a monthly server whose
+// offer the catalogue no longer lists under its ID (withdrawn, or a refresh
+// that replaced the zone) is still monthly, unpriced, and its setup fee is
+// owed in the calendar month (UTC) of its order, not of its creation.
+func TestBillingComesFromTheServersTags(t *testing.T) {
+	cat := catalog.New(catalog.Options{})
+	tagged := func(billing, paidSince string) *baremetal.Server {
+		s := server(t, cat, "EM-I220E-NVME", catalog.BillingMonthly, "gp", "spare", now.AddDate(0, -3, 0))
+		s.Tags = append(s.Tags, "karpenter-scaleway-em/billing="+billing, "karpenter-scaleway-em/paid-since="+paidSince)
+		return s
+	}
+	withdrawn := tagged("monthly", "1700000000")
+	withdrawn.OfferID = "00000000-0000-0000-0000-000000000000"
+	if c := spend.Of(withdrawn, cat, now); c.Billing != catalog.BillingMonthly || c.Priced {
+		t.Errorf("a monthly server of a withdrawn offer: %+v, want monthly, unpriced", c)
+	}
+	// Ordered on 1 November 00:30 in Paris, 31 October 23:30 UTC: October's fee.
+	october := tagged("monthly", strconv.FormatInt(time.Date(2026, 10, 31, 23, 30, 0, 0, time.UTC).Unix(), 10))
+	november := tagged("monthly", strconv.FormatInt(time.Date(2026, 11, 1, 0, 30, 0, 0, time.UTC).Unix(), 10))
+	if c := spend.Of(october, cat, now); !c.Priced || !near(c.Commitment, 199.99) {
+		t.Errorf("ordered in October (UTC): %+v, want the month only", c)
+	}
+	if c := spend.Of(november, cat, now); !c.Priced || !near(c.Commitment, 2*199.99) {
+		t.Errorf("ordered in November (UTC): %+v, want the month and the setup fee", c)
 	}
 }
 

@@ -20,7 +20,9 @@ import (
 	"github.com/scaleway/scaleway-sdk-go/scw"
 	"k8s.io/utils/clock"
 
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/billing"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spend"
 )
@@ -173,10 +175,16 @@ func (s *Session) End() {
 // the same computation as the listed ones.
 func (l *Limiter) hypothetical(nodeClass, zone string, offer *baremetal.Offer) *baremetal.Server {
 	now := l.clock().Now()
+	tags := []string{scaleway.Tag(scaleway.TagNodeClass, nodeClass)}
+	// Bought as the offer's period, as the order's tags will say
+	// (ordertags.For): the catalogue's offers carry it.
+	if p := catalog.BillingPeriod(offer.SubscriptionPeriod); p.Valid() {
+		tags = append(tags, billing.Tags(p, now)...)
+	}
 	return &baremetal.Server{
 		Zone: scw.Zone(zone), OfferID: offer.ID, OfferName: offer.Name, CreatedAt: &now,
 		Status: baremetal.ServerStatusDelivering,
-		Tags:   []string{scaleway.Tag(scaleway.TagNodeClass, nodeClass)},
+		Tags:   tags,
 	}
 }
 

@@ -208,7 +208,7 @@ func (c *Controller) order(ctx context.Context, nc *v1alpha1.ScalewayElasticMeta
 			OfferID:        offer.ID,
 			Name:           fmt.Sprintf("%s-warm-%s-%d", nc.Name, strings.ToLower(k.Offer), slot.Index),
 			Description:    fmt.Sprintf("Karpenter warm-pool server of cluster %s (nodeclass %s)", c.Spares.Owner.Name, nc.Name),
-			Tags:           ordertags.For(c.Spares.Owner, nc, install.PhaseSpare, c.clock().Now(), scaleway.Tag(scaleway.TagWarmPool, "true"), tag),
+			Tags:           ordertags.For(c.Spares.Owner, nc, install.PhaseSpare, c.clock().Now(), k.Billing, scaleway.Tag(scaleway.TagWarmPool, "true"), tag),
 			IdempotencyTag: tag,
 			Match:          ordertags.Match(c.Spares.Owner),
 		})

@@ -10,11 +10,12 @@ import (
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/e2e/harness"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/world"
 )
@@ -113,18 +114,25 @@ func TestMonthlyNodePoolReusesSparesAsReservedCapacity(t *testing.T) {
 	})
 	e.AssertNoDuplicateOrders()
 
-	// Back to spares; their paid month ends (the simulator ages them): the
-	// garbage collector releases them.
+	// Back to spares; the NodeClass stops keeping them (minimumLifetime 0s;
+	// their paid month ends only at the end of the calendar month, which
+	// the test cannot wait for): the garbage collector releases them.
 	app.ScaleTo(0)
 	e.Eventually("both servers spares again", harness.WaitLong, func() (bool, string) {
 		return len(spares(e)) == 2 && len(e.NodeClaims()) == 0, fmt.Sprintf("spares %v; %s", spares(e), e.Summary())
 	})
-	for _, id := range spares(e) {
-		if err := e.W.Sim.Age(id, spare.Month-spare.RenewalMargin/2); err != nil {
-			t.Fatal(err)
+	// The controller writes the NodeClass's status meanwhile: retried on a conflict.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		nc := e.W.NodeClass("default")
+		if err := e.W.Kube.Client.Get(e.Ctx, types.NamespacedName{Name: "default"}, nc); err != nil {
+			return err
 		}
+		nc.Spec.Billing.MinimumLifetime = &metav1.Duration{}
+		return e.W.Kube.Client.Update(e.Ctx, nc)
+	}); err != nil {
+		t.Fatal(err)
 	}
-	e.Eventually("the spares released at the end of their paid month", harness.WaitLong, func() (bool, string) {
+	e.Eventually("the spares released once no longer kept", harness.WaitLong, func() (bool, string) {
 		return liveServers(e) == 0, e.DescribeServers()
 	})
 	if n := orders(e); n != ordered {

@@ -258,9 +258,9 @@ type BillingSpec struct {
 	MonthlyCommitmentMonths int32 `json:"monthlyCommitmentMonths,omitempty"`
 	// MinimumLifetime of a monthly server: one whose NodeClaim ends (deleted, failed install, or none at all)
 	// is kept as a spare (rebooted into rescue, untagged from its NodeClaim) and reused by the next NodeClaim of
-	// the same offer and zone instead of ordering a new one, until the later of this lifetime and the end of
-	// the subscription month it is in (monthly subscriptions renew every month); it is released an hour before
-	// a renewal. Unset: one month, the period an order pays for. 0s: monthly servers are never kept.
+	// the same offer and zone instead of ordering a new one, until its subscription renews (at the end of each
+	// calendar month, UTC), or until the end of the month this lifetime, counted from the order, ends in; it is
+	// released an hour before a renewal. Unset: the month in progress only. 0s: monthly servers are never kept.
 	// +kubebuilder:validation:Pattern=`^([0-9]+(s|m|h))+$`
 	// +kubebuilder:validation:Type="string"
 	// +optional
