@@ -171,6 +171,16 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 		c.log.Info("the nodeclaim already has its server", "nodeclaim", claim.Name, "server", srv.ID, "zone", string(srv.Zone), "phase", install.PhaseOf(srv))
 		return c.hydrate(ctx, claim, srv), nil
 	}
+	// An earlier order of this claim whose answer was lost may have been
+	// taken although no listing shows it yet: giving the claim a spare or
+	// another order now could leave it with two servers. It waits for that
+	// order (Karpenter retries Create) until the order shows or its settle
+	// window ends; the lookup above then searches the order's zone too.
+	if zone, ok := c.API.OrderInFlight(scaleway.Tag(scaleway.TagNodeClaim, claim.Name)); ok {
+		c.Inventory.Saw(string(zone))
+		c.publish(claim, corev1.EventTypeWarning, "OrderInFlight", fmt.Sprintf("an earlier order in %s may have been taken; waiting for its server before any spare or new order", zone))
+		return nil, fmt.Errorf("nodeclaim %s: %w (sent to %s); no spare is taken and nothing is ordered until it shows or its settle window ends", claim.Name, scaleway.ErrOrderInFlight, zone)
+	}
 	nc, err := nodeclass.Get(ctx, c.Kube, claim.Spec.NodeClassRef)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
