@@ -104,7 +104,8 @@ func startLight(t *testing.T, limits *v1alpha1.LimitsSpec, edits ...func(*scwsim
 	keeper := &spare.Keeper{API: l.api, Offers: l.cat, Rescue: &rescue.Dialer{}, Owner: l.owner, Log: log}
 	l.p = cp.New(cp.Deps{Kube: l.kube, Recorder: l.rec, Catalog: l.cat, API: l.api, Inventory: inv, Spares: keeper,
 		Installs: noInstalls{}, Images: anyImage{},
-		Limits: &spendlimit.Limiter{Servers: inv.Servers, Offers: l.cat}},
+		Limits: &spendlimit.Limiter{Servers: inv.Servers, Offers: l.cat,
+			OrderInFlight: func(tag string) bool { _, ok := l.api.OrderInFlight(tag); return ok }}},
 		cp.Options{ClusterName: "c1", DefaultZone: string(lightZone)}, log)
 	return l
 }
