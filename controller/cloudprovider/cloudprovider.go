@@ -169,7 +169,23 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 	}
 	if srv != nil {
 		c.log.Info("the nodeclaim already has its server", "nodeclaim", claim.Name, "server", srv.ID, "zone", string(srv.Zone), "phase", install.PhaseOf(srv))
-		return c.hydrate(ctx, claim, srv), nil
+		// The server is listed: failing on a read error is safe, the
+		// retry finds it again.
+		nc, err := nodeclass.Lookup(ctx, c.Kube, claim.Spec.NodeClassRef)
+		if err != nil {
+			return nil, err
+		}
+		return c.hydrate(ctx, claim, srv, nc), nil
+	}
+	// An earlier order of this claim whose answer was lost may have been
+	// taken although no listing shows it yet: giving the claim a spare or
+	// another order now could leave it with two servers. It waits for that
+	// order (Karpenter retries Create) until the order shows or its settle
+	// window ends; the lookup above then searches the order's zone too.
+	if zone, ok := c.API.OrderInFlight(scaleway.Tag(scaleway.TagNodeClaim, claim.Name)); ok {
+		c.Inventory.Saw(string(zone))
+		c.publish(claim, corev1.EventTypeWarning, "OrderInFlight", fmt.Sprintf("an earlier order in %s may have been taken; waiting for its server before any spare or new order", zone))
+		return nil, fmt.Errorf("nodeclaim %s: %w (sent to %s); no spare is taken and nothing is ordered until it shows or its settle window ends", claim.Name, scaleway.ErrOrderInFlight, zone)
 	}
 	nc, err := nodeclass.Get(ctx, c.Kube, claim.Spec.NodeClassRef)
 	if err != nil {
@@ -202,7 +218,9 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 		return nil, err
 	}
 	c.Inventory.Saw(string(srv.Zone))
-	return c.hydrate(ctx, claim, srv), nil
+	// The NodeClass read before ordering: failing now, with listings that
+	// may not show the new server yet, could make the retry order again.
+	return c.hydrate(ctx, claim, srv, nc), nil
 }
 
 // Delete implements cloudprovider.CloudProvider: it stops the install, then
@@ -223,7 +241,12 @@ func (c *CloudProvider) Delete(ctx context.Context, claim *karpv1.NodeClaim) err
 		// instance, without reading it again.
 		return cloudprovider.NewNodeClaimNotFoundError(fmt.Errorf("server %s is being deleted", srv.ID))
 	}
-	nc, _ := nodeclass.Get(ctx, c.Kube, claim.Spec.NodeClassRef) // nil when gone: no policy, release
+	// nil only when the NodeClass is gone (no policy: release); a failed
+	// read is retried, never taken for a deletion.
+	nc, err := nodeclass.Lookup(ctx, c.Kube, claim.Spec.NodeClassRef)
+	if err != nil {
+		return fmt.Errorf("deciding what becomes of server %s: %w", srv.ID, err)
+	}
 	outcome, d, err := c.Spares.Release(ctx, srv.Zone, srv.ID, claim.Name, nc)
 	if err != nil {
 		return err

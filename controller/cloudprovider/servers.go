@@ -53,11 +53,11 @@ func (c *CloudProvider) fromServer(s *baremetal.Server) *karpv1.NodeClaim {
 // hydrate is the NodeClaim Create returns for srv: its instance type's and
 // offering's labels and capacity (the offering of the server's own zone and
 // billing period, whatever the NodeClass allows now), and the NodeClass's
-// hash. The image annotations come later, from what the install writes.
-func (c *CloudProvider) hydrate(ctx context.Context, claim *karpv1.NodeClaim, srv *baremetal.Server) *karpv1.NodeClaim {
+// hash (nc: the claim's NodeClass, nil when it is gone). The image
+// annotations come later, from what the install writes.
+func (c *CloudProvider) hydrate(ctx context.Context, claim *karpv1.NodeClaim, srv *baremetal.Server, nc *v1alpha1.ScalewayElasticMetalNodeClass) *karpv1.NodeClaim {
 	out := c.fromServer(srv)
 	out.Name = claim.Name
-	nc, _ := nodeclass.Get(ctx, c.Kube, claim.Spec.NodeClassRef)
 	f := catalog.Filter{BillingPeriods: catalog.BillingPeriods}
 	if nc != nil {
 		f = nodeclass.Filter(nc, c.opts.DefaultZone)

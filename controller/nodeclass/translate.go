@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
@@ -28,6 +29,25 @@ func Get(ctx context.Context, kube client.Reader, ref *karpv1.NodeClassReference
 	nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
 	if err := kube.Get(ctx, types.NamespacedName{Name: ref.Name}, nc); err != nil {
 		return nil, err
+	}
+	return nc, nil
+}
+
+// Lookup is Get for the spare policy, which releases a monthly server whose
+// NodeClass is gone: nil (and no error) only when the NodeClass is really
+// gone (NotFound, or no reference at all). Any other failure (a timeout, a
+// cancelled context, a throttled API server) is an error: taken for "gone",
+// it would throw away a month already paid.
+func Lookup(ctx context.Context, kube client.Reader, ref *karpv1.NodeClassReference) (*v1alpha1.ScalewayElasticMetalNodeClass, error) {
+	if ref == nil {
+		return nil, nil
+	}
+	nc, err := Get(ctx, kube, ref)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading nodeclass %s: %w", ref.Name, err)
 	}
 	return nc, nil
 }

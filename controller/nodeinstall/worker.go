@@ -349,7 +349,13 @@ func (w *worker) release(ctx context.Context, claim *karpv1.NodeClaim, srv *bare
 		// Ordered, then never delivered: the next order must go elsewhere.
 		c.Offerings.MarkUnavailable(string(fresh.Zone), fresh.OfferName, spare.Billing(c.Offerings, fresh), catalog.ReasonOutOfStock)
 	}
-	nc, _ := nodeclass.Get(ctx, c.Kube, claim.Spec.NodeClassRef) // nil when gone: no policy, release
+	// nil only when the NodeClass is gone (no policy: release). A failed
+	// read releases nothing: core's termination calls Delete, which reads
+	// it again.
+	nc, err := nodeclass.Lookup(ctx, c.Kube, claim.Spec.NodeClassRef)
+	if err != nil {
+		return fmt.Sprintf("server %s left for Delete to release or keep (%v)", srv.ID, err)
+	}
 	outcome, d, err := c.Spares.Release(ctx, srv.Zone, srv.ID, w.name, nc)
 	if err != nil {
 		// Core's termination calls Delete, which tries again.

@@ -207,7 +207,8 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 		Breaker: breakers,
 	}
 	// One limiter for Create and the warm pool: one count of orders not listed yet.
-	limits := &spendlimit.Limiter{Servers: inv.Servers, Offers: cat, Metrics: spendlimit.NewMetrics(reg, kube)}
+	limits := &spendlimit.Limiter{Servers: inv.Servers, Offers: cat, Metrics: spendlimit.NewMetrics(reg, kube),
+		OrderInFlight: func(tag string) bool { _, ok := api.OrderInFlight(tag); return ok }}
 	cp := cloudprovider.New(cloudprovider.Deps{
 		Kube: kube, Recorder: recorder, Catalog: cat, API: api, Inventory: inv, Spares: spares, Installs: installs,
 		Images: images, Breaker: breakers, Limits: limits, Reservations: reservations,

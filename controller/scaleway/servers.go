@@ -308,6 +308,19 @@ func (p *pendingOrders) forget(tag string) {
 	delete(p.m, tag)
 }
 
+// OrderInFlight reports whether the last order for tag failed without
+// saying whether the API took it, less than Config.OrderSettle ago, and has
+// not shown in listings since; zone is where it was sent. While it is in
+// flight the order may have been taken: the tag's owner must be given no
+// other server (no spare either), only that order's, once it shows.
+func (c *Client) OrderInFlight(tag string) (scw.Zone, bool) {
+	p, ok := c.orders.get(tag)
+	if !ok || c.clock.Now().Sub(p.since) >= c.cfg.OrderSettle {
+		return "", false
+	}
+	return p.zone, true
+}
+
 // InFlightOrders is the number of orders whose outcome is still unknown.
 func (c *Client) InFlightOrders() int {
 	c.orders.mu.Lock()

@@ -573,7 +573,19 @@ func TestSimCreateNeverDoubled(t *testing.T) {
 		if n := env.count(t, "POST", serversRE); n != 1 {
 			t.Fatalf("%d POSTs inside the settle window, want 1", n)
 		}
+		// Callers that could give the tag's owner another server (a spare)
+		// ask first.
+		tag := env.createReq("nc-e").IdempotencyTag
+		if z, ok := env.client.OrderInFlight(tag); !ok || z != zone {
+			t.Fatalf("OrderInFlight inside the settle window = %s, %v; want %s, true", z, ok, zone)
+		}
+		if _, ok := env.client.OrderInFlight(env.createReq("nc-other").IdempotencyTag); ok {
+			t.Fatal("another tag's order is in flight")
+		}
 		env.clock.advance(time.Minute)
+		if _, ok := env.client.OrderInFlight(tag); ok {
+			t.Fatal("the order is still in flight after its settle window")
+		}
 		if _, created, err := env.client.CreateServer(context.Background(), env.createReq("nc-e")); err != nil || !created {
 			t.Fatalf("CreateServer after the settle window: %v created=%v", err, created)
 		}

@@ -5,7 +5,11 @@
 // Current spend is package spend's computation over a fresh listing of the
 // cluster's servers, plus the orders placed here that the listing does not
 // show yet (Scaleway's listings lag orders), so that two Creates in a row
-// cannot both fit under the same headroom. A NodeClass's checks and orders
+// cannot both fit under the same headroom. An order whose answer was lost
+// (in flight: the API may have taken it) counts as well, until a listing
+// shows a server with its idempotency tag or the API client stops treating
+// it as in flight (its settle window ends): the next order cannot pass the
+// limit on the strength of a lost answer. A NodeClass's checks and orders
 // are serialised; NodeClasses without limits cost nothing (no listing, no
 // lock).
 package spendlimit
@@ -45,11 +49,19 @@ type Limiter struct {
 	Clock   clock.Clock
 	// Pending (default DefaultPending) bounds how long an order not yet listed counts.
 	Pending time.Duration
-	Metrics *Metrics
+	// OrderInFlight says whether the API client still treats the order of
+	// an idempotency tag as in flight ((*scaleway.Client).OrderInFlight):
+	// until its settle window ends no other order goes for that tag, and
+	// after it the tag may order again (that order then counts instead).
+	// An order whose answer was lost counts while it is in flight and not
+	// listed; nil: while not listed, for Pending at most.
+	OrderInFlight func(tag string) bool
+	Metrics       *Metrics
 
-	mu      sync.Mutex
-	locks   map[string]*sync.Mutex
-	pending map[string]pendingOrder // by server ID
+	mu       sync.Mutex
+	locks    map[string]*sync.Mutex
+	pending  map[string]pendingOrder // by server ID
+	inFlight map[string]pendingOrder // by idempotency tag
 }
 
 type pendingOrder struct {
@@ -108,8 +120,12 @@ func (l *Limiter) Begin(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNo
 	}
 	now := l.clock().Now()
 	listed := make(map[string]bool, len(all))
+	tags := map[string]bool{}
 	for _, srv := range all {
 		listed[srv.ID] = true
+		for _, t := range srv.Tags {
+			tags[t] = true
+		}
 	}
 	servers := append([]*baremetal.Server(nil), all...)
 	l.mu.Lock()
@@ -117,6 +133,18 @@ func (l *Limiter) Begin(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNo
 		switch {
 		case listed[id] || now.Sub(p.at) > l.pendingFor():
 			delete(l.pending, id)
+		case p.nodeClass == nc.Name:
+			servers = append(servers, p.server)
+		}
+	}
+	for tag, p := range l.inFlight {
+		settled := now.Sub(p.at) > l.pendingFor()
+		if l.OrderInFlight != nil {
+			settled = !l.OrderInFlight(tag)
+		}
+		switch {
+		case tags[tag] || settled:
+			delete(l.inFlight, tag)
 		case p.nodeClass == nc.Name:
 			servers = append(servers, p.server)
 		}
@@ -146,6 +174,7 @@ func (s *Session) Check(zone string, offer *baremetal.Offer) error {
 }
 
 // Ordered counts an order placed in this session until listings show it.
+// An order of the same idempotency tag counted as in flight is now this one.
 func (s *Session) Ordered(srv *baremetal.Server, zone string, offer *baremetal.Offer) {
 	if s == nil || srv == nil {
 		return
@@ -161,7 +190,34 @@ func (s *Session) Ordered(srv *baremetal.Server, zone string, offer *baremetal.O
 		s.l.pending = map[string]pendingOrder{}
 	}
 	s.l.pending[srv.ID] = pendingOrder{nodeClass: s.nc, server: h, at: now}
+	for _, t := range srv.Tags {
+		delete(s.l.inFlight, t)
+	}
 	s.l.mu.Unlock()
+}
+
+// InFlight counts an order of offer in zone whose answer was lost (the API
+// may have taken it; tag is its idempotency tag) until a listing shows a
+// server carrying tag or OrderInFlight says it is no longer in flight.
+// Calls for a tag already counted change nothing.
+func (s *Session) InFlight(tag, zone string, offer *baremetal.Offer) {
+	if s == nil || tag == "" {
+		return
+	}
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	if _, ok := s.l.inFlight[tag]; ok {
+		return
+	}
+	now := s.l.clock().Now()
+	h := s.l.hypothetical(s.nc, zone, offer)
+	c := spend.Of(h, s.l.Offers, now)
+	s.hourly += c.Hourly
+	s.committed += c.Commitment
+	if s.l.inFlight == nil {
+		s.l.inFlight = map[string]pendingOrder{}
+	}
+	s.l.inFlight[tag] = pendingOrder{nodeClass: s.nc, server: h, at: now}
 }
 
 // End releases the NodeClass's lock.

@@ -157,3 +157,83 @@ func TestNoLimitsNoListingAndListingFailureIsAnError(t *testing.T) {
 	}
 	s.End()
 }
+
+// Issue 31 item 7: an order whose answer was lost may have been taken: it
+// counts until a listing shows a server with its idempotency tag (then once,
+// as listed) or the API client no longer treats it as in flight (its
+// settle window ended); an answer that arrives later replaces it, not adds
+// to it.
+func TestOrdersInFlightCountUntilListedOrSettled(t *testing.T) {
+	f := newFixture()
+	settled := map[string]bool{}
+	f.l.OrderInFlight = func(tag string) bool { return !settled[tag] }
+	nc := nodeClass("0.6", "")
+	hourly := f.offer(t, "EM-I220E-NVME", catalog.BillingHourly)
+	const tag = "karpenter.sh/nodeclaim=a"
+	begin := func() *spendlimit.Session {
+		t.Helper()
+		s, err := f.l.Begin(context.Background(), nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s := begin()
+	if err := s.Check("fr-par-2", hourly); err != nil {
+		t.Fatal(err)
+	}
+	s.InFlight(tag, "fr-par-2", hourly)
+	s.End()
+
+	s = begin() // nothing listed: the lost order still counts
+	if err := s.Check("fr-par-2", hourly); err == nil {
+		t.Error("a second 0.548 order under a 0.6 limit was allowed while the first one's answer is lost")
+	}
+	s.InFlight(tag, "fr-par-2", hourly) // the same order again: counted once
+	if err := s.Check("fr-par-2", f.offer(t, "EM-A116X-SSD", catalog.BillingHourly)); err == nil {
+		t.Error("0.548 in flight + 0.077 under 0.6 allowed")
+	}
+	s.End()
+
+	// Listed with its tag: counted once, as listed.
+	listed := f.server(t, "s-a", "EM-I220E-NVME", catalog.BillingHourly, "gp")
+	listed.Tags = append(listed.Tags, tag)
+	f.servers = []*baremetal.Server{listed}
+	s = begin()
+	var ex *spendlimit.ExceededError
+	if err := s.Check("fr-par-2", f.offer(t, "EM-A116X-SSD", catalog.BillingHourly)); !errors.As(err, &ex) || ex.Current > 0.6 {
+		t.Errorf("once listed: %v; want refused with 0.548 spent (counted once)", err)
+	}
+	s.End()
+
+	// Never listed: it counts while the client has it in flight.
+	f.servers = nil
+	s = begin()
+	s.InFlight("karpenter.sh/nodeclaim=b", "fr-par-2", hourly)
+	s.End()
+	f.clock.Step(4 * time.Minute)
+	s = begin()
+	if err := s.Check("fr-par-2", hourly); err == nil {
+		t.Error("an order in flight 4 min ago no longer counts")
+	}
+	s.End()
+	settled["karpenter.sh/nodeclaim=b"] = true
+	s = begin()
+	if err := s.Check("fr-par-2", hourly); err != nil {
+		t.Errorf("an order past its settle window still counts: %v", err)
+	}
+	s.End()
+
+	// The answer arrives on a retry (the server found by its tag): it
+	// replaces the order in flight.
+	s = begin()
+	s.InFlight("karpenter.sh/nodeclaim=c", "fr-par-2", hourly)
+	s.Ordered(&baremetal.Server{ID: "s-c", Tags: []string{"karpenter.sh/nodeclaim=c"}}, "fr-par-2", hourly)
+	s.End()
+	f.servers = []*baremetal.Server{f.server(t, "s-c", "EM-I220E-NVME", catalog.BillingHourly, "gp")}
+	s = begin()
+	if err := s.Check("fr-par-2", f.offer(t, "EM-A116X-SSD", catalog.BillingHourly)); !errors.As(err, &ex) || ex.Current > 0.6 {
+		t.Errorf("an order in flight, then answered and listed: %v; want 0.548 spent (counted once)", err)
+	}
+	s.End()
+}

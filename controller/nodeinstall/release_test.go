@@ -1,0 +1,85 @@
+package nodeinstall
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr/testr"
+	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+	"github.com/scaleway/scaleway-sdk-go/scw"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/simapi"
+)
+
+// Issue 31 item 6: a failed install gives its server back under the spare
+// policy, which releases a monthly server whose NodeClass is gone. A
+// NodeClass read that fails (here a timeout) is no deletion: the monthly
+// server stays the claim's, for Delete to keep as a spare.
+func TestFailedInstallReleasesNothingWhenTheNodeClassCannotBeRead(t *testing.T) {
+	const zone = scw.Zone("fr-par-2")
+	ctx := context.Background()
+	sim, api, _ := simapi.StartURL(t, zone)
+	nc := &v1alpha1.ScalewayElasticMetalNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "nc"}}
+	timeout := apierrors.NewTimeoutError("the server was unable to return a response in the time allotted", 1)
+	failing := true
+	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc).
+		WithInterceptorFuncs(interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*v1alpha1.ScalewayElasticMetalNodeClass); ok && failing {
+				return timeout
+			}
+			return c.Get(ctx, key, obj, opts...)
+		}}).Build()
+	log := testr.New(t)
+	owner := &identity.Owner{Identity: identity.Identity{Name: "c1", ID: "uid-c1"}, API: api, Kube: kube, Log: log}
+	cat := catalog.New(catalog.Options{Client: api.SDK(), Zones: []scw.Zone{zone}})
+	if err := cat.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	offer, ok := cat.Offer(string(zone), "EM-B112X-SSD", catalog.BillingMonthly)
+	if !ok {
+		t.Fatal("no monthly EM-B112X-SSD")
+	}
+	claimTag := scaleway.Tag(scaleway.TagNodeClaim, "claim-f")
+	srv, _, err := api.CreateServer(ctx, scaleway.CreateServerRequest{Zone: zone, OfferID: offer.ID, Name: "claim-f",
+		Tags:           append(owner.Tags(), scaleway.Tag(scaleway.TagNodeClass, nc.Name), claimTag),
+		IdempotencyTag: claimTag})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &worker{name: "claim-f", log: log, c: &Controller{Kube: kube, API: api, Offerings: cat, Log: log,
+		Spares: &spare.Keeper{API: api, Offers: cat, Rescue: &rescue.Dialer{}, Owner: owner, Log: log}}}
+	claim := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "claim-f"},
+		Spec: karpv1.NodeClaimSpec{NodeClassRef: &karpv1.NodeClassReference{Group: v1alpha1.SchemeGroupVersion.Group, Kind: "ScalewayElasticMetalNodeClass", Name: nc.Name}}}
+
+	outcome := w.release(ctx, claim, srv)
+	s, _ := sim.Server(srv.ID)
+	if s.Status == string(baremetal.ServerStatusDeleting) || !scaleway.HasTags(s.Tags, claimTag) {
+		t.Fatalf("a nodeclass read that timed out released the monthly server (%s): %s %v", outcome, s.Status, s.Tags)
+	}
+	if !strings.Contains(outcome, "left for Delete") {
+		t.Errorf("outcome %q does not say the server is left for Delete", outcome)
+	}
+
+	failing = false
+	if outcome := w.release(ctx, claim, srv); !strings.Contains(outcome, "kept as a spare") {
+		t.Fatalf("once the nodeclass reads: %q, want the monthly server kept as a spare", outcome)
+	}
+	if s, _ := sim.Server(srv.ID); !scaleway.HasTags(s.Tags, scaleway.Tag(scaleway.TagPhase, string(install.PhaseSpare))) {
+		t.Fatalf("not tagged as a spare: %v", s.Tags)
+	}
+}
