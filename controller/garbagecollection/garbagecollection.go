@@ -47,6 +47,10 @@ const (
 // Controller is a singleton that sweeps every Interval.
 type Controller struct {
 	Kube client.Client
+	// Reader reads NodeClaims uncached (the manager's APIReader); nil
+	// means Kube. A cached list may lack a NodeClaim created moments ago
+	// that already took a server.
+	Reader client.Reader
 	// Servers lists every server of the cluster in every zone it has
 	// servers in (inventory.Servers); a failure stops the sweep.
 	Servers func(ctx context.Context) ([]*baremetal.Server, error)
@@ -90,10 +94,20 @@ func NewCollectedCounter(reg prometheus.Registerer) *prometheus.CounterVec {
 	return c
 }
 
-// Reconcile sweeps once.
+// Reconcile sweeps once. The servers are listed first and the NodeClaims
+// afterwards, read from the API server rather than the cache: a NodeClaim
+// takes a server (a spare, or its own order) only once it exists, so any
+// claim a server of the listing is tagged for is in the NodeClaim list that
+// follows. The other order let a claim created between the two listings,
+// that took a spare meanwhile, look gone.
 func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
+	srvs, err := c.Servers(ctx)
+	if err != nil {
+		// Never act on a partial view.
+		return reconciler.Result{}, err
+	}
 	claims := &karpv1.NodeClaimList{}
-	if err := c.Kube.List(ctx, claims); err != nil {
+	if err := c.reader().List(ctx, claims); err != nil {
 		return reconciler.Result{}, err
 	}
 	byName := map[string]*karpv1.NodeClaim{}
@@ -106,21 +120,17 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 			errs = append(errs, err)
 		}
 	}
-	srvs, err := c.Servers(ctx)
-	if err != nil {
-		// Never act on a partial view.
-		return reconciler.Result{}, err
-	}
 	if c.RescueKeys != nil {
 		if err := c.unregisterRescueKey(ctx, srvs); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	for _, v := range c.collectable(ctx, srvs, byName) {
-		// Released only while tagged as listed: a spare a NodeClaim took
-		// since the listing is that NodeClaim's now.
+		// Released only while tagged as listed (a spare a NodeClaim took
+		// since the listing is that NodeClaim's now), and only if the
+		// reason still holds on a fresh read (stillCollectable).
 		listedFor := scaleway.ParseTags(v.srv.Tags)[scaleway.TagNodeClaim]
-		outcome, d, err := c.Spares.Release(ctx, v.srv.Zone, v.srv.ID, listedFor, v.nc)
+		outcome, d, err := c.Spares.ReleaseIf(ctx, v.srv.Zone, v.srv.ID, listedFor, v.nc, c.stillCollectable(v))
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -133,6 +143,8 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 			}
 		case spare.Kept:
 			c.Log.Info("kept a server no nodeclaim uses as a spare", "server", v.srv.ID, "zone", string(v.srv.Zone), "offer", v.srv.OfferName, "reason", v.reason, "detail", v.detail, "policy", d.Reason)
+		case spare.Declined:
+			c.Log.Info("left a server alone: it changed hands since the listing", "server", v.srv.ID, "zone", string(v.srv.Zone), "reason", v.reason, "detail", v.detail)
 		}
 	}
 	interval := c.Interval
@@ -143,6 +155,60 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 		return reconciler.Result{}, fmt.Errorf("garbage collection: %v", errs)
 	}
 	return reconciler.Result{RequeueAfter: interval}, nil
+}
+
+// reader reads NodeClaims: Reader, else Kube.
+func (c *Controller) reader() client.Reader {
+	if c.Reader != nil {
+		return c.Reader
+	}
+	return c.Kube
+}
+
+// ownedSince is when s last changed hands, or later: every write of the
+// NodeClaim tag (an order, a take, a keep as a spare) also writes the
+// phase-since tag, and later phases only move it forward. A spare is weeks
+// old when a NodeClaim takes it: the grace counts from the take, not from
+// the server's creation.
+func ownedSince(s *baremetal.Server) time.Time {
+	t := created(s)
+	if p := install.PhaseSince(s); p.After(t) {
+		t = p
+	}
+	return t
+}
+
+// stillCollectable checks v's reason again on the server as read right
+// before the release: it has not changed hands nor moved on since the
+// listing (ownedSince), its grace is over, and the NodeClaim it is tagged
+// for is still absent from the API server. A NodeClaim that took the
+// server since the listing therefore keeps it, even when the listing was
+// stale.
+func (c *Controller) stillCollectable(v victim) func(context.Context, *baremetal.Server) (bool, error) {
+	return func(ctx context.Context, fresh *baremetal.Server) (bool, error) {
+		if install.PhaseOf(v.srv) == install.PhaseSpare {
+			// A spare's fate is its own paid time (Decide reads the fresh
+			// server); Release's tag check already refused a taken spare.
+			return install.PhaseOf(fresh) == install.PhaseSpare, nil
+		}
+		since := ownedSince(fresh)
+		if !since.Equal(ownedSince(v.srv)) || c.Clock.Now().Sub(since) < c.GracePeriod {
+			return false, nil
+		}
+		if v.reason != ReasonNoNodeClaim {
+			return true, nil
+		}
+		name := scaleway.ParseTags(fresh.Tags)[scaleway.TagNodeClaim]
+		err := c.reader().Get(ctx, types.NamespacedName{Name: name}, &karpv1.NodeClaim{})
+		switch {
+		case err == nil:
+			return false, nil
+		case client.IgnoreNotFound(err) == nil:
+			return true, nil
+		default:
+			return false, err
+		}
+	}
 }
 
 // unregisterRescueKey removes the rescue key from IAM unless a server of
@@ -201,15 +267,23 @@ func (c *Controller) collectable(ctx context.Context, srvs []*baremetal.Server, 
 		if s.Status == baremetal.ServerStatusDeleting {
 			continue
 		}
-		if s.CreatedAt != nil && now.Sub(*s.CreatedAt) < c.GracePeriod {
+		tags := scaleway.ParseTags(s.Tags)
+		spareNow := install.Phase(tags[scaleway.TagPhase]) == install.PhaseSpare
+		// A spare waits for no NodeClaim: its grace counts from its
+		// creation as before. Any other server is protected for the grace
+		// after it last changed hands (an order, or a take of a spare).
+		since := ownedSince(s)
+		if spareNow {
+			since = created(s)
+		}
+		if now.Sub(since) < c.GracePeriod {
 			continue
 		}
-		tags := scaleway.ParseTags(s.Tags)
 		nc, known := c.nodeClass(ctx, tags[scaleway.TagNodeClass])
 		if !known {
 			continue // cannot tell which policy applies now; next sweep
 		}
-		if install.Phase(tags[scaleway.TagPhase]) == install.PhaseSpare {
+		if spareNow {
 			switch {
 			case nc == nil:
 				out = append(out, victim{s, nil, ReasonSpareOrphaned, "its nodeclass " + tags[scaleway.TagNodeClass] + " is gone"})

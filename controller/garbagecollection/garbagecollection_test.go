@@ -20,6 +20,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/inventory"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
@@ -291,5 +292,95 @@ func TestASpareTakenAfterTheListingIsNotReleased(t *testing.T) {
 	}
 	if f.live(t)[srv.ID] {
 		t.Fatal("an expired spare no NodeClaim took was kept")
+	}
+}
+
+// A NodeClaim created while the collector sweeps takes a weeks-old spare:
+// the listing shows the spare tagged for it. The collector must not take it
+// for a leaked server of a gone NodeClaim (it listed the NodeClaims first,
+// from a map the new claim was missing from, and counted the grace from the
+// server's creation) and untag it under the claim's install.
+func TestASpareTakenDuringTheSweepStaysWithItsNodeClaim(t *testing.T) {
+	f := setup(t, nodeClassNamed("nc"))
+	srv := f.orderIn(t, zone, "monthly", scaleway.Tag(scaleway.TagNodeClass, "nc"), scaleway.Tag(scaleway.TagPhase, "spare"))
+	f.clk.Step(14 * 24 * time.Hour) // weeks old, paid for the month
+	nc := nodeClassNamed("nc")
+	list := f.gc.Servers
+	f.gc.Servers = func(ctx context.Context) ([]*baremetal.Server, error) {
+		// The claim appears and takes the spare while the sweep runs.
+		if err := f.gc.Kube.Create(ctx, claim("taker", "")); err != nil {
+			t.Fatal(err)
+		}
+		taken, err := f.gc.Spares.Take(ctx, zone, srv.OfferName, catalog.BillingMonthly, nc, "taker", "pool")
+		if err != nil || taken == nil {
+			t.Fatalf("the test could not take the spare: %v %v", taken, err)
+		}
+		return list(ctx)
+	}
+	if _, err := f.gc.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got, ok := f.sim.Server(srv.ID)
+	if !ok || got.Status == string(baremetal.ServerStatusDeleting) {
+		t.Fatal("the collector released a spare a NodeClaim had just taken")
+	}
+	tags := scaleway.ParseTags(got.Tags)
+	if tags[scaleway.TagNodeClaim] != "taker" || tags[scaleway.TagPhase] != "ordered" {
+		t.Fatalf("the collector took the spare back from its NodeClaim: %v", got.Tags)
+	}
+}
+
+// The grace counts from the last change of hands: a spare taken a minute
+// ago by a NodeClaim the API server does not show (yet) is left alone,
+// however old the server; once the grace has passed it is collected.
+func TestGraceCountsFromTheTakeNotTheServersCreation(t *testing.T) {
+	f := setup(t, nodeClassNamed("nc"))
+	srv := f.order(t, scaleway.Tag(scaleway.TagNodeClass, "nc"), scaleway.Tag(scaleway.TagPhase, "spare"), "order=1")
+	f.clk.Step(30 * 24 * time.Hour)
+	if _, err := f.api.EditTags(context.Background(), zone, srv.ID, func(tags []string) ([]string, bool) {
+		tags, _ = scaleway.SetTagIn(tags, scaleway.TagNodeClaim, "new")
+		return install.SetPhaseIn(tags, install.PhaseOrdered, f.clk.Now().Add(-time.Minute)), true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.gc.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !f.live(t)[srv.ID] {
+		t.Fatal("a server taken a minute ago was collected: the grace counted from its creation")
+	}
+	f.clk.Step(10 * time.Minute)
+	if _, err := f.gc.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if f.live(t)[srv.ID] {
+		t.Fatal("a server of a gone NodeClaim was kept after the grace (the test can fail)")
+	}
+}
+
+// The listing may be stale: it shows a server of a gone NodeClaim as it was
+// before a NodeClaim took it. The release reads the server afresh and
+// finds that it changed hands since (its phase-since moved): left alone.
+func TestAReleaseChecksTheFreshServerAgain(t *testing.T) {
+	f := setup(t)
+	srv := f.order(t, scaleway.Tag(scaleway.TagNodeClaim, "n2"), "order=1")
+	f.clk.Step(time.Hour)
+	list := f.gc.Servers
+	f.gc.Servers = func(ctx context.Context) ([]*baremetal.Server, error) {
+		srvs, err := list(ctx)
+		// The server changes hands right after the listing (the same name
+		// keeps the tag check of Release from seeing it).
+		if _, terr := f.api.EditTags(ctx, zone, srv.ID, func(tags []string) ([]string, bool) {
+			return install.SetPhaseIn(tags, install.PhaseOrdered, f.clk.Now()), true
+		}); terr != nil {
+			t.Fatal(terr)
+		}
+		return srvs, err
+	}
+	if _, err := f.gc.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !f.live(t)[srv.ID] {
+		t.Fatal("released from a stale listing: the server changed hands since")
 	}
 }

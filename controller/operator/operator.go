@@ -222,7 +222,8 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 			Recorder: recorder, Installs: breakers, LeftAlone: owner.LeftAlone,
 		},
 		GarbageCollection: &garbagecollection.Controller{
-			Kube: kube, Servers: inv.Servers, Spares: spares,
+			// NodeClaims uncached: one created moments ago may own a server already.
+			Kube: kube, Reader: direct, Servers: inv.Servers, Spares: spares,
 			GracePeriod: opts.GCGracePeriod, Interval: opts.GCInterval,
 			Log: logger.WithName("garbagecollection"), Collected: garbagecollection.NewCollectedCounter(reg),
 			Tokens: tokens, RescueKeys: keys,
