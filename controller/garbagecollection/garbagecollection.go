@@ -30,6 +30,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/bootstraptoken"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/inventory"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/warmpool"
@@ -52,8 +53,9 @@ type Controller struct {
 	// that already took a server.
 	Reader client.Reader
 	// Servers lists every server of the cluster in every zone it has
-	// servers in (inventory.Servers); a failure stops the sweep.
-	Servers func(ctx context.Context) ([]*baremetal.Server, error)
+	// servers in (inventory.List). A zone that cannot be listed is left
+	// out and its servers alone; the other zones are swept.
+	Servers func(ctx context.Context) (inventory.Listing, error)
 	// Spares ends a server's use under the spare policy.
 	Spares *spare.Keeper
 	// GracePeriod protects a server ordered moments ago whose NodeClaim the
@@ -63,6 +65,8 @@ type Controller struct {
 	Clock       clock.Clock
 	Log         logr.Logger
 	Collected   *prometheus.CounterVec
+	// Unlisted, when set, counts the sweeps that could not list a zone.
+	Unlisted *prometheus.CounterVec
 	// Tokens, when set, also sweeps the bootstrap tokens of registered or
 	// gone NodeClaims whose NodeClass uses per-NodeClaim tokens.
 	Tokens *bootstraptoken.Manager
@@ -94,6 +98,18 @@ func NewCollectedCounter(reg prometheus.Registerer) *prometheus.CounterVec {
 	return c
 }
 
+// NewUnlistedCounter is karpenter_scaleway_em_garbagecollection_unlisted_zones_total.
+func NewUnlistedCounter(reg prometheus.Registerer) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "karpenter_scaleway_em_garbagecollection_unlisted_zones_total",
+		Help: "Garbage collection sweeps that could not list a zone's servers (that zone's servers were left alone), by zone.",
+	}, []string{"zone"})
+	if reg != nil {
+		reg.MustRegister(c)
+	}
+	return c
+}
+
 // Reconcile sweeps once. The servers are listed first and the NodeClaims
 // afterwards, read from the API server rather than the cache: a NodeClaim
 // takes a server (a spare, or its own order) only once it exists, so any
@@ -101,11 +117,28 @@ func NewCollectedCounter(reg prometheus.Registerer) *prometheus.CounterVec {
 // follows. The other order let a claim created between the two listings,
 // that took a spare meanwhile, look gone.
 func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
-	srvs, err := c.Servers(ctx)
+	listing, err := c.Servers(ctx)
 	if err != nil {
-		// Never act on a partial view.
 		return reconciler.Result{}, err
 	}
+	if len(listing.Zones) > 0 && len(listing.Failed) == len(listing.Zones) {
+		return reconciler.Result{}, fmt.Errorf("no zone could be listed: %v", listing.Failed)
+	}
+	// A zone that cannot be listed does not stop the others: each decision
+	// below is about one listed server, except those that need every zone
+	// (the rescue key, a duplicate whose kept server may be unseen), which
+	// wait for a complete listing. The sweep goes on at its interval
+	// rather than an error's growing backoff, so spares elsewhere expire on
+	// time during one zone's outage.
+	for _, z := range listing.Zones {
+		if err := listing.Failed[z]; err != nil {
+			c.Log.Error(err, "garbage collection skips a zone it cannot list: its servers are left alone until it answers", "zone", z)
+			if c.Unlisted != nil {
+				c.Unlisted.WithLabelValues(z).Inc()
+			}
+		}
+	}
+	srvs := listing.Servers
 	claims := &karpv1.NodeClaimList{}
 	if err := c.reader().List(ctx, claims); err != nil {
 		return reconciler.Result{}, err
@@ -120,12 +153,12 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 			errs = append(errs, err)
 		}
 	}
-	if c.RescueKeys != nil {
+	if c.RescueKeys != nil && listing.Complete() {
 		if err := c.unregisterRescueKey(ctx, srvs); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	for _, v := range c.collectable(ctx, srvs, byName) {
+	for _, v := range c.collectable(ctx, srvs, byName, listing.Complete()) {
 		// Released only while tagged as listed (a spare a NodeClaim took
 		// since the listing is that NodeClaim's now), and only if the
 		// reason still holds on a fresh read (stillCollectable).
@@ -257,7 +290,10 @@ type victim struct {
 	detail string
 }
 
-func (c *Controller) collectable(ctx context.Context, srvs []*baremetal.Server, claims map[string]*karpv1.NodeClaim) []victim {
+// collectable picks the victims among srvs. With complete false (a zone
+// could not be listed), duplicates are ended only when the server the
+// NodeClaim uses is among srvs: otherwise the one to keep may be unseen.
+func (c *Controller) collectable(ctx context.Context, srvs []*baremetal.Server, claims map[string]*karpv1.NodeClaim, complete bool) []victim {
 	now := c.Clock.Now()
 	var out []victim
 	// Duplicates: several live servers for one NodeClaim; keep the one the
@@ -311,11 +347,17 @@ func (c *Controller) collectable(ctx context.Context, srvs []*baremetal.Server, 
 		}
 		pid := claims[name].Status.ProviderID
 		sort.Slice(list, func(i, j int) bool { return created(list[i]).Before(created(list[j])) })
-		keep := list[0]
+		var keep *baremetal.Server
 		for _, s := range list {
 			if pid != "" && pid == scaleway.ProviderID(s.Zone, s.ID) {
 				keep = s
 			}
+		}
+		if keep == nil {
+			if !complete {
+				continue
+			}
+			keep = list[0]
 		}
 		for _, s := range list {
 			if s != keep {

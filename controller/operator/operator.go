@@ -223,10 +223,11 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 		},
 		GarbageCollection: &garbagecollection.Controller{
 			// NodeClaims uncached: one created moments ago may own a server already.
-			Kube: kube, Reader: direct, Servers: inv.Servers, Spares: spares,
+			Kube: kube, Reader: direct, Servers: inv.List, Spares: spares,
 			GracePeriod: opts.GCGracePeriod, Interval: opts.GCInterval,
 			Log: logger.WithName("garbagecollection"), Collected: garbagecollection.NewCollectedCounter(reg),
-			Tokens: tokens, RescueKeys: keys,
+			Unlisted: garbagecollection.NewUnlistedCounter(reg),
+			Tokens:   tokens, RescueKeys: keys,
 		},
 		// Every GC interval: the same listing cadence, so the gauges lag
 		// the servers by no more than a GC sweep does.
