@@ -67,6 +67,11 @@ type Controller struct {
 	Collected   *prometheus.CounterVec
 	// Unlisted, when set, counts the sweeps that could not list a zone.
 	Unlisted *prometheus.CounterVec
+	// KeptOnDeletion, when set, says whether a NodeClass that is gone was
+	// deleted with sparesOnDeletion: Keep (removal.Records.Kept): a spare of
+	// it that the finalizer's listing missed is handed over as that policy
+	// says, never released. Unset or no record: released.
+	KeptOnDeletion func(ctx context.Context, nodeClass string) (bool, error)
 	// Tokens, when set, also sweeps the bootstrap tokens of registered or
 	// gone NodeClaims whose NodeClass uses per-NodeClaim tokens.
 	Tokens *bootstraptoken.Manager
@@ -162,6 +167,16 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 		// Released only while tagged as listed (a spare a NodeClaim took
 		// since the listing is that NodeClaim's now), and only if the
 		// reason still holds on a fresh read (stillCollectable).
+		if v.handOver {
+			outcome, err := c.Spares.EndSpare(ctx, v.srv.Zone, v.srv.ID, true)
+			if err != nil {
+				errs = append(errs, err)
+			} else if outcome == spare.HandedOver {
+				c.Log.Info("handed over a spare its deleted nodeclass kept (sparesOnDeletion: Keep) that the nodeclass's finalizer missed",
+					"server", v.srv.ID, "zone", string(v.srv.Zone), "offer", v.srv.OfferName, "detail", v.detail)
+			}
+			continue
+		}
 		listedFor := scaleway.ParseTags(v.srv.Tags)[scaleway.TagNodeClaim]
 		outcome, d, err := c.Spares.ReleaseIf(ctx, v.srv.Zone, v.srv.ID, listedFor, v.nc, c.stillCollectable(v))
 		if err != nil {
@@ -288,6 +303,9 @@ type victim struct {
 	nc     *v1alpha1.ScalewayElasticMetalNodeClass // its NodeClass; nil when gone
 	reason string
 	detail string
+	// handOver: a monthly spare of a NodeClass deleted with
+	// sparesOnDeletion: Keep, handed over rather than released.
+	handOver bool
 }
 
 // collectable picks the victims among srvs. With complete false (a zone
@@ -322,21 +340,32 @@ func (c *Controller) collectable(ctx context.Context, srvs []*baremetal.Server, 
 		if spareNow {
 			switch {
 			case nc == nil:
-				out = append(out, victim{s, nil, ReasonSpareOrphaned, "its nodeclass " + tags[scaleway.TagNodeClass] + " is gone"})
+				v := victim{s, nil, ReasonSpareOrphaned, "its nodeclass " + tags[scaleway.TagNodeClass] + " is gone", false}
+				if c.KeptOnDeletion != nil {
+					kept, err := c.KeptOnDeletion(ctx, tags[scaleway.TagNodeClass])
+					if err != nil {
+						c.Log.Error(err, "cannot tell whether a spare's deleted nodeclass kept its spares: left alone until the next sweep", "server", s.ID, "nodeclass", tags[scaleway.TagNodeClass])
+						continue
+					}
+					// As the finalizer does: only a monthly spare is handed
+					// over (an hourly one would bill its new owner for nothing).
+					v.handOver = kept && spare.Monthly(c.Spares.Offers, s)
+				}
+				out = append(out, v)
 			case warmpool.InPool(s) && warmpool.Wants(nc, "", string(s.Zone), s.OfferName, spare.Billing(c.Spares.Offers, s)):
 				// The pool sizes its own (an hourly pool server is idle by design).
 			case !spare.Decide(c.Spares.Offers, s, nc, now).Keep:
-				out = append(out, victim{s, nc, ReasonSpareExpired, "its paid period ends"})
+				out = append(out, victim{s, nc, ReasonSpareExpired, "its paid period ends", false})
 			}
 			continue
 		}
 		name := tags[scaleway.TagNodeClaim]
 		if name == "" {
-			out = append(out, victim{s, nc, ReasonUntagged, "managed by this cluster but tagged for no nodeclaim"})
+			out = append(out, victim{s, nc, ReasonUntagged, "managed by this cluster but tagged for no nodeclaim", false})
 			continue
 		}
 		if _, ok := claims[name]; !ok {
-			out = append(out, victim{s, nc, ReasonNoNodeClaim, "nodeclaim " + name + " does not exist"})
+			out = append(out, victim{s, nc, ReasonNoNodeClaim, "nodeclaim " + name + " does not exist", false})
 			continue
 		}
 		perClaim[name] = append(perClaim[name], s)
@@ -362,7 +391,7 @@ func (c *Controller) collectable(ctx context.Context, srvs []*baremetal.Server, 
 		for _, s := range list {
 			if s != keep {
 				nc, _ := c.nodeClass(ctx, scaleway.ParseTags(s.Tags)[scaleway.TagNodeClass])
-				out = append(out, victim{s, nc, ReasonDuplicate, fmt.Sprintf("nodeclaim %s uses server %s", name, keep.ID)})
+				out = append(out, victim{s, nc, ReasonDuplicate, fmt.Sprintf("nodeclaim %s uses server %s", name, keep.ID), false})
 			}
 		}
 	}
