@@ -328,7 +328,7 @@ func (i *Installer) Run(ctx context.Context, job *Job) (*baremetal.Server, error
 		}
 		if fresh, gerr := i.API.GetServer(ctx, srv.Zone, srv.ID); gerr == nil {
 			if claimOf(fresh.Tags) != claimOf(srv.Tags) {
-				return fresh, &PhaseError{Phase: phase, Err: fmt.Errorf("server %s: %w", srv.ID, ErrNotOwned)}
+				return fresh, fmt.Errorf("install phase %s, server %s: %w", phase, srv.ID, ErrNotOwned)
 			}
 			srv = fresh
 		} else if scaleway.IsNotFound(gerr) {
@@ -372,7 +372,8 @@ func (i *Installer) retryInterval() time.Duration {
 
 // ErrNotOwned ends an install whose server is no longer tagged for the
 // NodeClaim it ran for (released, kept as a spare, taken by another): the
-// install stops and writes nothing more on it.
+// install stops and writes nothing more on it. It is never in a
+// *PhaseError: no install failed (the breaker counts none).
 var ErrNotOwned = errors.New("the server is no longer tagged for this install's nodeclaim")
 
 func claimOf(tags []string) string {
@@ -402,7 +403,9 @@ func (i *Installer) setPhase(ctx context.Context, srv *baremetal.Server, p Phase
 		return srv, &PhaseError{Phase: PhaseOf(srv), Err: fmt.Errorf("recording phase %s: %w", p, err)}
 	}
 	if lost {
-		return srv, &PhaseError{Phase: PhaseOf(srv), Err: fmt.Errorf("recording phase %s on server %s: %w", p, srv.ID, ErrNotOwned)}
+		// Not a PhaseError: the install did not fail, and the breaker
+		// counts no failure for a server taken away.
+		return srv, fmt.Errorf("recording phase %s on server %s: %w", p, srv.ID, ErrNotOwned)
 	}
 	return updated, nil
 }

@@ -46,6 +46,10 @@ func TestAPhaseIsNotWrittenOnAServerThatIsNoLongerTheInstalls(t *testing.T) {
 	if !errors.Is(err, ErrNotOwned) {
 		t.Fatalf("phase write on a server kept as a spare meanwhile: %v, want ErrNotOwned", err)
 	}
+	var pe *PhaseError
+	if errors.As(err, &pe) {
+		t.Fatalf("a server taken away is no install failure (the breaker would count it): %v", err)
+	}
 	got, _ := sim.Server(srv.ID)
 	if v, _ := scaleway.TagValue(got.Tags, scaleway.TagPhase); v != string(PhaseSpare) {
 		t.Fatalf("the spare's phase became %q", v)
