@@ -30,6 +30,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/bootstraptoken"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/inventory"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/warmpool"
@@ -47,9 +48,14 @@ const (
 // Controller is a singleton that sweeps every Interval.
 type Controller struct {
 	Kube client.Client
+	// Reader reads NodeClaims uncached (the manager's APIReader); nil
+	// means Kube. A cached list may lack a NodeClaim created moments ago
+	// that already took a server.
+	Reader client.Reader
 	// Servers lists every server of the cluster in every zone it has
-	// servers in (inventory.Servers); a failure stops the sweep.
-	Servers func(ctx context.Context) ([]*baremetal.Server, error)
+	// servers in (inventory.List). A zone that cannot be listed is left
+	// out and its servers alone; the other zones are swept.
+	Servers func(ctx context.Context) (inventory.Listing, error)
 	// Spares ends a server's use under the spare policy.
 	Spares *spare.Keeper
 	// GracePeriod protects a server ordered moments ago whose NodeClaim the
@@ -59,6 +65,13 @@ type Controller struct {
 	Clock       clock.Clock
 	Log         logr.Logger
 	Collected   *prometheus.CounterVec
+	// Unlisted, when set, counts the sweeps that could not list a zone.
+	Unlisted *prometheus.CounterVec
+	// KeptOnDeletion, when set, says whether a NodeClass that is gone was
+	// deleted with sparesOnDeletion: Keep (removal.Records.Kept): a spare of
+	// it that the finalizer's listing missed is handed over as that policy
+	// says, never released. Unset or no record: released.
+	KeptOnDeletion func(ctx context.Context, nodeClass string) (bool, error)
 	// Tokens, when set, also sweeps the bootstrap tokens of registered or
 	// gone NodeClaims whose NodeClass uses per-NodeClaim tokens.
 	Tokens *bootstraptoken.Manager
@@ -90,10 +103,49 @@ func NewCollectedCounter(reg prometheus.Registerer) *prometheus.CounterVec {
 	return c
 }
 
-// Reconcile sweeps once.
+// NewUnlistedCounter is karpenter_scaleway_em_garbagecollection_unlisted_zones_total.
+func NewUnlistedCounter(reg prometheus.Registerer) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "karpenter_scaleway_em_garbagecollection_unlisted_zones_total",
+		Help: "Garbage collection sweeps that could not list a zone's servers (that zone's servers were left alone), by zone.",
+	}, []string{"zone"})
+	if reg != nil {
+		reg.MustRegister(c)
+	}
+	return c
+}
+
+// Reconcile sweeps once. The servers are listed first and the NodeClaims
+// afterwards, read from the API server rather than the cache: a NodeClaim
+// takes a server (a spare, or its own order) only once it exists, so any
+// claim a server of the listing is tagged for is in the NodeClaim list that
+// follows. The other order let a claim created between the two listings,
+// that took a spare meanwhile, look gone.
 func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
+	listing, err := c.Servers(ctx)
+	if err != nil {
+		return reconciler.Result{}, err
+	}
+	if len(listing.Zones) > 0 && len(listing.Failed) == len(listing.Zones) {
+		return reconciler.Result{}, fmt.Errorf("no zone could be listed: %v", listing.Failed)
+	}
+	// A zone that cannot be listed does not stop the others: each decision
+	// below is about one listed server, except those that need every zone
+	// (the rescue key, a duplicate whose kept server may be unseen), which
+	// wait for a complete listing. The sweep goes on at its interval
+	// rather than an error's growing backoff, so spares elsewhere expire on
+	// time during one zone's outage.
+	for _, z := range listing.Zones {
+		if err := listing.Failed[z]; err != nil {
+			c.Log.Error(err, "garbage collection skips a zone it cannot list: its servers are left alone until it answers", "zone", z)
+			if c.Unlisted != nil {
+				c.Unlisted.WithLabelValues(z).Inc()
+			}
+		}
+	}
+	srvs := listing.Servers
 	claims := &karpv1.NodeClaimList{}
-	if err := c.Kube.List(ctx, claims); err != nil {
+	if err := c.reader().List(ctx, claims); err != nil {
 		return reconciler.Result{}, err
 	}
 	byName := map[string]*karpv1.NodeClaim{}
@@ -106,21 +158,27 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 			errs = append(errs, err)
 		}
 	}
-	srvs, err := c.Servers(ctx)
-	if err != nil {
-		// Never act on a partial view.
-		return reconciler.Result{}, err
-	}
-	if c.RescueKeys != nil {
+	if c.RescueKeys != nil && listing.Complete() {
 		if err := c.unregisterRescueKey(ctx, srvs); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	for _, v := range c.collectable(ctx, srvs, byName) {
-		// Released only while tagged as listed: a spare a NodeClaim took
-		// since the listing is that NodeClaim's now.
+	for _, v := range c.collectable(ctx, srvs, byName, listing.Complete()) {
+		// Released only while tagged as listed (a spare a NodeClaim took
+		// since the listing is that NodeClaim's now), and only if the
+		// reason still holds on a fresh read (stillCollectable).
+		if v.handOver {
+			outcome, err := c.Spares.EndSpare(ctx, v.srv.Zone, v.srv.ID, true)
+			if err != nil {
+				errs = append(errs, err)
+			} else if outcome == spare.HandedOver {
+				c.Log.Info("handed over a spare its deleted nodeclass kept (sparesOnDeletion: Keep) that the nodeclass's finalizer missed",
+					"server", v.srv.ID, "zone", string(v.srv.Zone), "offer", v.srv.OfferName, "detail", v.detail)
+			}
+			continue
+		}
 		listedFor := scaleway.ParseTags(v.srv.Tags)[scaleway.TagNodeClaim]
-		outcome, d, err := c.Spares.Release(ctx, v.srv.Zone, v.srv.ID, listedFor, v.nc)
+		outcome, d, err := c.Spares.ReleaseIf(ctx, v.srv.Zone, v.srv.ID, listedFor, v.nc, c.stillCollectable(v))
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -133,6 +191,8 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 			}
 		case spare.Kept:
 			c.Log.Info("kept a server no nodeclaim uses as a spare", "server", v.srv.ID, "zone", string(v.srv.Zone), "offer", v.srv.OfferName, "reason", v.reason, "detail", v.detail, "policy", d.Reason)
+		case spare.Declined:
+			c.Log.Info("left a server alone: it changed hands since the listing", "server", v.srv.ID, "zone", string(v.srv.Zone), "reason", v.reason, "detail", v.detail)
 		}
 	}
 	interval := c.Interval
@@ -143,6 +203,60 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 		return reconciler.Result{}, fmt.Errorf("garbage collection: %v", errs)
 	}
 	return reconciler.Result{RequeueAfter: interval}, nil
+}
+
+// reader reads NodeClaims: Reader, else Kube.
+func (c *Controller) reader() client.Reader {
+	if c.Reader != nil {
+		return c.Reader
+	}
+	return c.Kube
+}
+
+// ownedSince is when s last changed hands, or later: every write of the
+// NodeClaim tag (an order, a take, a keep as a spare) also writes the
+// phase-since tag, and later phases only move it forward. A spare is weeks
+// old when a NodeClaim takes it: the grace counts from the take, not from
+// the server's creation.
+func ownedSince(s *baremetal.Server) time.Time {
+	t := created(s)
+	if p := install.PhaseSince(s); p.After(t) {
+		t = p
+	}
+	return t
+}
+
+// stillCollectable checks v's reason again on the server as read right
+// before the release: it has not changed hands nor moved on since the
+// listing (ownedSince), its grace is over, and the NodeClaim it is tagged
+// for is still absent from the API server. A NodeClaim that took the
+// server since the listing therefore keeps it, even when the listing was
+// stale.
+func (c *Controller) stillCollectable(v victim) func(context.Context, *baremetal.Server) (bool, error) {
+	return func(ctx context.Context, fresh *baremetal.Server) (bool, error) {
+		if install.PhaseOf(v.srv) == install.PhaseSpare {
+			// A spare's fate is its own paid time (Decide reads the fresh
+			// server); Release's tag check already refused a taken spare.
+			return install.PhaseOf(fresh) == install.PhaseSpare, nil
+		}
+		since := ownedSince(fresh)
+		if !since.Equal(ownedSince(v.srv)) || c.Clock.Now().Sub(since) < c.GracePeriod {
+			return false, nil
+		}
+		if v.reason != ReasonNoNodeClaim {
+			return true, nil
+		}
+		name := scaleway.ParseTags(fresh.Tags)[scaleway.TagNodeClaim]
+		err := c.reader().Get(ctx, types.NamespacedName{Name: name}, &karpv1.NodeClaim{})
+		switch {
+		case err == nil:
+			return false, nil
+		case client.IgnoreNotFound(err) == nil:
+			return true, nil
+		default:
+			return false, err
+		}
+	}
 }
 
 // unregisterRescueKey removes the rescue key from IAM unless a server of
@@ -189,9 +303,15 @@ type victim struct {
 	nc     *v1alpha1.ScalewayElasticMetalNodeClass // its NodeClass; nil when gone
 	reason string
 	detail string
+	// handOver: a monthly spare of a NodeClass deleted with
+	// sparesOnDeletion: Keep, handed over rather than released.
+	handOver bool
 }
 
-func (c *Controller) collectable(ctx context.Context, srvs []*baremetal.Server, claims map[string]*karpv1.NodeClaim) []victim {
+// collectable picks the victims among srvs. With complete false (a zone
+// could not be listed), duplicates are ended only when the server the
+// NodeClaim uses is among srvs: otherwise the one to keep may be unseen.
+func (c *Controller) collectable(ctx context.Context, srvs []*baremetal.Server, claims map[string]*karpv1.NodeClaim, complete bool) []victim {
 	now := c.Clock.Now()
 	var out []victim
 	// Duplicates: several live servers for one NodeClaim; keep the one the
@@ -201,32 +321,51 @@ func (c *Controller) collectable(ctx context.Context, srvs []*baremetal.Server, 
 		if s.Status == baremetal.ServerStatusDeleting {
 			continue
 		}
-		if s.CreatedAt != nil && now.Sub(*s.CreatedAt) < c.GracePeriod {
+		tags := scaleway.ParseTags(s.Tags)
+		spareNow := install.Phase(tags[scaleway.TagPhase]) == install.PhaseSpare
+		// A spare waits for no NodeClaim: its grace counts from its
+		// creation as before. Any other server is protected for the grace
+		// after it last changed hands (an order, or a take of a spare).
+		since := ownedSince(s)
+		if spareNow {
+			since = created(s)
+		}
+		if now.Sub(since) < c.GracePeriod {
 			continue
 		}
-		tags := scaleway.ParseTags(s.Tags)
 		nc, known := c.nodeClass(ctx, tags[scaleway.TagNodeClass])
 		if !known {
 			continue // cannot tell which policy applies now; next sweep
 		}
-		if install.Phase(tags[scaleway.TagPhase]) == install.PhaseSpare {
+		if spareNow {
 			switch {
 			case nc == nil:
-				out = append(out, victim{s, nil, ReasonSpareOrphaned, "its nodeclass " + tags[scaleway.TagNodeClass] + " is gone"})
+				v := victim{s, nil, ReasonSpareOrphaned, "its nodeclass " + tags[scaleway.TagNodeClass] + " is gone", false}
+				if c.KeptOnDeletion != nil {
+					kept, err := c.KeptOnDeletion(ctx, tags[scaleway.TagNodeClass])
+					if err != nil {
+						c.Log.Error(err, "cannot tell whether a spare's deleted nodeclass kept its spares: left alone until the next sweep", "server", s.ID, "nodeclass", tags[scaleway.TagNodeClass])
+						continue
+					}
+					// As the finalizer does: only a monthly spare is handed
+					// over (an hourly one would bill its new owner for nothing).
+					v.handOver = kept && spare.Monthly(c.Spares.Offers, s)
+				}
+				out = append(out, v)
 			case warmpool.InPool(s) && warmpool.Wants(nc, "", string(s.Zone), s.OfferName, spare.Billing(c.Spares.Offers, s)):
 				// The pool sizes its own (an hourly pool server is idle by design).
 			case !spare.Decide(c.Spares.Offers, s, nc, now).Keep:
-				out = append(out, victim{s, nc, ReasonSpareExpired, "its paid period ends"})
+				out = append(out, victim{s, nc, ReasonSpareExpired, "its paid period ends", false})
 			}
 			continue
 		}
 		name := tags[scaleway.TagNodeClaim]
 		if name == "" {
-			out = append(out, victim{s, nc, ReasonUntagged, "managed by this cluster but tagged for no nodeclaim"})
+			out = append(out, victim{s, nc, ReasonUntagged, "managed by this cluster but tagged for no nodeclaim", false})
 			continue
 		}
 		if _, ok := claims[name]; !ok {
-			out = append(out, victim{s, nc, ReasonNoNodeClaim, "nodeclaim " + name + " does not exist"})
+			out = append(out, victim{s, nc, ReasonNoNodeClaim, "nodeclaim " + name + " does not exist", false})
 			continue
 		}
 		perClaim[name] = append(perClaim[name], s)
@@ -237,16 +376,22 @@ func (c *Controller) collectable(ctx context.Context, srvs []*baremetal.Server, 
 		}
 		pid := claims[name].Status.ProviderID
 		sort.Slice(list, func(i, j int) bool { return created(list[i]).Before(created(list[j])) })
-		keep := list[0]
+		var keep *baremetal.Server
 		for _, s := range list {
 			if pid != "" && pid == scaleway.ProviderID(s.Zone, s.ID) {
 				keep = s
 			}
 		}
+		if keep == nil {
+			if !complete {
+				continue
+			}
+			keep = list[0]
+		}
 		for _, s := range list {
 			if s != keep {
 				nc, _ := c.nodeClass(ctx, scaleway.ParseTags(s.Tags)[scaleway.TagNodeClass])
-				out = append(out, victim{s, nc, ReasonDuplicate, fmt.Sprintf("nodeclaim %s uses server %s", name, keep.ID)})
+				out = append(out, victim{s, nc, ReasonDuplicate, fmt.Sprintf("nodeclaim %s uses server %s", name, keep.ID), false})
 			}
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/inventory"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
@@ -55,7 +56,7 @@ func setup(t *testing.T, objs ...client.Object) *fixture {
 	}
 	keeper := &spare.Keeper{API: api, Offers: cat, Rescue: &rescue.Dialer{}, Owner: owner, Clock: clk, Log: testr.New(t)}
 	return &fixture{owner: owner, inv: inv, api: api, sim: sim, clk: clk, gc: &Controller{
-		Kube: kube, Servers: inv.Servers, Spares: keeper, GracePeriod: 10 * time.Minute, Clock: clk, Log: testr.New(t),
+		Kube: kube, Servers: inv.List, Spares: keeper, GracePeriod: 10 * time.Minute, Clock: clk, Log: testr.New(t),
 		Collected: NewCollectedCounter(prometheus.NewRegistry()),
 	}}
 }
@@ -256,7 +257,7 @@ func TestASpareTakenAfterTheListingIsNotReleased(t *testing.T) {
 	srv := f.orderIn(t, zone, "monthly", scaleway.Tag(scaleway.TagNodeClass, "nc"), scaleway.Tag(scaleway.TagPhase, "spare"))
 	f.clk.SetTime(inRenewalMargin(earlyNextMonth(f.clk.Now()))) // its paid month ends: the collector releases it
 	list := f.gc.Servers
-	f.gc.Servers = func(ctx context.Context) ([]*baremetal.Server, error) {
+	f.gc.Servers = func(ctx context.Context) (inventory.Listing, error) {
 		srvs, err := list(ctx)
 		// Taken right after the listing.
 		if _, terr := f.api.EditTags(ctx, zone, srv.ID, func(tags []string) ([]string, bool) {
@@ -292,5 +293,162 @@ func TestASpareTakenAfterTheListingIsNotReleased(t *testing.T) {
 	}
 	if f.live(t)[srv.ID] {
 		t.Fatal("an expired spare no NodeClaim took was kept")
+	}
+}
+
+// A NodeClaim created while the collector sweeps takes a weeks-old spare:
+// the listing shows the spare tagged for it. The collector must not take it
+// for a leaked server of a gone NodeClaim (it listed the NodeClaims first,
+// from a map the new claim was missing from, and counted the grace from the
+// server's creation) and untag it under the claim's install.
+func TestASpareTakenDuringTheSweepStaysWithItsNodeClaim(t *testing.T) {
+	f := setup(t, nodeClassNamed("nc"))
+	srv := f.orderIn(t, zone, "monthly", scaleway.Tag(scaleway.TagNodeClass, "nc"), scaleway.Tag(scaleway.TagPhase, "spare"))
+	f.clk.Step(14 * 24 * time.Hour) // weeks old, paid for the month
+	nc := nodeClassNamed("nc")
+	list := f.gc.Servers
+	f.gc.Servers = func(ctx context.Context) (inventory.Listing, error) {
+		// The claim appears and takes the spare while the sweep runs.
+		if err := f.gc.Kube.Create(ctx, claim("taker", "")); err != nil {
+			t.Fatal(err)
+		}
+		taken, err := f.gc.Spares.Take(ctx, zone, srv.OfferName, catalog.BillingMonthly, nc, "taker", "pool")
+		if err != nil || taken == nil {
+			t.Fatalf("the test could not take the spare: %v %v", taken, err)
+		}
+		return list(ctx)
+	}
+	if _, err := f.gc.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got, ok := f.sim.Server(srv.ID)
+	if !ok || got.Status == string(baremetal.ServerStatusDeleting) {
+		t.Fatal("the collector released a spare a NodeClaim had just taken")
+	}
+	tags := scaleway.ParseTags(got.Tags)
+	if tags[scaleway.TagNodeClaim] != "taker" || tags[scaleway.TagPhase] != "ordered" {
+		t.Fatalf("the collector took the spare back from its NodeClaim: %v", got.Tags)
+	}
+}
+
+// The grace counts from the last change of hands: a spare taken a minute
+// ago by a NodeClaim the API server does not show (yet) is left alone,
+// however old the server; once the grace has passed it is collected.
+func TestGraceCountsFromTheTakeNotTheServersCreation(t *testing.T) {
+	f := setup(t, nodeClassNamed("nc"))
+	srv := f.order(t, scaleway.Tag(scaleway.TagNodeClass, "nc"), scaleway.Tag(scaleway.TagPhase, "spare"), "order=1")
+	f.clk.Step(30 * 24 * time.Hour)
+	if _, err := f.api.EditTags(context.Background(), zone, srv.ID, func(tags []string) ([]string, bool) {
+		tags, _ = scaleway.SetTagIn(tags, scaleway.TagNodeClaim, "new")
+		return install.SetPhaseIn(tags, install.PhaseOrdered, f.clk.Now().Add(-time.Minute)), true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.gc.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !f.live(t)[srv.ID] {
+		t.Fatal("a server taken a minute ago was collected: the grace counted from its creation")
+	}
+	f.clk.Step(10 * time.Minute)
+	if _, err := f.gc.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if f.live(t)[srv.ID] {
+		t.Fatal("a server of a gone NodeClaim was kept after the grace (the test can fail)")
+	}
+}
+
+// The listing may be stale: it shows a server of a gone NodeClaim as it was
+// before a NodeClaim took it. The release reads the server afresh and
+// finds that it changed hands since (its phase-since moved): left alone.
+func TestAReleaseChecksTheFreshServerAgain(t *testing.T) {
+	f := setup(t)
+	srv := f.order(t, scaleway.Tag(scaleway.TagNodeClaim, "n2"), "order=1")
+	f.clk.Step(time.Hour)
+	list := f.gc.Servers
+	f.gc.Servers = func(ctx context.Context) (inventory.Listing, error) {
+		srvs, err := list(ctx)
+		// The server changes hands right after the listing (the same name
+		// keeps the tag check of Release from seeing it).
+		if _, terr := f.api.EditTags(ctx, zone, srv.ID, func(tags []string) ([]string, bool) {
+			return install.SetPhaseIn(tags, install.PhaseOrdered, f.clk.Now()), true
+		}); terr != nil {
+			t.Fatal(terr)
+		}
+		return srvs, err
+	}
+	if _, err := f.gc.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !f.live(t)[srv.ID] {
+		t.Fatal("released from a stale listing: the server changed hands since")
+	}
+}
+
+// rescueKeys records whether the sweep removed the rescue key.
+type rescueKeys struct{ calls int }
+
+func (r *rescueKeys) UnregisterUnused(ctx context.Context, inUse func(context.Context) (bool, error)) (bool, error) {
+	r.calls++
+	used, err := inUse(ctx)
+	return !used, err
+}
+
+// One zone that cannot be listed stops nothing elsewhere: a spare in a
+// healthy zone still goes before its month renews, while the servers of
+// the failed zone, unseen, are left alone, and so is the rescue key (a
+// server of that zone may be logging into rescue). The zone is counted.
+func TestOneUnlistableZoneStopsNoSpareExpiryElsewhere(t *testing.T) {
+	f := setup(t, nodeClassNamed("nc", "fr-par-1", string(zone)))
+	keys := &rescueKeys{}
+	f.gc.RescueKeys = keys
+	f.gc.Unlisted = NewUnlistedCounter(prometheus.NewRegistry())
+	expiring := f.orderIn(t, zone, "monthly", scaleway.Tag(scaleway.TagNodeClass, "nc"), scaleway.Tag(scaleway.TagPhase, "spare"))
+	unseen := f.orderIn(t, "fr-par-1", "hourly", scaleway.Tag(scaleway.TagNodeClass, "nc"), scaleway.Tag(scaleway.TagNodeClaim, "gone"))
+	f.clk.Step(spare.Month - spare.RenewalMargin/2) // the spare's paid month ends
+	f.sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStatus, Method: "GET", Path: `/zones/fr-par-1/servers$`, Status: 503, Times: 100})
+	if _, err := f.gc.Reconcile(context.Background()); err != nil {
+		t.Fatalf("a sweep that listed a zone failed: %v", err)
+	}
+	live := f.live(t)
+	if live[expiring.ID] {
+		t.Fatal("a spare in a healthy zone was kept into a new month because another zone could not be listed")
+	}
+	if !live[unseen.ID] {
+		t.Fatal("a server of the zone that could not be listed was released")
+	}
+	if keys.calls != 0 {
+		t.Fatal("the rescue key was removed from a listing that missed a zone")
+	}
+	if got := testutil.ToFloat64(f.gc.Unlisted.WithLabelValues("fr-par-1")); got != 1 {
+		t.Errorf("unlisted zones{fr-par-1} = %v, want 1", got)
+	}
+}
+
+// Two servers for one NodeClaim whose own server is not in the listing (a
+// zone failed): the one to keep may be the unseen one, so both listed
+// servers wait for a complete listing.
+func TestDuplicatesWaitForACompleteListing(t *testing.T) {
+	f := setup(t, nodeClassNamed("nc", "fr-par-1", string(zone)))
+	first := f.orderIn(t, zone, "hourly", scaleway.Tag(scaleway.TagNodeClaim, "dup"), "order=1")
+	second := f.orderIn(t, zone, "hourly", scaleway.Tag(scaleway.TagNodeClaim, "dup"), "order=2")
+	if err := f.gc.Kube.Create(context.Background(), claim("dup", "")); err != nil {
+		t.Fatal(err)
+	}
+	f.clk.Step(11 * time.Minute)
+	fault := f.sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStatus, Method: "GET", Path: `/zones/fr-par-1/servers$`, Status: 503, Times: 100})
+	if _, err := f.gc.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if live := f.live(t); !live[first.ID] || !live[second.ID] {
+		t.Fatalf("a duplicate was ended from a listing that missed a zone: %v", live)
+	}
+	f.sim.RemoveFault(fault)
+	if _, err := f.gc.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if live := f.live(t); !live[first.ID] || live[second.ID] {
+		t.Fatalf("with every zone listed, the newer duplicate should go: %v", live)
 	}
 }

@@ -263,7 +263,9 @@ func (e *PhaseError) Unwrap() error { return e.Err }
 // Run drives job.Server from its current phase to PhaseJoined. Transient
 // failures are retried within the phase's deadline; it returns nil once
 // the server is joined, a *PhaseError with Release when the install cannot
-// go on, or ctx's error when cancelled. The server returned is the last one
+// go on, an error wrapping ErrNotOwned (and no more writes) once the server
+// is no longer tagged for the NodeClaim it was, or ctx's error when
+// cancelled. The server returned is the last one
 // seen (callers deciding on its state read it again).
 func (i *Installer) Run(ctx context.Context, job *Job) (*baremetal.Server, error) {
 	srv := job.Server
@@ -303,6 +305,9 @@ func (i *Installer) Run(ctx context.Context, job *Job) (*baremetal.Server, error
 		if ctx.Err() != nil {
 			return srv, ctx.Err()
 		}
+		if errors.Is(err, ErrNotOwned) {
+			return srv, err
+		}
 		var pe *PhaseError
 		if !errors.As(err, &pe) {
 			pe = &PhaseError{Phase: phase, Err: err}
@@ -322,6 +327,9 @@ func (i *Installer) Run(ctx context.Context, job *Job) (*baremetal.Server, error
 		case <-i.clock().After(wait):
 		}
 		if fresh, gerr := i.API.GetServer(ctx, srv.Zone, srv.ID); gerr == nil {
+			if claimOf(fresh.Tags) != claimOf(srv.Tags) {
+				return fresh, fmt.Errorf("install phase %s, server %s: %w", phase, srv.ID, ErrNotOwned)
+			}
 			srv = fresh
 		} else if scaleway.IsNotFound(gerr) {
 			return srv, &PhaseError{Phase: phase, Release: true, Err: fmt.Errorf("the server is gone: %w", gerr)}
@@ -362,10 +370,30 @@ func (i *Installer) retryInterval() time.Duration {
 	return 5 * time.Second
 }
 
-// setPhase records phase p, started now, on the server.
+// ErrNotOwned ends an install whose server is no longer tagged for the
+// NodeClaim it ran for (released, kept as a spare, taken by another): the
+// install stops and writes nothing more on it. It is never in a
+// *PhaseError: no install failed (the breaker counts none).
+var ErrNotOwned = errors.New("the server is no longer tagged for this install's nodeclaim")
+
+func claimOf(tags []string) string {
+	v, _ := scaleway.TagValue(tags, scaleway.TagNodeClaim)
+	return v
+}
+
+// setPhase records phase p, started now, on the server, only while it is
+// still tagged for the NodeClaim srv was (the install's): a phase written
+// on a server the garbage collector or a release made a spare meanwhile
+// would set it installing again for nobody.
 func (i *Installer) setPhase(ctx context.Context, srv *baremetal.Server, p Phase, more ...func([]string) []string) (*baremetal.Server, error) {
 	now := i.clock().Now()
+	owner := claimOf(srv.Tags)
+	lost := false
 	updated, err := i.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
+		if claimOf(tags) != owner {
+			lost = true
+			return tags, false
+		}
 		for _, m := range more {
 			tags = m(tags)
 		}
@@ -373,6 +401,11 @@ func (i *Installer) setPhase(ctx context.Context, srv *baremetal.Server, p Phase
 	})
 	if err != nil {
 		return srv, &PhaseError{Phase: PhaseOf(srv), Err: fmt.Errorf("recording phase %s: %w", p, err)}
+	}
+	if lost {
+		// Not a PhaseError: the install did not fail, and the breaker
+		// counts no failure for a server taken away.
+		return srv, fmt.Errorf("recording phase %s on server %s: %w", p, srv.ID, ErrNotOwned)
 	}
 	return updated, nil
 }

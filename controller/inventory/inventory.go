@@ -171,25 +171,61 @@ func (i *Inventory) ServerOf(ctx context.Context, claim string) (*baremetal.Serv
 // Servers lists every server of the cluster in every zone it may have
 // servers in. Any failure is an error, never a shorter list.
 func (i *Inventory) Servers(ctx context.Context) ([]*baremetal.Server, error) {
-	zones, err := i.Zones(ctx)
+	l, err := i.List(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out []*baremetal.Server
+	for _, z := range l.Zones {
+		if err := l.Failed[z]; err != nil {
+			return nil, err
+		}
+	}
+	return l.Servers, nil
+}
+
+// Listing is what List found: the servers of every zone that answered, and
+// why each other zone did not.
+type Listing struct {
+	Servers []*baremetal.Server
+	// Zones are every zone listed or tried, sorted.
+	Zones []string
+	// Failed holds the zones that could not be listed, with the error.
+	Failed map[string]error
+}
+
+// Complete reports whether every zone answered.
+func (l Listing) Complete() bool { return len(l.Failed) == 0 }
+
+// List lists every server of the cluster zone by zone, as Servers does, but
+// a zone that cannot be listed is recorded in Failed rather than ending the
+// listing: the garbage collector acts on the zones it sees (a spare in a
+// healthy zone still expires on time during another zone's outage), and
+// the servers of a failed zone, unseen, are left alone. err is only for
+// what stops every zone (the NodeClasses cannot be read).
+func (i *Inventory) List(ctx context.Context) (Listing, error) {
+	zones, err := i.Zones(ctx)
+	if err != nil {
+		return Listing{}, err
+	}
+	l := Listing{Zones: zones}
 	for _, z := range zones {
 		srvs, err := i.API.ListServers(ctx, scw.Zone(z), []string{i.managedBy()})
 		if err == nil {
 			srvs, err = i.Owner.Mine(ctx, scw.Zone(z), srvs, true)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("listing servers in %s: %w", z, err)
+			if l.Failed == nil {
+				l.Failed = map[string]error{}
+			}
+			l.Failed[z] = fmt.Errorf("listing servers in %s: %w", z, err)
+			continue
 		}
 		if len(srvs) > 0 {
 			i.Saw(z)
 		}
-		out = append(out, srvs...)
+		l.Servers = append(l.Servers, srvs...)
 	}
-	return out, nil
+	return l, nil
 }
 
 func created(s *baremetal.Server) time.Time {

@@ -194,6 +194,9 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 		Log: logger.WithName("reservation")}
 	spares := &spare.Keeper{API: api, Offers: cat, Rescue: dialer, Owner: owner,
 		Log: logger.WithName("spare"), Changed: reservations.Invalidate}
+	// Read and written directly: the garbage collector must see a record
+	// the finalizer wrote moments ago.
+	removals := &removal.Records{Kube: direct, Namespace: opts.SystemNamespace}
 	tokens := &bootstraptoken.Manager{Kube: direct, Namespace: "kube-system", TTL: installer.Timeouts.Total() + 15*time.Minute}
 	// Direct reads: a status written on a stale cached copy would conflict.
 	breakers := &breaker.Store{Kube: direct, Secrets: joinSecrets, Offerings: cat, Recorder: recorder, Metrics: breaker.NewMetrics(reg),
@@ -225,16 +228,18 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 			Recorder: recorder, Installs: breakers, LeftAlone: owner.LeftAlone,
 		},
 		GarbageCollection: &garbagecollection.Controller{
-			Kube: kube, Servers: inv.Servers, Spares: spares,
+			// NodeClaims uncached: one created moments ago may own a server already.
+			Kube: kube, Reader: direct, Servers: inv.List, Spares: spares,
 			GracePeriod: opts.GCGracePeriod, Interval: opts.GCInterval,
 			Log: logger.WithName("garbagecollection"), Collected: garbagecollection.NewCollectedCounter(reg),
+			Unlisted: garbagecollection.NewUnlistedCounter(reg), KeptOnDeletion: removals.Kept,
 			Tokens: tokens, RescueKeys: keys,
 		},
 		// Every GC interval: the same listing cadence, so the gauges lag
 		// the servers by no more than a GC sweep does.
 		Spend: &spend.Controller{Servers: inv.Servers, Offers: cat,
 			Interval: opts.GCInterval, Gauges: spend.NewGauges(reg), Listed: serverphases.NewGauge(reg, cat).Update},
-		Removal: &removal.Controller{Kube: kube, Servers: inv.Servers, Spares: spares, Recorder: recorder,
+		Removal: &removal.Controller{Kube: kube, Servers: inv.Servers, Spares: spares, Records: removals, Recorder: recorder,
 			Log: logger.WithName("removal")},
 		WarmPool: &warmpool.Controller{Kube: kube, API: api, Catalog: cat, Servers: inv.Servers, Saw: inv.Saw,
 			Spares: spares, Breaker: breakers, Limits: limits, DefaultZone: string(scwCfg.DefaultZone),

@@ -61,6 +61,10 @@ type Controller struct {
 	// Servers lists every server of the cluster (inventory.Servers).
 	Servers func(ctx context.Context) ([]*baremetal.Server, error)
 	Spares  *spare.Keeper
+	// Records, when set, remembers the NodeClasses deleted with
+	// sparesOnDeletion: Keep, for the spares this finalizer's listing
+	// missed (the garbage collector reads it).
+	Records *Records
 	// Recorder may be nil.
 	Recorder events.Recorder
 	Log      logr.Logger
@@ -71,6 +75,12 @@ func (c *Controller) Reconcile(ctx context.Context, nc *v1alpha1.ScalewayElastic
 	if nc.DeletionTimestamp.IsZero() {
 		if controllerutil.ContainsFinalizer(nc, Finalizer) {
 			return reconcile.Result{}, nil
+		}
+		// A NodeClass new under this name: the spares tagged with it are its own.
+		if c.Records != nil {
+			if err := c.Records.Forget(ctx, nc.Name); err != nil {
+				return reconcile.Result{}, err
+			}
 		}
 		stored := nc.DeepCopy()
 		controllerutil.AddFinalizer(nc, Finalizer)
@@ -87,6 +97,14 @@ func (c *Controller) Reconcile(ctx context.Context, nc *v1alpha1.ScalewayElastic
 		c.publish(nc, corev1.EventTypeNormal, ReasonWaitingForNodeClaims,
 			fmt.Sprintf("deletion waits for %d nodeclaim(s) to go: %s", len(claims), strings.Join(claims, ", ")))
 		return reconcile.Result{RequeueAfter: WaitInterval}, nil
+	}
+	// Recorded before the listing: a spare it misses (kept moments ago,
+	// not listed yet) is handed over later by the garbage collector.
+	if c.Records != nil && nc.Spec.Billing.KeepSparesOnDeletion() {
+		if err := c.Records.Keep(ctx, nc.Name, nc.DeletionTimestamp.Time); err != nil {
+			c.publish(nc, corev1.EventTypeWarning, ReasonRemovalBlocked, fmt.Sprintf("deletion waits (retried with backoff): %v", err))
+			return reconcile.Result{}, err
+		}
 	}
 	ended, err := c.endSpares(ctx, nc)
 	if err != nil {

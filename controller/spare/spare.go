@@ -132,6 +132,7 @@ const (
 	Gone       Outcome = "gone"        // no such server
 	NotOwned   Outcome = "not_owned"   // the server is not (any more) the owner's: left alone
 	HandedOver Outcome = "handed_over" // no longer the cluster's (EndSpare)
+	Declined   Outcome = "declined"    // the caller's condition failed on the fresh read (ReleaseIf): left alone
 )
 
 // Keeper acts on the policy.
@@ -232,6 +233,17 @@ func Takeable(srv *baremetal.Server) bool {
 // NodeClaim took since the collector listed it is not its to end), then
 // keeps it as a spare or deletes it.
 func (k *Keeper) Release(ctx context.Context, zone scw.Zone, id, owner string, nc *v1alpha1.ScalewayElasticMetalNodeClass) (Outcome, Decision, error) {
+	return k.ReleaseIf(ctx, zone, id, owner, nc, nil)
+}
+
+// ReleaseIf is Release with the caller's own reason checked again on the
+// server as read right before acting (still; nil means none), under the
+// lock this process's takes hold. The garbage collector decides from a
+// listing that may be minutes old: a NodeClaim may have taken the server
+// since, and only the fresh read can say so. still returning false leaves
+// the server alone: Declined.
+func (k *Keeper) ReleaseIf(ctx context.Context, zone scw.Zone, id, owner string, nc *v1alpha1.ScalewayElasticMetalNodeClass,
+	still func(ctx context.Context, fresh *baremetal.Server) (bool, error)) (Outcome, Decision, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	defer k.hold(id)()
@@ -252,6 +264,15 @@ func (k *Keeper) Release(ctx context.Context, zone scw.Zone, id, owner string, n
 	}
 	if srv.Status == baremetal.ServerStatusDeleting {
 		return Released, Decision{Reason: "already being deleted"}, nil
+	}
+	if still != nil {
+		ok, err := still(ctx, srv)
+		if err != nil {
+			return "", Decision{}, err
+		}
+		if !ok {
+			return Declined, Decision{}, nil
+		}
 	}
 	d := Decide(k.Offers, srv, nc, k.clock().Now())
 	if d.Keep {

@@ -87,7 +87,7 @@ func (o *Options) AddFlags(fs *coreoptions.FlagSet) {
 	fs.DurationVar(&o.BootTimeout, "boot-timeout", env.WithDefaultDuration("BOOT_TIMEOUT", 15*time.Minute), "How long the reboot into Talos and the config apply may take.")
 	fs.DurationVar(&o.RetryInterval, "install-retry-interval", env.WithDefaultDuration("INSTALL_RETRY_INTERVAL", 5*time.Second), "Interval between SSH/Talos API connection attempts.")
 	fs.DurationVar(&o.CatalogRefresh, "catalog-refresh-interval", env.WithDefaultDuration("CATALOG_REFRESH_INTERVAL", 5*time.Minute), "Interval between refreshes of the offer catalogue (stock, prices).")
-	fs.DurationVar(&o.GCGracePeriod, "gc-grace-period", env.WithDefaultDuration("GC_GRACE_PERIOD", 10*time.Minute), "Age under which a server without a NodeClaim is never released (covers an order in flight); at least 30s.")
+	fs.DurationVar(&o.GCGracePeriod, "gc-grace-period", env.WithDefaultDuration("GC_GRACE_PERIOD", 10*time.Minute), "Time since a server last changed hands (its order, or the take of a spare) under which it is never released for want of a NodeClaim (covers an order in flight); at least 30s.")
 	fs.DurationVar(&o.GCInterval, "gc-interval", env.WithDefaultDuration("GC_INTERVAL", 2*time.Minute), "Interval between garbage collection sweeps.")
 	fs.DurationVar(&o.RepairToleration, "repair-toleration", env.WithDefaultDuration("REPAIR_TOLERATION", 20*time.Minute), "How long a node may be NotReady/Unknown before Karpenter's node repair (feature gate NodeRepair) replaces it.")
 	fs.IntVar(&o.MaxConcurrentImaging, "max-concurrent-imaging", env.WithDefaultInt("MAX_CONCURRENT_IMAGING", 8), "Images written at once (each holds an SSH session and uploads em-imager); further installs wait their turn within their phase timeout.")
