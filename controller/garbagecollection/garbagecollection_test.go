@@ -406,7 +406,7 @@ func TestOneUnlistableZoneStopsNoSpareExpiryElsewhere(t *testing.T) {
 	f.gc.Unlisted = NewUnlistedCounter(prometheus.NewRegistry())
 	expiring := f.orderIn(t, zone, "monthly", scaleway.Tag(scaleway.TagNodeClass, "nc"), scaleway.Tag(scaleway.TagPhase, "spare"))
 	unseen := f.orderIn(t, "fr-par-1", "hourly", scaleway.Tag(scaleway.TagNodeClass, "nc"), scaleway.Tag(scaleway.TagNodeClaim, "gone"))
-	f.clk.Step(spare.Month - spare.RenewalMargin/2) // the spare's paid month ends
+	f.clk.SetTime(inRenewalMargin(f.clk.Now())) // the spare's paid month ends
 	f.sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStatus, Method: "GET", Path: `/zones/fr-par-1/servers$`, Status: 503, Times: 100})
 	if _, err := f.gc.Reconcile(context.Background()); err != nil {
 		t.Fatalf("a sweep that listed a zone failed: %v", err)
