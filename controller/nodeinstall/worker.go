@@ -325,7 +325,7 @@ func (w *worker) fail(ctx context.Context, srv *baremetal.Server, cause error) {
 	outcome := "the server is gone"
 	if srv != nil {
 		phase = install.PhaseOf(srv)
-		outcome = w.release(ctx, claim, srv)
+		outcome = w.release(ctx, claim, srv, cause)
 	}
 	w.countFailure(ctx, claim, srv, cause)
 	var pe *install.PhaseError
@@ -341,8 +341,11 @@ func (w *worker) fail(ctx context.Context, srv *baremetal.Server, cause error) {
 	}
 }
 
-// release gives the server back and says what happened to it.
-func (w *worker) release(ctx context.Context, claim *karpv1.NodeClaim, srv *baremetal.Server) string {
+// release gives the server back and says what happened to it. A server
+// that failed for a reason of its own (spare.HostFault) is quarantined
+// first, so that if it is kept, no NodeClaim takes it again before a
+// pre-imaging shows it healthy.
+func (w *worker) release(ctx context.Context, claim *karpv1.NodeClaim, srv *baremetal.Server, cause error) string {
 	c := w.c
 	fresh, err := c.API.GetServer(ctx, srv.Zone, srv.ID)
 	if err == nil && fresh.Status == baremetal.ServerStatusOutOfStock {
@@ -350,6 +353,14 @@ func (w *worker) release(ctx context.Context, claim *karpv1.NodeClaim, srv *bare
 		c.Offerings.MarkUnavailable(string(fresh.Zone), fresh.OfferName, spare.Billing(c.Offerings, fresh), catalog.ReasonOutOfStock)
 	}
 	nc, _ := nodeclass.Get(ctx, c.Kube, claim.Spec.NodeClassRef) // nil when gone: no policy, release
+	quarantined := ""
+	if reason := spare.HostFault(cause, diskSelector(nc)); reason != "" {
+		if ok, err := c.Spares.Quarantine(ctx, srv.Zone, srv.ID, w.name, reason); err != nil {
+			w.log.Error(err, "quarantining the server of a failed install", "server", srv.ID, "reason", reason)
+		} else if ok {
+			quarantined = reason
+		}
+	}
 	outcome, d, err := c.Spares.Release(ctx, srv.Zone, srv.ID, w.name, nc)
 	if err != nil {
 		// Core's termination calls Delete, which tries again.
@@ -357,6 +368,10 @@ func (w *worker) release(ctx context.Context, claim *karpv1.NodeClaim, srv *bare
 	}
 	switch outcome {
 	case spare.Kept:
+		if quarantined != "" {
+			return fmt.Sprintf("server %s kept as a spare (%s) and quarantined (%s): not taken nor offered until a pre-imaging passes on it",
+				srv.ID, d.Reason, quarantined)
+		}
 		return fmt.Sprintf("server %s kept as a spare (%s)", srv.ID, d.Reason)
 	case spare.Released:
 		return fmt.Sprintf("server %s released (%s)", srv.ID, d.Reason)
@@ -364,6 +379,14 @@ func (w *worker) release(ctx context.Context, claim *karpv1.NodeClaim, srv *bare
 		return fmt.Sprintf("server %s left alone (not this nodeclaim's)", srv.ID)
 	}
 	return fmt.Sprintf("server %s is gone", srv.ID)
+}
+
+// diskSelector is nc's rescue.disk ("" when nc is gone).
+func diskSelector(nc *v1alpha1.ScalewayElasticMetalNodeClass) string {
+	if nc == nil {
+		return ""
+	}
+	return nc.Spec.Rescue.Disk
 }
 
 func title(s string) string {
