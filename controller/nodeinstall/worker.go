@@ -323,11 +323,15 @@ func (w *worker) fail(ctx context.Context, srv *baremetal.Server, cause error) {
 	}
 	phase := install.Phase("")
 	outcome := "the server is gone"
+	// Counted before the release: Delete (Karpenter's registration timeout
+	// may come at the same instant) stops this worker, and a release cut
+	// short must not lose the count. The breaker counts a claim once, so
+	// Delete counting it too changes nothing.
+	w.countFailure(ctx, claim, srv, cause)
 	if srv != nil {
 		phase = install.PhaseOf(srv)
 		outcome = w.release(ctx, claim, srv, cause)
 	}
-	w.countFailure(ctx, claim, srv, cause)
 	var pe *install.PhaseError
 	if errors.As(cause, &pe) {
 		phase, cause = pe.Phase, pe.Err
