@@ -10,7 +10,10 @@
 // its join Secret (resourceVersion) resets the breaker at once: the failures
 // were the old settings'. Failures tied to the hardware (see Hardware) also
 // hide the offering (zone, offer, billing period) in the catalogue, so that
-// Karpenter picks another.
+// Karpenter picks another. A NodeClaim deleted before its install joined
+// (Karpenter's registration timeout, nodeinstall.Controller.Deleted) is a
+// failure too (CodeDeletedBeforeJoin), and a NodeClaim counts once whoever
+// reports it.
 //
 // The state lives in the NodeClass's status (status.installs), not in
 // memory: a restarted controller does not buy again for a NodeClass whose
@@ -26,6 +29,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/report"
 )
 
@@ -152,13 +156,21 @@ func StateOf(st *v1alpha1.InstallsStatus, now time.Time, probeAlive bool) State 
 }
 
 // Codes of failures that are not em-imager's.
-const CodePhaseFailed = "phase_failed"
+const (
+	CodePhaseFailed = "phase_failed"
+	// CodeDeletedBeforeJoin: the NodeClaim was deleted (by Karpenter's
+	// registration timeout or otherwise) before its install joined.
+	CodeDeletedBeforeJoin = "deleted_before_join"
+)
 
-// CodeOf is em-imager's error code in err, or CodePhaseFailed.
+// CodeOf is em-imager's error code in err, CodeDeletedBeforeJoin, or CodePhaseFailed.
 func CodeOf(err error) string {
 	var re *report.Error
 	if errors.As(err, &re) && re.Code != "" {
 		return re.Code
+	}
+	if errors.Is(err, install.ErrDeletedBeforeJoin) {
+		return CodeDeletedBeforeJoin
 	}
 	return CodePhaseFailed
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -39,7 +41,20 @@ type Store struct {
 	Recorder  events.Recorder
 	Metrics   *Metrics
 	Clock     clock.Clock
+
+	// countMu serialises Failed; counted holds the NodeClaims whose failure
+	// this process recorded, and when: a failed install is seen both by
+	// its worker and by Delete (Karpenter's registration timeout can delete
+	// the NodeClaim at the instant the install gives up), and counts once.
+	countMu sync.Mutex
+	counted map[string]time.Time
 }
+
+// CountedFor is how long a NodeClaim's recorded failure is remembered in
+// memory to keep it from being counted twice. Both counts come within
+// seconds of each other; after a restart the status's last failure
+// (which names its NodeClaim) still keeps the likeliest repeat out.
+const CountedFor = 24 * time.Hour
 
 func (s *Store) now() clock.Clock {
 	if s.Clock == nil {
@@ -165,9 +180,19 @@ type Failure struct {
 // delivery is an install failure: a delivery that failed or timed out (phase
 // ordered) is Scaleway's, and a server taken away or a NodeClass gone say
 // nothing about whether the NodeClass can install.
+//
+// A NodeClaim counts once, whoever reports it (its install's worker, Delete):
+// a second report of a NodeClaim this process already counted, or the one
+// the status names as the last failure, changes nothing.
 func (s *Store) Failed(ctx context.Context, f Failure) error {
 	var pe *install.PhaseError
 	if !errors.As(f.Err, &pe) || f.Claim.Spec.NodeClassRef == nil || pe.Phase == install.PhaseOrdered || scaleway.IsNotFound(pe.Err) {
+		return nil
+	}
+	s.countMu.Lock()
+	defer s.countMu.Unlock()
+	now := s.now().Now()
+	if at, ok := s.counted[f.Claim.Name]; ok && now.Sub(at) < CountedFor {
 		return nil
 	}
 	name := f.Claim.Spec.NodeClassRef.Name
@@ -176,13 +201,15 @@ func (s *Store) Failed(ctx context.Context, f Failure) error {
 	if srv := f.Server; srv != nil {
 		offering = fmt.Sprintf("%s/%s/%s", srv.Zone, srv.OfferName, f.Billing)
 	}
-	s.Metrics.failure(name, string(pe.Phase), code)
-	var opened, reopened bool
+	var opened, reopened, repeated bool
 	var after *v1alpha1.InstallsStatus
 	var disk string
 	err := s.update(ctx, name, true, func(fresh *v1alpha1.ScalewayElasticMetalNodeClass, key Key) {
 		disk = fresh.Spec.Rescue.Disk
 		before := Current(fresh.Status.Installs, key)
+		if repeated = before != nil && before.LastFailure != nil && before.LastFailure.NodeClaim == f.Claim.Name; repeated {
+			return // counted already (by a process that has restarted since)
+		}
 		after = s.Policy.Failure(before, key, v1alpha1.InstallFailure{
 			Phase: string(pe.Phase), Code: code, Offering: offering, NodeClaim: f.Claim.Name,
 		}, s.now().Now())
@@ -190,18 +217,38 @@ func (s *Store) Failed(ctx context.Context, f Failure) error {
 		reopened = before != nil && after.Opened > before.Opened && before.Opened > 0
 		fresh.Status.Installs = after
 	})
+	if repeated && err == nil {
+		s.remember(f.Claim.Name, now)
+		return nil
+	}
+	s.Metrics.failure(name, string(pe.Phase), code)
 	if f.Server != nil && Hardware(code, disk) {
 		s.Offerings.MarkUnavailable(string(f.Server.Zone), f.Server.OfferName, f.Billing, catalog.ReasonInstallFailed)
 	}
 	if err != nil {
 		return fmt.Errorf("counting the install failure of nodeclaim %s against nodeclass %s: %w", f.Claim.Name, name, err)
 	}
+	s.remember(f.Claim.Name, now)
 	if opened || reopened {
 		s.Metrics.openedFor(name)
 		s.publish(name, corev1.EventTypeWarning, EventBreakerOpened, fmt.Sprintf("%s; no server is ordered for this NodeClass before %s",
 			describe(after), after.NextAttempt.UTC().Format("2006-01-02T15:04:05Z")))
 	}
 	return nil
+}
+
+// remember records that claim's failure was counted at now, and forgets
+// the NodeClaims counted more than CountedFor ago (under countMu).
+func (s *Store) remember(claim string, now time.Time) {
+	if s.counted == nil {
+		s.counted = map[string]time.Time{}
+	}
+	for name, at := range s.counted {
+		if now.Sub(at) >= CountedFor {
+			delete(s.counted, name)
+		}
+	}
+	s.counted[claim] = now
 }
 
 // Event reasons on the NodeClass.

@@ -303,3 +303,66 @@ func TestUnreadableSecretDoesNotResetTheBreaker(t *testing.T) {
 		t.Fatal("the breaker's state was removed from the status")
 	}
 }
+
+func deletedBeforeJoin(claim *karpv1.NodeClaim) breaker.Failure {
+	return breaker.Failure{
+		Claim:   claim,
+		Server:  &baremetal.Server{ID: "srv-" + claim.Name, Zone: "fr-par-2", OfferName: "EM-A116X-SSD"},
+		Billing: catalog.BillingHourly,
+		Err:     &install.PhaseError{Phase: install.PhaseBooting, Err: install.ErrDeletedBeforeJoin},
+	}
+}
+
+// A NodeClaim whose node never registers is reported twice: by its install
+// (the boot timeout) and by Delete (Karpenter's registration timeout, at
+// the same instant). It counts once, also when another failure came in
+// between, and also for a restarted controller (the status names the last
+// failure's NodeClaim). A probe deleted before it joined doubles the
+// backoff like a failed one.
+func TestAClaimCountsOnceAndADeletedProbeDoublesTheBackoff(t *testing.T) {
+	w := start(t)
+	w.nodeClass(t, "elsewhere", "auto")
+	s := w.store()
+	a, b := w.claim(t, "a", "elsewhere", false), w.claim(t, "b", "elsewhere", false)
+	bootTimeout := deletedBeforeJoin(a)
+	bootTimeout.Err = &install.PhaseError{Phase: install.PhaseBooting, Release: true, Err: errors.New("the node's registration did not happen in time")}
+	for _, f := range []breaker.Failure{bootTimeout, deletedBeforeJoin(a)} {
+		if err := s.Failed(w.ctx, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := w.get(t, "elsewhere").Status.Installs.ConsecutiveFailures; n != 1 {
+		t.Fatalf("one nodeclaim reported by its install and by Delete counts %d failures, want 1", n)
+	}
+	for _, f := range []breaker.Failure{deletedBeforeJoin(b), deletedBeforeJoin(a)} {
+		if err := s.Failed(w.ctx, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.store().Failed(w.ctx, deletedBeforeJoin(b)); err != nil { // a restarted controller
+		t.Fatal(err)
+	}
+	nc := w.get(t, "elsewhere")
+	if n := nc.Status.Installs.ConsecutiveFailures; n != 2 {
+		t.Fatalf("two nodeclaims, each reported more than once, count %d failures, want 2", n)
+	}
+	if got := installsHealthy(nc); !strings.HasPrefix(got, "False "+breaker.ReasonInstallsFailing) || !strings.Contains(got, breaker.CodeDeletedBeforeJoin) {
+		t.Fatalf("InstallsHealthy = %q, want False %s naming %s", got, breaker.ReasonInstallsFailing, breaker.CodeDeletedBeforeJoin)
+	}
+
+	w.clock.Step(10*time.Minute + time.Second)
+	probe := w.claim(t, "probe", "elsewhere", true)
+	if err := s.Admit(w.ctx, w.get(t, "elsewhere"), "probe"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Failed(w.ctx, deletedBeforeJoin(probe)); err != nil {
+		t.Fatal(err)
+	}
+	nc = w.get(t, "elsewhere")
+	if got := nc.Status.Installs.NextAttempt.Sub(w.clock.Now()); got != 20*time.Minute {
+		t.Errorf("backoff after the probe was deleted before joining: %s, want 20m", got)
+	}
+	if err := s.Admit(w.ctx, nc, "next"); !cloudprovider.IsNodeClassNotReadyError(err) {
+		t.Errorf("Admit after the probe was deleted: %v, want refused", err)
+	}
+}

@@ -43,9 +43,11 @@ type ImageSource interface {
 	Resolve(ctx context.Context, s imagesource.Settings) (*imagesource.Image, error)
 }
 
-// Installs stops a NodeClaim's install before Delete acts (*nodeinstall.Controller).
+// Installs stops a NodeClaim's install before Delete acts, counting a
+// NodeClaim deleted before its install joined as a failed install
+// (*nodeinstall.Controller).
 type Installs interface {
-	Stop(nodeClaim string)
+	Deleted(ctx context.Context, claim *karpv1.NodeClaim)
 }
 
 // Breaker is the install-failure breaker (*breaker.Store): Admit refuses an
@@ -227,7 +229,7 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 // releases the server or keeps it as a spare (the policy reads its state
 // now). It acts only on the server tagged for this NodeClaim.
 func (c *CloudProvider) Delete(ctx context.Context, claim *karpv1.NodeClaim) error {
-	c.Installs.Stop(claim.Name)
+	c.Installs.Deleted(ctx, claim)
 	srv, err := c.serverOf(ctx, claim)
 	if err != nil {
 		return err

@@ -60,7 +60,7 @@ type light struct {
 
 type noInstalls struct{}
 
-func (noInstalls) Stop(string) {}
+func (noInstalls) Deleted(context.Context, *karpv1.NodeClaim) {}
 
 type anyImage struct{}
 

@@ -260,6 +260,11 @@ func (e *PhaseError) Error() string {
 
 func (e *PhaseError) Unwrap() error { return e.Err }
 
+// ErrDeletedBeforeJoin is the cause of an install whose NodeClaim was
+// deleted (by Karpenter's registration timeout or otherwise) before its
+// node joined: in a PhaseError with the phase the server was in.
+var ErrDeletedBeforeJoin = errors.New("the nodeclaim was deleted before its node joined")
+
 // Run drives job.Server from its current phase to PhaseJoined. Transient
 // failures are retried within the phase's deadline; it returns nil once
 // the server is joined, a *PhaseError with Release when the install cannot

@@ -361,7 +361,7 @@ func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *
 	}
 	uplink := uplinkMAC(rep)
 	if uplink == "" {
-		return srv, &PhaseError{Phase: PhaseImaging, Release: true, Err: errors.New("em-imager found no NIC with a link")}
+		return srv, &PhaseError{Phase: PhaseImaging, Release: true, Err: ErrNoLink}
 	}
 	disks, err := EncodeDisks(rep)
 	if err != nil {
@@ -483,6 +483,10 @@ func (i *Installer) writeConfig(ctx, pctx context.Context, log logr.Logger, job 
 	i.progress(job, PhaseImaging, fmt.Sprintf("machine config written to partition %s of %s", rep.Config.Partition, hw.Disk.Path))
 	return nil
 }
+
+// ErrNoLink: em-imager saw no NIC with a link. The uplink is the server's
+// (a cable, a switch port): the server is quarantined if it is kept.
+var ErrNoLink = errors.New("em-imager found no NIC with a link")
 
 // imagerError classifies a failed em-imager run: a bad image or unsuitable
 // disk, a binary on the host that is not ours, or the phase's timeout

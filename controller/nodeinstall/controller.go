@@ -16,7 +16,8 @@
 // fresh: monthly servers are kept, broken ones never; an order that ended
 // out of stock marks its offering unavailable), publishes InstallFailed on
 // the NodeClaim and deletes it, so Karpenter replaces it. Delete during an
-// install stops the worker first (Stop).
+// install stops the worker first and counts a NodeClaim deleted before its
+// install joined as a failed install (Deleted).
 package nodeinstall
 
 import (
@@ -26,6 +27,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	controllerruntime "sigs.k8s.io/controller-runtime"
@@ -130,6 +132,74 @@ func (c *Controller) Stop(name string) {
 		w.cancel()
 		<-w.done
 	}
+}
+
+// Deleted is what Delete does first: it stops the NodeClaim's install
+// (Stop) and, when the NodeClaim is deleted before its install joined,
+// counts that as a failed install for the breaker. Karpenter's registration
+// timeout (15 minutes from the boot, a constant of core) deletes the
+// NodeClaim at the instant the install's own boot timeout would fail it,
+// and the Stop cuts the install's failure handling short: without this,
+// a NodeClass whose nodes never register (a join Secret for another
+// cluster) would never open its breaker and order servers forever, and a
+// deleted probe would let the next order probe again at once.
+//
+// The server, read afresh, decides: still tagged for the NodeClaim and in
+// phase rescue, imaging or booting (not the delivery, Scaleway's doing; not
+// joined, nor already given back by the install's own failure handling,
+// which counted it: the breaker counts a NodeClaim once). A NodeClaim
+// whose NodePool is being deleted is not counted: its end is the
+// NodePool's, not the install's. A server deleted while booting is
+// quarantined like one whose boot timed out (spare.HostFault).
+func (c *Controller) Deleted(ctx context.Context, claim *karpv1.NodeClaim) {
+	c.Stop(claim.Name)
+	if c.Breaker == nil || claim.Status.ProviderID == "" || claim.StatusConditions().Get(karpv1.ConditionTypeRegistered).IsTrue() {
+		return
+	}
+	zone, id, err := scaleway.ParseProviderID(claim.Status.ProviderID)
+	if err != nil {
+		return
+	}
+	log := c.Log.WithValues("nodeclaim", claim.Name, "server", id)
+	srv, err := c.API.GetServer(ctx, zone, id)
+	if err != nil {
+		if !scaleway.IsNotFound(err) {
+			log.Error(err, "reading the server of a deleted nodeclaim; its install is not counted by the breaker")
+		}
+		return
+	}
+	phase := install.PhaseOf(srv)
+	if scaleway.ParseTags(srv.Tags)[scaleway.TagNodeClaim] != claim.Name || !phase.Active() || phase == install.PhaseOrdered {
+		return
+	}
+	if c.nodePoolEnding(ctx, claim) {
+		log.Info("nodeclaim deleted with its nodepool before its install joined; not counted as an install failure", "phase", phase)
+		return
+	}
+	cause := &install.PhaseError{Phase: phase, Err: install.ErrDeletedBeforeJoin}
+	if reason := spare.HostFault(cause, ""); reason != "" {
+		if _, err := c.Spares.Quarantine(ctx, srv.Zone, srv.ID, claim.Name, reason); err != nil {
+			log.Error(err, "quarantining the server of a nodeclaim deleted before its node joined")
+		}
+	}
+	log.Info("nodeclaim deleted before its install joined: counted as an install failure", "phase", phase)
+	err = c.Breaker.Failed(ctx, breaker.Failure{Claim: claim, Server: srv, Billing: spare.Billing(c.Offerings, srv), Err: cause})
+	if err != nil && !apierrors.IsNotFound(err) {
+		// Logged, not returned: the server's release must not wait on
+		// the breaker's bookkeeping.
+		log.Error(err, "counting the install failure of a deleted nodeclaim")
+	}
+}
+
+// nodePoolEnding reports whether claim's NodePool is gone or being deleted.
+func (c *Controller) nodePoolEnding(ctx context.Context, claim *karpv1.NodeClaim) bool {
+	name := claim.Labels[karpv1.NodePoolLabelKey]
+	if name == "" {
+		return false
+	}
+	np := &karpv1.NodePool{}
+	err := c.Kube.Get(ctx, types.NamespacedName{Name: name}, np)
+	return apierrors.IsNotFound(err) || (err == nil && !np.DeletionTimestamp.IsZero())
 }
 
 // Running is the number of installs in progress.

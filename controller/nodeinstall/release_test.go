@@ -2,6 +2,7 @@ package nodeinstall
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -66,7 +67,7 @@ func TestFailedInstallReleasesNothingWhenTheNodeClassCannotBeRead(t *testing.T) 
 	claim := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "claim-f"},
 		Spec: karpv1.NodeClaimSpec{NodeClassRef: &karpv1.NodeClassReference{Group: v1alpha1.SchemeGroupVersion.Group, Kind: "ScalewayElasticMetalNodeClass", Name: nc.Name}}}
 
-	outcome := w.release(ctx, claim, srv)
+	outcome := w.release(ctx, claim, srv, errors.New("the install failed"))
 	s, _ := sim.Server(srv.ID)
 	if s.Status == string(baremetal.ServerStatusDeleting) || !scaleway.HasTags(s.Tags, claimTag) {
 		t.Fatalf("a nodeclass read that timed out released the monthly server (%s): %s %v", outcome, s.Status, s.Tags)
@@ -76,7 +77,7 @@ func TestFailedInstallReleasesNothingWhenTheNodeClassCannotBeRead(t *testing.T) 
 	}
 
 	failing = false
-	if outcome := w.release(ctx, claim, srv); !strings.Contains(outcome, "kept as a spare") {
+	if outcome := w.release(ctx, claim, srv, errors.New("the install failed")); !strings.Contains(outcome, "kept as a spare") {
 		t.Fatalf("once the nodeclass reads: %q, want the monthly server kept as a spare", outcome)
 	}
 	if s, _ := sim.Server(srv.ID); !scaleway.HasTags(s.Tags, scaleway.Tag(scaleway.TagPhase, string(install.PhaseSpare))) {

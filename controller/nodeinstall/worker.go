@@ -323,11 +323,15 @@ func (w *worker) fail(ctx context.Context, srv *baremetal.Server, cause error) {
 	}
 	phase := install.Phase("")
 	outcome := "the server is gone"
+	// Counted before the release: Delete (Karpenter's registration timeout
+	// may come at the same instant) stops this worker, and a release cut
+	// short must not lose the count. The breaker counts a claim once, so
+	// Delete counting it too changes nothing.
+	w.countFailure(ctx, claim, srv, cause)
 	if srv != nil {
 		phase = install.PhaseOf(srv)
-		outcome = w.release(ctx, claim, srv)
+		outcome = w.release(ctx, claim, srv, cause)
 	}
-	w.countFailure(ctx, claim, srv, cause)
 	var pe *install.PhaseError
 	if errors.As(cause, &pe) {
 		phase, cause = pe.Phase, pe.Err
@@ -341,8 +345,11 @@ func (w *worker) fail(ctx context.Context, srv *baremetal.Server, cause error) {
 	}
 }
 
-// release gives the server back and says what happened to it.
-func (w *worker) release(ctx context.Context, claim *karpv1.NodeClaim, srv *baremetal.Server) string {
+// release gives the server back and says what happened to it. A server
+// that failed for a reason of its own (spare.HostFault) is quarantined
+// first, so that if it is kept, no NodeClaim takes it again before a
+// pre-imaging shows it healthy.
+func (w *worker) release(ctx context.Context, claim *karpv1.NodeClaim, srv *baremetal.Server, cause error) string {
 	c := w.c
 	fresh, err := c.API.GetServer(ctx, srv.Zone, srv.ID)
 	if err == nil && fresh.Status == baremetal.ServerStatusOutOfStock {
@@ -356,6 +363,14 @@ func (w *worker) release(ctx context.Context, claim *karpv1.NodeClaim, srv *bare
 	if err != nil {
 		return fmt.Sprintf("server %s left for Delete to release or keep (%v)", srv.ID, err)
 	}
+	quarantined := ""
+	if reason := spare.HostFault(cause, diskSelector(nc)); reason != "" {
+		if ok, err := c.Spares.Quarantine(ctx, srv.Zone, srv.ID, w.name, reason); err != nil {
+			w.log.Error(err, "quarantining the server of a failed install", "server", srv.ID, "reason", reason)
+		} else if ok {
+			quarantined = reason
+		}
+	}
 	outcome, d, err := c.Spares.Release(ctx, srv.Zone, srv.ID, w.name, nc)
 	if err != nil {
 		// Core's termination calls Delete, which tries again.
@@ -363,6 +378,10 @@ func (w *worker) release(ctx context.Context, claim *karpv1.NodeClaim, srv *bare
 	}
 	switch outcome {
 	case spare.Kept:
+		if quarantined != "" {
+			return fmt.Sprintf("server %s kept as a spare (%s) and quarantined (%s): not taken nor offered until a pre-imaging passes on it",
+				srv.ID, d.Reason, quarantined)
+		}
 		return fmt.Sprintf("server %s kept as a spare (%s)", srv.ID, d.Reason)
 	case spare.Released:
 		return fmt.Sprintf("server %s released (%s)", srv.ID, d.Reason)
@@ -370,6 +389,14 @@ func (w *worker) release(ctx context.Context, claim *karpv1.NodeClaim, srv *bare
 		return fmt.Sprintf("server %s left alone (not this nodeclaim's)", srv.ID)
 	}
 	return fmt.Sprintf("server %s is gone", srv.ID)
+}
+
+// diskSelector is nc's rescue.disk ("" when nc is gone).
+func diskSelector(nc *v1alpha1.ScalewayElasticMetalNodeClass) string {
+	if nc == nil {
+		return ""
+	}
+	return nc.Spec.Rescue.Disk
 }
 
 func title(s string) string {

@@ -199,7 +199,7 @@ func (c *Controller) ImageSpare(ctx context.Context, srv *baremetal.Server) (boo
 		return false, nil
 	}
 	if spare.PreImaged(srv, nc.Status.Image.RawSHA256) {
-		return false, nil
+		return false, c.passed(ctx, srv)
 	}
 	img, err := nodeinstall.ImageFor(ctx, c.Images, nc)
 	if err != nil {
@@ -227,9 +227,22 @@ func (c *Controller) ImageSpare(ctx context.Context, srv *baremetal.Server) (boo
 	c.mu.Lock()
 	delete(c.failed, srv.ID)
 	c.mu.Unlock()
+	if err := c.passed(ctx, srv); err != nil {
+		return true, err
+	}
 	c.Metrics.preImaged(c.clock().Since(start))
 	log.Info("spare pre-imaged: a NodeClaim taking it writes its config and boots", "seconds", int(c.clock().Since(start).Seconds()))
 	return true, nil
+}
+
+// passed lifts srv's quarantine, if any: a pre-imaging is the health check
+// of a spare whose install failed because of the server (a rescue boot
+// with the controller's key, a verified image write, a NIC with a link).
+func (c *Controller) passed(ctx context.Context, srv *baremetal.Server) error {
+	if _, q := spare.Quarantined(srv); !q {
+		return nil
+	}
+	return c.Spares.ClearQuarantine(ctx, srv.Zone, srv.ID)
 }
 
 // failedWith counts a failure and backs srv off (Interval doubling per

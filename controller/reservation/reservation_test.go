@@ -20,6 +20,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/simapi"
 )
@@ -120,6 +121,23 @@ func TestGroupsCountTheNodeClassSparesThatCanBeTaken(t *testing.T) {
 	}
 	if got, want := f.groups("b"), "EM-A215R-HDD/fr-par-2/monthly=1"; got != want {
 		t.Fatalf("groups of b: %q, want %q", got, want)
+	}
+}
+
+// A quarantined spare (its last install failed because of the server) is
+// no reserved capacity: offered at a near-zero price it would be picked
+// first by every scheduling pass and fail every NodeClaim that took it.
+func TestQuarantinedSparesAreNotOffered(t *testing.T) {
+	f := setup(t)
+	f.server("a", "EM-A215R-HDD", "monthly", install.PhaseSpare)
+	sick := f.server("a", "EM-A215R-HDD", "monthly", install.PhaseSpare)
+	if _, err := f.api.EditTags(context.Background(), zone, sick, func(tags []string) ([]string, bool) {
+		return scaleway.SetTagIn(tags, spare.TagQuarantine, "imaging.write_failed")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.groups("a"), "EM-A215R-HDD/fr-par-2/monthly=1"; got != want {
+		t.Fatalf("groups of a: %q, want %q (the quarantined spare left out)", got, want)
 	}
 }
 

@@ -217,9 +217,13 @@ func (k *Keeper) hold(id string) (unhold func()) {
 }
 
 // Takeable reports whether spare srv can be given to a NodeClaim: not
-// being deleted, broken or an order never delivered. The reserved
+// being deleted, broken, an order never delivered or quarantined (its last
+// install failed because of the server: TagQuarantine). The reserved
 // offerings count the same servers.
 func Takeable(srv *baremetal.Server) bool {
+	if _, q := Quarantined(srv); q {
+		return false
+	}
 	switch srv.Status {
 	case baremetal.ServerStatusDeleting, baremetal.ServerStatusError, baremetal.ServerStatusOutOfStock, baremetal.ServerStatusLocked:
 		return false
@@ -460,6 +464,9 @@ func (k *Keeper) take(ctx context.Context, zone scw.Zone, offerName string, bill
 		updated, err := k.API.EditTags(ctx, s.Zone, s.ID, func(tags []string) ([]string, bool) {
 			if install.PhaseOf(&baremetal.Server{Tags: tags}) != install.PhaseSpare {
 				return tags, false // released or taken meanwhile
+			}
+			if _, q := Quarantined(&baremetal.Server{Tags: tags}); q {
+				return tags, false // quarantined since the listing (which may lag)
 			}
 			taken = true
 			// The boot state is the listing's; the tags are fresh.
