@@ -258,7 +258,7 @@ type callSpec struct {
 	// idempotent calls are retried on every retryable failure. Others only
 	// when the failure proves the request was not applied (429, refused
 	// connection, nothing sent); any other failure ends the loop, ambiguous
-	// unless the API refused the request (see applied), so that the caller
+	// unless the API refused the request (mayHaveApplied), so that the caller
 	// reconciles.
 	idempotent bool
 	// write: an idempotent call that changes state (a tag update, a

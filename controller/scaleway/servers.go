@@ -462,9 +462,11 @@ func (c *Client) DeleteServer(ctx context.Context, zone scw.Zone, id string) (*b
 }
 
 // RebootServer reboots into bootType (normal or rescue). sshKeyIDs are the
-// IAM keys the rescue system accepts. A reboot is not idempotent: after a
-// timeout or 5xx the error is returned with IsAmbiguous true, and the caller
-// decides from the server's state (e.g. the Poller) whether to reboot again.
+// IAM keys the rescue system accepts. A reboot is not idempotent: after any
+// failure once the request left, but a 4xx refusal (a timeout, a 5xx, a
+// reset, an undecodable answer), the error is returned with IsAmbiguous
+// true, and the caller decides from the server's state (e.g. the Poller)
+// whether to reboot again.
 func (c *Client) RebootServer(ctx context.Context, zone scw.Zone, id string, bootType baremetal.ServerBootType, sshKeyIDs []string) (*baremetal.Server, error) {
 	zone = c.zone(zone)
 	if err := checkBootType(bootType); err != nil {
