@@ -373,3 +373,23 @@ func TestSimSSHKeyAnswerNamingNoKey(t *testing.T) {
 		t.Fatalf("%d key POSTs, want 1", n)
 	}
 }
+
+// TestSimTagUpdateAnswerNamingNoServer: a tag update is applied and its 2xx
+// answer shows no server: SetTag returns the server as it now reads, not an
+// empty one whose tags a caller would go on from.
+func TestSimTagUpdateAnswerNamingNoServer(t *testing.T) {
+	env := startSim(t, 1, nil, nil)
+	ctx := context.Background()
+	srv, _, err := env.client.CreateServer(ctx, env.createReq("nc-tags"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.sim.MustInject(scwsim.Fault{Kind: scwsim.FaultUndecodableAfterCommit, Method: "PATCH", Path: serverRE, Body: "{}", Times: 1})
+	got, err := env.client.SetTag(ctx, zone, srv.ID, TagPhase, "rescue")
+	if err != nil || got.ID != srv.ID || !HasTags(got.Tags, Tag(TagPhase, "rescue"), Tag(TagNodeClaim, "nc-tags")) {
+		t.Fatalf("SetTag = %+v, %v; want the server with its tags", got, err)
+	}
+	if n := env.count(t, "PATCH", serverRE); n != 1 {
+		t.Fatalf("%d PATCHes, want 1", n)
+	}
+}

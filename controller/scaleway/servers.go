@@ -387,6 +387,19 @@ func (c *Client) UpdateServerTags(ctx context.Context, zone scw.Zone, id string,
 		srv, err = c.bm.UpdateServer(&baremetal.UpdateServerRequest{Zone: zone, ServerID: id, Tags: &tags}, scw.WithContext(ctx))
 		return err
 	})
+	if err == nil && (srv == nil || srv.ID != id) {
+		// A success that does not show the server (an empty or foreign
+		// body): the update was applied, and callers go on from the tags
+		// they get back, so they get the server as it now reads, with the
+		// tags just written (a read may lag behind the write).
+		c.seen.forget(zone, id)
+		cur, gerr := c.GetServer(ctx, zone, id)
+		if gerr != nil {
+			return nil, gerr
+		}
+		cur.Tags = slices.Clone(tags)
+		return cur, nil
+	}
 	c.observe(zone, id, srv, err, true)
 	return srv, err
 }
