@@ -397,8 +397,10 @@ func (c *Client) UpdateServerTags(ctx context.Context, zone scw.Zone, id string,
 		if gerr != nil {
 			return nil, gerr
 		}
-		cur.Tags = slices.Clone(tags)
-		return cur, nil
+		written := *cur
+		written.Tags = slices.Clone(tags)
+		c.seen.observe(&written, c.clock.Now(), true)
+		return &written, nil
 	}
 	c.observe(zone, id, srv, err, true)
 	return srv, err
