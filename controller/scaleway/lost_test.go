@@ -393,3 +393,36 @@ func TestSimTagUpdateAnswerNamingNoServer(t *testing.T) {
 		t.Fatalf("%d PATCHes, want 1", n)
 	}
 }
+
+// TestSimOrderInFlightSaysNothingOfTheOffer: a 5xx whose words refuse the
+// order or say "out of stock" is ambiguous (the order is in flight) and
+// keeps its class for the caller's first decision; the ErrOrderInFlight of
+// the next tries is transient, so a caller trying another offering does not
+// set that one aside for the lost order's reason.
+func TestSimOrderInFlightSaysNothingOfTheOffer(t *testing.T) {
+	for _, c := range []struct {
+		body  string
+		class Class
+	}{
+		{`{"message":"cloud-init is not supported on this offer"}`, ClassRefused},
+		{`{"message":"offer is out of stock"}`, ClassOutOfStock},
+	} {
+		t.Run(string(c.class), func(t *testing.T) {
+			env := startSim(t, 1, nil, nil)
+			env.sim.MustInject(scwsim.Fault{Kind: scwsim.FaultStatus, Method: "POST", Path: `/servers$`, Status: 503, Body: c.body,
+				ContentType: "application/json", Times: 1})
+			req := env.createReq("nc-5xx")
+			_, _, err := env.client.CreateServer(context.Background(), req)
+			if Classify(err) != c.class || !IsAmbiguous(err) {
+				t.Fatalf("first CreateServer: %s (ambiguous %v), want %s and ambiguous: %v", Classify(err), IsAmbiguous(err), c.class, err)
+			}
+			_, _, err = env.client.CreateServer(context.Background(), req)
+			if !errors.Is(err, ErrOrderInFlight) || Classify(err) != ClassTransient || IsOrderRefused(err) || IsOutOfStock(err) {
+				t.Fatalf("next CreateServer: %s: %v, want a transient ErrOrderInFlight", Classify(err), err)
+			}
+			if n := env.count(t, "POST", serversRE); n != 1 {
+				t.Fatalf("%d POSTs, want 1", n)
+			}
+		})
+	}
+}

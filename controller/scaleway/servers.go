@@ -227,7 +227,11 @@ func (c *Client) CreateServer(ctx context.Context, req CreateServerRequest) (*ba
 			}
 		}
 		if waited := c.clock.Now().Sub(p.since); waited < c.cfg.OrderSettle {
-			return nil, false, &Error{Op: OpCreateServer, Zone: p.zone, Ambiguous: true, Class: Classify(p.err), redact: c.redact,
+			// Transient, whatever the lost order's class: this answer says
+			// nothing about the offer now asked for (a lost order that read
+			// "refused" or "out of stock" must not set another one aside),
+			// only that the claim must wait.
+			return nil, false, &Error{Op: OpCreateServer, Zone: p.zone, Ambiguous: true, Class: ClassTransient, redact: c.redact,
 				Err: fmt.Errorf("%w (ordered %s ago in %s, looking for it for up to %s; that order failed with: %v)",
 					ErrOrderInFlight, waited.Round(time.Second), p.zone, c.cfg.OrderSettle, c.redact(p.err.Error()))}
 		}
