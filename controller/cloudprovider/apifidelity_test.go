@@ -125,7 +125,10 @@ func TestBare429StormIsRiddenOut(t *testing.T) {
 
 // Recorded: a request the API refuses can come back as a 503 with only a
 // message. It surfaces at once (one order attempt), is not retried as an
-// outage, and the offering is set aside so the next Create tries another.
+// outage, and the offering is set aside so that the next NodeClaim's Create
+// tries another (Karpenter deletes a claim whose Create found no capacity
+// and makes a new one). The refused claim's own order stays in flight: a
+// 5xx proves nothing about what the API did.
 func TestRefusal503SurfacesWithinOneOrder(t *testing.T) {
 	e := startEnv(t, nil)
 	claim := e.nodeClaim()
@@ -142,14 +145,15 @@ func TestRefusal503SurfacesWithinOneOrder(t *testing.T) {
 	if _, marked := e.p.Catalog.Unavailable("fr-par-2", first, catalog.BillingHourly); !marked {
 		t.Errorf("%s not set aside after a refused order", first)
 	}
-	got, err := e.p.CloudProvider.Create(e.ctx, claim)
+	next := e.nodeClaim()
+	got, err := e.p.CloudProvider.Create(e.ctx, next)
 	if err != nil {
-		t.Fatalf("second Create: %v", err)
+		t.Fatalf("the next claim's Create: %v", err)
 	}
 	if it := got.Labels[corev1.LabelInstanceTypeStable]; it == first {
 		t.Fatalf("ordered %s again although it was refused", it)
 	}
-	if n := e.creates(claim.Name); n != 1 {
+	if n := e.creates(next.Name); n != 1 {
 		t.Fatalf("%d orders", n)
 	}
 }

@@ -180,6 +180,9 @@ type attemptState struct {
 	requests   int
 	status     int    // of the last error answer
 	body       string // its first maxErrorBody bytes
+	// answered is the status of the last request's answer, 0 while it
+	// has none (sent, or failed before an answer came).
+	answered int
 }
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -193,10 +196,17 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if st != nil {
 		st.mu.Lock()
 		st.requests++
+		st.answered = 0
 		st.mu.Unlock()
 	}
 	resp, err := t.base.RoundTrip(req)
-	if err != nil || st == nil || resp.StatusCode < 400 {
+	if err != nil || st == nil {
+		return resp, err
+	}
+	st.mu.Lock()
+	st.answered = resp.StatusCode
+	st.mu.Unlock()
+	if resp.StatusCode < 400 {
 		return resp, err
 	}
 	// Keep the start of an error body: the SDK drops it when it cannot
@@ -247,8 +257,14 @@ type callSpec struct {
 	resource string
 	// idempotent calls are retried on every retryable failure. Others only
 	// when the failure proves the request was not applied (429, refused
-	// connection); other failures end the loop so that the caller reconciles.
+	// connection, nothing sent); any other failure ends the loop, ambiguous
+	// unless the API refused the request (mayHaveApplied), so that the caller
+	// reconciles.
 	idempotent bool
+	// write: an idempotent call that changes state (a tag update, a
+	// delete). It is retried like a read, but its final error says whether
+	// an attempt may have been applied (Error.Ambiguous).
+	write bool
 	// maxAttempts overrides Config.Retry.MaxAttempts when > 0.
 	maxAttempts int
 }
@@ -283,10 +299,15 @@ func (c *Client) call(ctx context.Context, spec callSpec, fn func(ctx context.Co
 		cancel()
 		elapsed := time.Since(start)
 		st.mu.Lock()
-		retryAfter, requests, status, body := st.retryAfter, st.requests, st.status, st.body
+		retryAfter, requests, status, body, answered := st.retryAfter, st.requests, st.status, st.body, st.answered
 		st.mu.Unlock()
 		if err != nil && timedOut && (errors.Is(err, context.DeadlineExceeded) || isNetworkError(err)) {
 			err = &TimeoutError{After: c.cfg.RequestTimeout}
+		}
+		if err != nil && answered >= 200 && answered <= 299 && ctx.Err() == nil && !timedOut {
+			// A success whose body the SDK could not read or decode: the
+			// API acted, only its answer is spoilt.
+			err = &UndecodableError{StatusCode: answered, Err: err}
 		}
 		var resp *scw.ResponseError
 		if err != nil && status >= 400 && ctx.Err() == nil && !timedOut && !errors.As(err, &resp) && classify(err) == ClassOther {
@@ -311,17 +332,19 @@ func (c *Client) call(ctx context.Context, spec callSpec, fn func(ctx context.Co
 		wrap := func() error {
 			return &Error{Op: spec.op, Zone: spec.zone, Resource: spec.resource, Attempts: attempt, Ambiguous: ambiguous, Class: class, Err: err, redact: c.redact}
 		}
+		if (!spec.idempotent || spec.write) && mayHaveApplied(err, requests, status) {
+			ambiguous = true
+			if !spec.idempotent {
+				// Do not repeat it blindly: the caller reads state first.
+				return wrap()
+			}
+		}
 		if class == ClassThrottled {
 			throttles++
 		} else {
 			failures++
 		}
 		if ctx.Err() != nil || !isRetryableClass(class) || maxAttempts <= 1 || failures >= maxAttempts {
-			return wrap()
-		}
-		if !spec.idempotent && !notSent(err) {
-			// The request may have been applied: do not repeat it blindly.
-			ambiguous = true
 			return wrap()
 		}
 		var wait time.Duration

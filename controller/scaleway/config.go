@@ -84,8 +84,9 @@ type Config struct {
 	PollInterval time.Duration
 	// PageSize is the page size of list calls (0: 100).
 	PageSize uint32
-	// OrderSettle is how long after an order whose answer was lost (timeout,
-	// 5xx, reset) CreateServer only looks for its server, never ordering
+	// OrderSettle is how long after an order whose answer was lost (any
+	// failure after sending but a 4xx refusal: a timeout, a 5xx, a reset, an
+	// undecodable answer) CreateServer only looks for its server, never ordering
 	// again: listings are eventually consistent and a late-committing POST
 	// shows up only after a while.
 	OrderSettle time.Duration

@@ -21,17 +21,33 @@
 //     retried, nor is a 503 whose message refuses the request itself
 //     (recorded: "cloud-init is not supported on this offer"; ClassRefused).
 //   - Error answers the SDK cannot decode (non-JSON bodies under a JSON
-//     Content-Type) become an *HTTPError classified by their status.
+//     Content-Type) become an *HTTPError classified by their status; a
+//     success (2xx) whose body it cannot decode becomes an
+//     *UndecodableError (server_error). Any other failure of the HTTP
+//     exchange (an HTTP/2 RST_STREAM or GOAWAY, a broken connection) is
+//     network.
 //   - Non-idempotent calls (CreateServer, RebootServer, StartServer,
 //     StopServer, AddServerOption, AttachPrivateNetwork, CreateSSHKey) are
-//     retried only when the failure proves the API did not act (429, refused
-//     connection). After an ambiguous failure (timeout, 5xx, reset after
-//     sending) the error has IsAmbiguous true; CreateServer, AddServerOption,
-//     AttachPrivateNetwork, EnsureSSHKey and DeleteServer reconcile by reading
-//     state before acting again.
+//     retried only when the failure proves the API did not act: nothing was
+//     sent (the client-side rate limit, a refused connection, a dial error)
+//     or it was throttled (429). Only that, or a refusal by the API (a 4xx
+//     other than 408 and 429), means "not applied": any other failure once
+//     the request left (a timeout, a 5xx, also a 503 whose words refuse, a
+//     reset connection or stream, a GOAWAY, a 2xx whose body cannot be
+//     decoded, the caller's context ending) leaves the error with IsAmbiguous
+//     true, whatever its class (mayHaveApplied). CreateServer then records
+//     the order as in flight, AddServerOption, AttachPrivateNetwork and
+//     EnsureSSHKey read state back, and a reboot is not sent again. Tag
+//     updates and deletes are retried (the same request again changes
+//     nothing more), and their final error is ambiguous by the same rule.
 //   - CreateServer is idempotent by a tag (the NodeClaim tag): it lists
 //     servers carrying the tag before ordering and after any ambiguous
-//     failure, and never orders when that lookup fails.
+//     failure, and never orders when that lookup fails. An order whose
+//     answer was lost stays in flight (ErrOrderInFlight) until its server
+//     shows in the listings, which lag, or Config.OrderSettle passes; a 2xx
+//     that names no server counts as lost too. The simulator loses answers
+//     in every shape (scwsim.AfterCommitKinds); lost_test.go orders once
+//     through each of them.
 //   - Classification: Classify(err) -> Class (the metric's result label), and
 //     IsNotFound (typed not_found and the untyped 404 {"message":"Not Found"}
 //     the API answers once a server is deleted), IsOutOfStock, IsQuotaExceeded,

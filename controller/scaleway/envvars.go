@@ -21,5 +21,5 @@ var EnvVars = []envvar.Var{
 	{Name: EnvPollInterval, Default: DefaultPollInterval.String(), Usage: "Interval of the batched server polling (one ListServers per zone for every install waiting)."},
 	{Name: EnvThrottleWait, Default: DefaultThrottleWait.String(), Usage: "How long one call may keep waiting out 429 answers (bare 429s and Retry-After) before it fails."},
 	{Name: EnvSettleWait, Default: DefaultSettleWait.String(), Usage: "How long to wait for what the API is still settling (a ready server's IPv4, private network options) before giving up."},
-	{Name: EnvOrderSettle, Default: DefaultOrderSettle.String(), Usage: "How long an order whose answer was lost (timeout, 5xx, reset) is looked for in the listings before the claim may order again; listings lag behind orders."},
+	{Name: EnvOrderSettle, Default: DefaultOrderSettle.String(), Usage: "How long an order whose answer was lost (any failure after sending but a 4xx refusal: timeout, 5xx, reset, undecodable answer) is looked for in the listings before the claim may order again; listings lag behind orders."},
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"syscall"
 	"time"
@@ -50,9 +51,11 @@ type Error struct {
 	Zone     scw.Zone
 	Resource string // server/key/... ID when known
 	Attempts int
-	// Ambiguous is set when an earlier attempt of a non-idempotent call failed
-	// in a way that does not tell whether the API applied it (timeout, 5xx,
-	// connection reset after the request was sent).
+	// Ambiguous is set when an attempt of a call that changes state was
+	// sent and failed without an answer that refuses it (see
+	// mayHaveApplied): a timeout, a 5xx, a reset connection or stream, a
+	// GOAWAY, a success whose body could not be decoded, the caller giving
+	// up. The API may have applied it.
 	Ambiguous bool
 	Class     Class
 	Err       error
@@ -123,6 +126,21 @@ func (e *HTTPError) Error() string {
 
 func (e *HTTPError) Unwrap() error { return e.Err }
 
+// UndecodableError is a success answer (2xx) whose body the SDK could not
+// read or decode (not JSON, cut short): the API acted, but what it answered
+// is unknown. It is classified server_error, so a read is retried; for a
+// call that changes state it is ambiguous.
+type UndecodableError struct {
+	StatusCode int
+	Err        error
+}
+
+func (e *UndecodableError) Error() string {
+	return fmt.Sprintf("undecodable answer to a request that succeeded (http %d): %v", e.StatusCode, e.Err)
+}
+
+func (e *UndecodableError) Unwrap() error { return e.Err }
+
 // maxErrorBody bounds how much of an error answer's body is kept.
 const maxErrorBody = 512
 
@@ -169,8 +187,11 @@ func classify(err error) Class {
 		httpErr    *HTTPError
 		state      *ServerStateError
 		noAddr     *NoAddressError
+		undec      *UndecodableError
 	)
 	switch {
+	case errors.As(err, &undec):
+		return ClassServerError
 	case errors.As(err, &state):
 		if state.Status == "out_of_stock" {
 			return ClassOutOfStock
@@ -210,6 +231,13 @@ func classify(err error) Class {
 		return ClassTimeout
 	}
 	if isNetworkError(err) {
+		return ClassNetwork
+	}
+	var urlErr *url.Error
+	if errors.As(err, &urlErr) {
+		// Any other failure of the HTTP exchange itself: an HTTP/2 stream
+		// reset (RST_STREAM) or GOAWAY, a connection broken mid-answer. Its
+		// types are net/http's own; all it proves is that no answer came.
 		return ClassNetwork
 	}
 	return ClassOther
@@ -392,9 +420,28 @@ func isRetryableClass(c Class) bool {
 	return false
 }
 
+// mayHaveApplied reports whether a failed attempt of a call that changes
+// state may have been applied by the API. Only two kinds of failure prove
+// it was not: nothing was sent (requests is the attempt's HTTP requests
+// that got past the client-side rate limiter; notSent), or the API answered
+// with a refusal, a 4xx other than 429 (not sent) and 408 (a timeout).
+// Everything else after the request left is ambiguous, whatever its class:
+// a 5xx (also a 503 whose words refuse), a timeout, a reset connection, an
+// HTTP/2 RST_STREAM or GOAWAY, a success whose body could not be decoded,
+// the caller's context ending while the request was out.
+func mayHaveApplied(err error, requests, status int) bool {
+	if err == nil || requests == 0 || notSent(err) {
+		return false
+	}
+	if status >= 400 && status <= 499 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests {
+		return false
+	}
+	return true
+}
+
 // notSent reports whether a failure proves the API never acted on the
-// request: it was throttled (429) or the connection was refused before
-// anything was sent. Anything else after sending is ambiguous for a POST.
+// request: it was throttled (429), the client-side rate limit gave no token
+// in time, or the connection was refused before anything was sent.
 func notSent(err error) bool {
 	var rw *rateWaitError
 	if errors.As(err, &rw) {

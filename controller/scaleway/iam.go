@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 
 	iam "github.com/scaleway/scaleway-sdk-go/api/iam/v1alpha1"
@@ -42,6 +43,12 @@ func (c *Client) EnsureSSHKey(ctx context.Context, name, publicKey string) (stri
 		created, err = c.iam.CreateSSHKey(&iam.CreateSSHKeyRequest{Name: name, PublicKey: strings.TrimSpace(publicKey), ProjectID: c.cfg.ProjectID}, scw.WithContext(ctx))
 		return err
 	})
+	if err == nil && (created == nil || created.ID == "") {
+		// A success that names no key: it was registered, under an ID
+		// the answer does not give.
+		err = &Error{Op: OpCreateSSHKey, Resource: name, Attempts: 1, Ambiguous: true, Class: ClassServerError,
+			Err: &UndecodableError{StatusCode: http.StatusOK, Err: errors.New("the answer names no key")}, redact: c.redact}
+	}
 	if err != nil {
 		if IsAmbiguous(err) || IsRetryable(err) {
 			if k, ferr := find(); ferr == nil && k != nil {
@@ -121,7 +128,7 @@ func (c *Client) DeleteSSHKey(ctx context.Context, id string) error {
 	}
 	c.iamMu.Lock()
 	defer c.iamMu.Unlock()
-	err := c.call(ctx, callSpec{op: OpDeleteSSHKey, resource: id, idempotent: true}, func(ctx context.Context) error {
+	err := c.call(ctx, callSpec{op: OpDeleteSSHKey, resource: id, idempotent: true, write: true}, func(ctx context.Context) error {
 		return c.iam.DeleteSSHKey(&iam.DeleteSSHKeyRequest{SSHKeyID: id}, scw.WithContext(ctx))
 	})
 	if err != nil && !IsNotFound(err) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"sort"
 	"sync"
@@ -179,9 +180,11 @@ var ErrOrderInFlight = errors.New("an earlier order may still be in flight")
 // CreateServer finds or orders the server for req.IdempotencyTag. It never
 // orders twice for one tag: it lists servers carrying the tag first (a
 // previous call or a crashed controller may already have ordered it), sends
-// the order at most once per call, and after an ambiguous failure (timeout,
-// 5xx, connection reset once the request was sent) it does not send it
-// again: it remembers the order as in flight and, for Config.OrderSettle,
+// the order at most once per call, and after an ambiguous failure (any
+// failure once the request was sent, unless the API answered a 4xx other
+// than 408 and 429: a timeout, a 5xx, a reset connection or HTTP/2 stream,
+// a GOAWAY, a success whose body cannot be decoded or names no server, the
+// caller giving up) it does not send it again: it remembers the order as in flight and, for Config.OrderSettle,
 // every later call for the tag only looks for the server (in the order's
 // zone and the requested one) and returns ErrOrderInFlight while nothing
 // shows. Listings are eventually consistent: a POST that committed late can
@@ -204,7 +207,15 @@ func (c *Client) CreateServer(ctx context.Context, req CreateServerRequest) (*ba
 	unlock := c.createLocks.lock(req.IdempotencyTag)
 	defer unlock()
 	if srv, err := c.findByTag(ctx, zone, req.IdempotencyTag, req.Match); err != nil || srv != nil {
-		return srv, false, err
+		// The server of an order whose answer was lost shows at last: this
+		// process bought it (callers count what they ordered), and the
+		// order is no longer in flight.
+		_, ordered := c.orders.get(req.IdempotencyTag)
+		if srv != nil && ordered {
+			c.orders.forget(req.IdempotencyTag)
+			c.log.Info("the server of an order that failed ambiguously shows; adopting it", "zone", string(zone), "id", srv.ID, "tag", req.IdempotencyTag)
+		}
+		return srv, srv != nil && ordered, err
 	}
 	if p, ok := c.orders.get(req.IdempotencyTag); ok {
 		if p.zone != zone {
@@ -216,7 +227,11 @@ func (c *Client) CreateServer(ctx context.Context, req CreateServerRequest) (*ba
 			}
 		}
 		if waited := c.clock.Now().Sub(p.since); waited < c.cfg.OrderSettle {
-			return nil, false, &Error{Op: OpCreateServer, Zone: p.zone, Ambiguous: true, Class: Classify(p.err), redact: c.redact,
+			// Transient, whatever the lost order's class: this answer says
+			// nothing about the offer now asked for (a lost order that read
+			// "refused" or "out of stock" must not set another one aside),
+			// only that the claim must wait.
+			return nil, false, &Error{Op: OpCreateServer, Zone: p.zone, Ambiguous: true, Class: ClassTransient, redact: c.redact,
 				Err: fmt.Errorf("%w (ordered %s ago in %s, looking for it for up to %s; that order failed with: %v)",
 					ErrOrderInFlight, waited.Round(time.Second), p.zone, c.cfg.OrderSettle, c.redact(p.err.Error()))}
 		}
@@ -241,14 +256,22 @@ func (c *Client) CreateServer(ctx context.Context, req CreateServerRequest) (*ba
 		}, scw.WithContext(ctx))
 		return err
 	})
+	if err == nil && (srv == nil || srv.ID == "") {
+		// A success that names no server (an empty or foreign JSON body):
+		// the order was taken, which server it bought is unknown.
+		err = &Error{Op: OpCreateServer, Zone: zone, Resource: req.Name, Attempts: 1, Ambiguous: true, Class: ClassServerError,
+			Err: &UndecodableError{StatusCode: http.StatusOK, Err: errors.New("the answer names no server")}, redact: c.redact}
+	}
 	if err == nil {
 		c.log.Info("ordered server", "zone", string(zone), "id", srv.ID, "name", srv.Name, "offer", req.OfferID, "tag", req.IdempotencyTag)
 		c.seen.observe(srv, c.clock.Now(), true)
 		return srv, true, nil
 	}
-	if !IsRetryable(err) || notSent(err) {
-		// Business errors (out of stock, quota...) are final; a throttled
-		// order was already retried inside call and provably not taken.
+	if !IsAmbiguous(err) {
+		// Only a refusal by the API (out of stock, quota, invalid...) or a
+		// failure that proves nothing was sent (throttled, refused
+		// connection: already retried inside call) says the order was not
+		// taken. Anything else may have bought a server.
 		return nil, false, err
 	}
 	// The order may have been taken: from now on only look for it.
@@ -376,11 +399,26 @@ func (c *Client) UpdateServerTags(ctx context.Context, zone scw.Zone, id string,
 		tags = []string{}
 	}
 	var srv *baremetal.Server
-	err := c.call(ctx, callSpec{op: OpUpdateServer, zone: zone, resource: id, idempotent: true}, func(ctx context.Context) error {
+	err := c.call(ctx, callSpec{op: OpUpdateServer, zone: zone, resource: id, idempotent: true, write: true}, func(ctx context.Context) error {
 		var err error
 		srv, err = c.bm.UpdateServer(&baremetal.UpdateServerRequest{Zone: zone, ServerID: id, Tags: &tags}, scw.WithContext(ctx))
 		return err
 	})
+	if err == nil && (srv == nil || srv.ID != id) {
+		// A success that does not show the server (an empty or foreign
+		// body): the update was applied, and callers go on from the tags
+		// they get back, so they get the server as it now reads, with the
+		// tags just written (a read may lag behind the write).
+		c.seen.forget(zone, id)
+		cur, gerr := c.GetServer(ctx, zone, id)
+		if gerr != nil {
+			return nil, gerr
+		}
+		written := *cur
+		written.Tags = slices.Clone(tags)
+		c.seen.observe(&written, c.clock.Now(), true)
+		return &written, nil
+	}
 	c.observe(zone, id, srv, err, true)
 	return srv, err
 }
@@ -437,7 +475,7 @@ func (c *Client) DeleteServer(ctx context.Context, zone scw.Zone, id string) (*b
 		return nil, errors.New("scaleway DeleteServer: server id is required")
 	}
 	var srv *baremetal.Server
-	err := c.call(ctx, callSpec{op: OpDeleteServer, zone: zone, resource: id, idempotent: true}, func(ctx context.Context) error {
+	err := c.call(ctx, callSpec{op: OpDeleteServer, zone: zone, resource: id, idempotent: true, write: true}, func(ctx context.Context) error {
 		var err error
 		srv, err = c.bm.DeleteServer(&baremetal.DeleteServerRequest{Zone: zone, ServerID: id}, scw.WithContext(ctx))
 		return err
@@ -456,9 +494,11 @@ func (c *Client) DeleteServer(ctx context.Context, zone scw.Zone, id string) (*b
 }
 
 // RebootServer reboots into bootType (normal or rescue). sshKeyIDs are the
-// IAM keys the rescue system accepts. A reboot is not idempotent: after a
-// timeout or 5xx the error is returned with IsAmbiguous true, and the caller
-// decides from the server's state (e.g. the Poller) whether to reboot again.
+// IAM keys the rescue system accepts. A reboot is not idempotent: after any
+// failure once the request left, but a 4xx refusal (a timeout, a 5xx, a
+// reset, an undecodable answer), the error is returned with IsAmbiguous
+// true, and the caller decides from the server's state (e.g. the Poller)
+// whether to reboot again.
 func (c *Client) RebootServer(ctx context.Context, zone scw.Zone, id string, bootType baremetal.ServerBootType, sshKeyIDs []string) (*baremetal.Server, error) {
 	zone = c.zone(zone)
 	if err := checkBootType(bootType); err != nil {

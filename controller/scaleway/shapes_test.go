@@ -118,8 +118,11 @@ func TestClassifyEveryBodyShape(t *testing.T) {
 	}
 }
 
-// The recorded 503 refusal is sent once, even for an order, and is not
-// ambiguous: the API answered, it took nothing.
+// The recorded 503 refusal is sent once, even for an order, and is a
+// refusal (the caller sets the offering aside). It is also ambiguous: a 5xx
+// proves nothing about what the API did, and the words that make it a
+// refusal are a guess (refusal takes any 503 message it does not know for
+// one), so the order is remembered as in flight like any other 5xx.
 func TestRefusedOrderIsSentOnce(t *testing.T) {
 	s := newScripted(t,
 		reply{status: 200, body: `{"servers":[],"total_count":0}`},
@@ -127,8 +130,11 @@ func TestRefusedOrderIsSentOnce(t *testing.T) {
 	env := newTestClient(t, testConfig(s.srv.URL))
 	_, _, err := env.client.CreateServer(context.Background(), CreateServerRequest{OfferID: "o", Name: "n",
 		Tags: []string{"karpenter.sh/nodeclaim=n"}, IdempotencyTag: "karpenter.sh/nodeclaim=n"})
-	if !IsRefused(err) || IsRetryable(err) || IsAmbiguous(err) || !IsOrderRefused(err) {
-		t.Fatalf("want a definite refusal, got %s: %v", Classify(err), err)
+	if !IsRefused(err) || IsRetryable(err) || !IsAmbiguous(err) || !IsOrderRefused(err) {
+		t.Fatalf("want an ambiguous refusal, got %s (ambiguous %v): %v", Classify(err), IsAmbiguous(err), err)
+	}
+	if env.client.InFlightOrders() != 1 {
+		t.Fatalf("%d orders in flight after a 5xx, want 1", env.client.InFlightOrders())
 	}
 	posts := 0
 	for _, r := range s.requests() {

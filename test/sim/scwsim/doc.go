@@ -15,7 +15,8 @@
 //		scw.WithAuth("SCWXXXXXXXXXXXXXXXXX", sim.SecretKey()), scw.WithDefaultZone(scw.ZoneFrPar2))
 //
 // Control it at runtime: SetStock, SetQuota, Inject (5xx, 429, timeouts,
-// delays, servers stuck in a state or going to error), ForceStatus, SetHost;
+// delays, answers lost after the API acted, servers stuck in a state or
+// going to error), ForceStatus, SetHost;
 // Options.RateLimit throttles like a real key and Options.Jitter spreads
 // phase durations. Inspect it with Calls (method, path, query, status, time,
 // duration, fault, server, create tags), CountCalls, CreatesByTag (duplicate
@@ -28,6 +29,14 @@
 // (attach while the option is enabling), RateLimited (bare 429s) and
 // Unrecorded (the shape of out-of-stock, quota, precondition and transient
 // answers, and how fast a reboot shows).
+//
+// An answer is lost after the API acted in every shape a real network loses
+// it (AfterCommitKinds): a gateway's 504 (FaultAnswerLost), a reset
+// connection, or a reset stream over HTTP/2 (FaultResetAfterCommit), no
+// answer before the client's timeout (FaultTimeoutAfterCommit), and a 2xx
+// whose body the SDK cannot decode (FaultUndecodableAfterCommit). Start
+// serves HTTP/1.1 and unencrypted HTTP/2, so a client whose transport speaks
+// HTTP/2 sees the HTTP/2 shapes.
 //
 // Run its tests: go test -count=1 -race ./test/sim/scwsim/...
 //

@@ -1,7 +1,9 @@
 package scwsim
 
 import (
+	"bytes"
 	"fmt"
+	"net"
 	"net/http"
 	"regexp"
 	"slices"
@@ -29,6 +31,23 @@ const (
 	// gateway, as when a load balancer times out on a request the backend
 	// committed. The call record keeps what the API really answered.
 	FaultAnswerLost FaultKind = "answer_lost"
+	// FaultResetAfterCommit lets the API act on the request and then resets
+	// the connection instead of answering: over HTTP/2 the stream is reset
+	// (RST_STREAM, as a proxy that gives up on its backend does), over
+	// HTTP/1.1 the TCP connection (RST). The client cannot tell whether the
+	// request was applied.
+	FaultResetAfterCommit FaultKind = "reset_after_commit"
+	// FaultTimeoutAfterCommit lets the API act on the request and then holds
+	// the answer until the client gives up (its request timeout), so the
+	// answer never arrives in time.
+	FaultTimeoutAfterCommit FaultKind = "timeout_after_commit"
+	// FaultUndecodableAfterCommit lets the API act on the request and
+	// answers its real 2xx status (a 204 becomes a 200, to carry a body)
+	// with a body the SDK cannot decode: Body (default: the API's real
+	// answer cut in half, so the JSON never closes) under ContentType
+	// (default application/json). A real answer that is not a 2xx goes
+	// through unchanged: only a success is garbled.
+	FaultUndecodableAfterCommit FaultKind = "undecodable_after_commit"
 	// FaultStuck keeps matching servers in State (e.g. "delivering",
 	// "stopping") until the fault is removed; then they carry on.
 	FaultStuck FaultKind = "stuck"
@@ -37,6 +56,12 @@ const (
 	// so a reboot recovers it.
 	FaultServerError FaultKind = "server_error"
 )
+
+// AfterCommitKinds are the request faults that let the API act and then
+// lose its answer, one per shape a real network loses it in: a gateway's
+// 504, a reset connection or stream, no answer before the client's timeout,
+// and a 2xx body the client cannot decode.
+var AfterCommitKinds = []FaultKind{FaultAnswerLost, FaultResetAfterCommit, FaultTimeoutAfterCommit, FaultUndecodableAfterCommit}
 
 // Fault is one injected misbehaviour. Request faults (status, rate_limit,
 // timeout, delay) match on Method and Path; server faults (stuck,
@@ -49,7 +74,8 @@ type Fault struct {
 	// Path is a regular expression searched in the URL path ("" = any),
 	// e.g. `/servers$` or `/reboot$`.
 	Path string
-	// Status, Body, ContentType: the answer of a FaultStatus.
+	// Status, Body, ContentType: the answer of a FaultStatus; Body and
+	// ContentType also shape a FaultUndecodableAfterCommit's answer.
 	Status      int
 	Body        string
 	ContentType string
@@ -86,6 +112,10 @@ type faultEntry struct {
 
 func (f Fault) isServerFault() bool { return f.Kind == FaultStuck || f.Kind == FaultServerError }
 
+// afterCommit: the request reaches the API, which acts on it; only its
+// answer is lost or spoilt.
+func (f Fault) afterCommit() bool { return slices.Contains(AfterCommitKinds, f.Kind) }
+
 var serverStates = []string{"delivering", "ready", "stopping", "stopped", "starting", "error", "deleting",
 	"locked", "out_of_stock", "ordered", "resetting", "migrating"}
 
@@ -95,7 +125,7 @@ func (f Fault) validate() error {
 		if f.Status != 0 && (f.Status < 400 || f.Status > 599) {
 			return fmt.Errorf("scwsim: Fault.Status: %d is not a 4xx or 5xx status", f.Status)
 		}
-	case FaultRateLimit, FaultTimeout, FaultAnswerLost:
+	case FaultRateLimit, FaultTimeout, FaultAnswerLost, FaultResetAfterCommit, FaultTimeoutAfterCommit, FaultUndecodableAfterCommit:
 	case FaultDelay:
 		if f.Delay <= 0 {
 			return fmt.Errorf("scwsim: Fault.Delay: must be positive for a %s fault", f.Kind)
@@ -294,4 +324,92 @@ func (s *Sim) applyRequestFault(w http.ResponseWriter, r *http.Request, f *Fault
 		}
 	}
 	return false
+}
+
+// heldAnswer keeps the API's real answer to a request whose answer a fault
+// loses or spoils: the handler writes here, the fault decides what the
+// client gets.
+type heldAnswer struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (h *heldAnswer) Header() http.Header { return h.header }
+
+func (h *heldAnswer) WriteHeader(code int) {
+	if h.status == 0 {
+		h.status = code
+	}
+}
+
+func (h *heldAnswer) Write(b []byte) (int, error) {
+	h.WriteHeader(http.StatusOK)
+	return h.body.Write(b)
+}
+
+// loseAnswer gives the client, on w, what an after-commit fault makes of
+// the API's answer held in held. It may end the handler with
+// http.ErrAbortHandler (the server then drops the stream or connection).
+func (s *Sim) loseAnswer(w http.ResponseWriter, r *http.Request, f *Fault, held *heldAnswer) {
+	switch f.Kind {
+	case FaultAnswerLost:
+		writeGatewayTimeout(w)
+	case FaultResetAfterCommit:
+		resetConnection(w, r)
+	case FaultTimeoutAfterCommit:
+		select {
+		case <-r.Context().Done():
+		case <-s.ctx.Done():
+		}
+		// Drop the connection: returning would send an empty 200.
+		panic(http.ErrAbortHandler)
+	case FaultUndecodableAfterCommit:
+		status := held.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		if status < 200 || status > 299 {
+			for k, v := range held.header {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(status)
+			_, _ = w.Write(held.body.Bytes())
+			return
+		}
+		if status == http.StatusNoContent {
+			status = http.StatusOK
+		}
+		body := []byte(f.Body)
+		if f.Body == "" {
+			real := held.body.Bytes()
+			body = real[:len(real)/2]
+		}
+		ct := f.ContentType
+		if ct == "" {
+			ct = "application/json"
+		}
+		w.Header().Set("Content-Type", ct)
+		w.WriteHeader(status)
+		_, _ = w.Write(body)
+	}
+}
+
+// resetConnection ends the exchange without an answer, as abruptly as the
+// protocol allows: an HTTP/2 stream is reset (the handler's abort sends
+// RST_STREAM); an HTTP/1.1 connection is taken over and closed with no
+// linger, which sends a TCP RST. A writer that cannot be taken over (an
+// embedding server's wrapper) gets the abort, a plain close.
+func resetConnection(w http.ResponseWriter, r *http.Request) {
+	if r.ProtoMajor >= 2 {
+		panic(http.ErrAbortHandler)
+	}
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = conn.Close()
 }

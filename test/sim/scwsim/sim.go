@@ -169,7 +169,13 @@ func (s *Sim) Start() (string, error) {
 		ln.Close()
 		return "", errors.New("scwsim: Start called twice or after Close")
 	}
-	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	// HTTP/1.1 and HTTP/2 without TLS (prior knowledge): the real API is
+	// reached over HTTP/2, whose failures (a reset stream) differ from
+	// HTTP/1.1's; a client picks by its transport's Protocols.
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, Protocols: protocols}
 	srv := s.srv
 	s.mu.Unlock()
 	go func() { _ = srv.Serve(ln) }()
@@ -271,10 +277,12 @@ func (s *Sim) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if f != nil && f.Kind == FaultAnswerLost {
-		// The handler's answer goes nowhere; the client gets the gateway's.
-		rec.ResponseWriter = discardWriter{header: http.Header{}}
-		defer writeGatewayTimeout(w)
+	if f != nil && f.afterCommit() {
+		// The API acts and answers into held; the fault decides what, if
+		// anything, reaches the client. The call record keeps the real answer.
+		held := &heldAnswer{header: http.Header{}}
+		rec.ResponseWriter = held
+		defer s.loseAnswer(w, r, f, held)
 	}
 	token := r.Header.Get("X-Auth-Token")
 	switch {
@@ -442,13 +450,6 @@ func (s *Sim) delay(d time.Duration) time.Duration {
 }
 
 func (s *Sim) logf(format string, args ...any) { s.opts.Logf("scwsim: "+format, args...) }
-
-// discardWriter swallows an answer that is lost on its way to the client.
-type discardWriter struct{ header http.Header }
-
-func (d discardWriter) Header() http.Header         { return d.header }
-func (d discardWriter) Write(b []byte) (int, error) { return len(b), nil }
-func (d discardWriter) WriteHeader(int)             {}
 
 // writeGatewayTimeout is what a load balancer answers when the backend's
 // answer did not reach it in time (an HTML page, not the API's JSON).
