@@ -182,19 +182,7 @@ func TestSimLostAnswerOtherCalls(t *testing.T) {
 			env.clock.sleep.Store(true)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			srv, _, err := env.client.CreateServer(ctx, env.createReq("nc-other"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			poller := env.client.NewPoller(Tag(TagManagedBy, cluster))
-			defer poller.Close()
-			if _, err := poller.WaitFor(ctx, zone, srv.ID, StatusIs(baremetal.ServerStatusReady)); err != nil {
-				t.Fatal(err)
-			}
-			optID, err := env.client.PrivateNetworkOptionID(ctx, zone)
-			if err != nil {
-				t.Fatal(err)
-			}
+			srv, poller, optID := env.readyServer(ctx, t, "nc-other")
 			arm("POST", `/options/`)
 			if _, err := env.client.AddServerOption(ctx, zone, srv.ID, optID); err != nil {
 				t.Errorf("AddServerOption after a lost answer: %v", err)
@@ -230,7 +218,7 @@ func TestSimLostAnswerOtherCalls(t *testing.T) {
 			}
 			env.resetCalls(t)
 			arm("POST", `/reboot$`)
-			_, err = env.client.RebootServer(ctx, zone, srv.ID, baremetal.ServerBootTypeRescue, nil)
+			_, err := env.client.RebootServer(ctx, zone, srv.ID, baremetal.ServerBootTypeRescue, nil)
 			if err == nil || !IsAmbiguous(err) {
 				t.Errorf("RebootServer after a lost answer = %v (ambiguous %v), want an ambiguous error", err, IsAmbiguous(err))
 			}

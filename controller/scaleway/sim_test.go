@@ -160,6 +160,27 @@ func (e *simEnv) count(t *testing.T, method, re string) int {
 	return n
 }
 
+// readyServer orders a server for nodeclaim and waits until it is ready; it
+// returns the server, the poller that waited (closed with the test) and the
+// private network option's ID, for tests of the calls made on a delivered server.
+func (e *simEnv) readyServer(ctx context.Context, t *testing.T, nodeclaim string) (*baremetal.Server, *Poller, string) {
+	t.Helper()
+	srv, _, err := e.client.CreateServer(ctx, e.createReq(nodeclaim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	poller := e.client.NewPoller(Tag(TagManagedBy, cluster))
+	t.Cleanup(poller.Close)
+	if _, err := poller.WaitFor(ctx, zone, srv.ID, StatusIs(baremetal.ServerStatusReady)); err != nil {
+		t.Fatal(err)
+	}
+	optID, err := e.client.PrivateNetworkOptionID(ctx, zone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, poller, optID
+}
+
 func (e *simEnv) createReq(nodeclaim string) CreateServerRequest {
 	claim := Tag(TagNodeClaim, nodeclaim)
 	return CreateServerRequest{Zone: zone, OfferID: e.offer.ID, Name: nodeclaim, Description: "test",
@@ -486,19 +507,7 @@ func TestSimReconcileAfterLostAnswers(t *testing.T) {
 	env.clock.sleep.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, _, err := env.client.CreateServer(ctx, env.createReq("nc-lost"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	poller := env.client.NewPoller(Tag(TagManagedBy, cluster))
-	defer poller.Close()
-	if _, err := poller.WaitFor(ctx, zone, srv.ID, StatusIs(baremetal.ServerStatusReady)); err != nil {
-		t.Fatal(err)
-	}
-	optID, err := env.client.PrivateNetworkOptionID(ctx, zone)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, poller, optID := env.readyServer(ctx, t, "nc-lost")
 	opt := d.add("POST", `/options/`)
 	if _, err := env.client.AddServerOption(ctx, zone, srv.ID, optID); err != nil {
 		t.Fatalf("AddServerOption after a lost answer: %v", err)
