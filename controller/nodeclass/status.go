@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	controllerruntime "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -90,6 +91,7 @@ func (c *StatusController) Reconcile(ctx context.Context, nc *v1alpha1.ScalewayE
 		}
 		stored = nc.DeepCopy()
 	}
+	c.restampClaims(ctx, nc)
 
 	conds := nc.StatusConditions()
 	nc.Status.Zones = nc.ZonesOr(c.DefaultZone)
@@ -153,6 +155,43 @@ func (c *StatusController) Reconcile(ctx context.Context, nc *v1alpha1.ScalewayE
 		interval = max(min(interval, time.Until(breakerChange)+time.Second), time.Second)
 	}
 	return reconcile.Result{RequeueAfter: interval}, nil
+}
+
+// restampClaims moves the NodeClass's NodeClaims stamped by an older way of
+// hashing to today's hash of the NodeClass. Drift compares hashes of the same
+// version only, so without this a claim stamped before an upgrade of the
+// controller would never drift on the NodeClass again; comparing across
+// versions would drift every node at once for the change of hashing alone,
+// each a new server. A claim already marked drifted keeps its stamp: it is
+// being replaced for a change made before the upgrade. Errors are logged
+// only: the next reconcile tries again, and the status must not wait.
+func (c *StatusController) restampClaims(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass) {
+	claims := &karpv1.NodeClaimList{}
+	if err := c.Kube.List(ctx, claims); err != nil {
+		if !meta.IsNoMatchError(err) {
+			log.FromContext(ctx).Error(err, "listing nodeclaims to restamp their nodeclass hash", "nodeclass", nc.Name)
+		}
+		return
+	}
+	hash := nc.Hash()
+	for i := range claims.Items {
+		claim := &claims.Items[i]
+		ref := claim.Spec.NodeClassRef
+		version := claim.Annotations[v1alpha1.AnnotationNodeClassHashVersion]
+		if ref == nil || ref.Name != nc.Name || version == "" || version == v1alpha1.NodeClassHashVersion ||
+			claim.StatusConditions().Get(karpv1.ConditionTypeDrifted).IsTrue() {
+			continue
+		}
+		stored := claim.DeepCopy()
+		claim.Annotations[v1alpha1.AnnotationNodeClassHash] = hash
+		claim.Annotations[v1alpha1.AnnotationNodeClassHashVersion] = v1alpha1.NodeClassHashVersion
+		if err := c.Kube.Patch(ctx, claim, client.MergeFrom(stored)); client.IgnoreNotFound(err) != nil {
+			log.FromContext(ctx).Error(err, "restamping a nodeclaim's nodeclass hash", "nodeclaim", claim.Name, "nodeclass", nc.Name)
+			continue
+		}
+		log.FromContext(ctx).Info("restamped a nodeclaim's nodeclass hash", "nodeclaim", claim.Name, "nodeclass", nc.Name,
+			"from", version, "to", v1alpha1.NodeClassHashVersion)
+	}
 }
 
 func setCondition(conds status.ConditionSet, typ, reason string, err error) {

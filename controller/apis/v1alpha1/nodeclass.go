@@ -8,17 +8,18 @@ import (
 // installed and joined.
 // +kubebuilder:validation:XValidation:message="spec.image needs either manifestURL, or schematicID and talosVersion (bucket defaults to the controller's S3_BUCKET, chart value imageBucket.bucket)",rule="has(self.image.manifestURL) || (has(self.image.schematicID) && has(self.image.talosVersion))"
 type ScalewayElasticMetalNodeClassSpec struct {
-	// Zones where servers may be ordered. Empty means the controller's default zone.
+	// Zones where servers may be ordered. Empty means the controller's default zone. Adding or removing a zone
+	// replaces no node (not a part of the drift hash): it says where new servers may be ordered.
 	// +kubebuilder:validation:items:Enum:={fr-par-1,fr-par-2,nl-ams-1,nl-ams-2,pl-waw-2,pl-waw-3}
 	// +kubebuilder:validation:MaxItems=6
 	// +listType=set
 	// +optional
-	Zones []string `json:"zones,omitempty"`
+	Zones []string `json:"zones,omitempty" hash:"ignore"`
 	// ProjectID is the Scaleway project servers are ordered in. Empty means the controller's project; another
 	// project makes the NodeClass not Ready (one controller serves one project, SCW_DEFAULT_PROJECT_ID).
 	// +kubebuilder:validation:Pattern=`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`
 	// +optional
-	ProjectID string `json:"projectID,omitempty"`
+	ProjectID string `json:"projectID,omitempty" hash:"ignore"`
 	// Image is the Talos image written to each server's disk.
 	// +required
 	Image ImageSpec `json:"image"`
@@ -127,10 +128,10 @@ type ImageSpec struct {
 	// controller's default bucket (S3_BUCKET, chart value imageBucket.bucket); the NodeClass is not Ready when
 	// neither is set.
 	// +optional
-	Bucket string `json:"bucket,omitempty"`
+	Bucket string `json:"bucket,omitempty" hash:"ignore"`
 	// Prefix of the image tree in the bucket: <prefix>/<schematicID>/<talosVersion>/.
 	// +optional
-	Prefix string `json:"prefix,omitempty"`
+	Prefix string `json:"prefix,omitempty" hash:"ignore"`
 	// SchematicID of the Talos Image Factory schematic.
 	// +kubebuilder:validation:Pattern=`^[0-9a-f]{64}$`
 	// +optional
@@ -144,7 +145,7 @@ type ImageSpec struct {
 	// the controller's S3 credentials. Plain http is accepted only with manifestSHA256.
 	// +kubebuilder:validation:Pattern=`^(https?|s3)://`
 	// +optional
-	ManifestURL string `json:"manifestURL,omitempty"`
+	ManifestURL string `json:"manifestURL,omitempty" hash:"ignore"`
 	// ManifestSHA256 pins the manifest (sha256 of its bytes, as `sha256sum manifest.json` prints): a manifest with
 	// another digest is refused. The manifest holds the image digests em-imager verifies, so the pin is the trust
 	// root of the image, whatever transport serves it.
@@ -155,7 +156,7 @@ type ImageSpec struct {
 	// +kubebuilder:validation:items:Enum:={zst,xz,raw}
 	// +kubebuilder:default:={zst,xz}
 	// +optional
-	Formats []string `json:"formats,omitempty"`
+	Formats []string `json:"formats,omitempty" hash:"ignore"`
 	// Architecture of the image: amd64, the only one that works (em-imager runs in Scaleway's amd64 rescue
 	// system, and no Elastic Metal offer is arm64).
 	// +kubebuilder:validation:XValidation:message="only amd64 is supported: em-imager runs in Scaleway's amd64 rescue system and no Elastic Metal offer is arm64",rule="self == 'amd64'"
@@ -169,7 +170,7 @@ type TalosSpec struct {
 	// JoinSecretRef names the Secret with the cluster's join material: a Talos secrets bundle, a base worker
 	// machine config, or (for non-Talos control planes) ca.crt, token and endpoint. See docs/install.md.
 	// +required
-	JoinSecretRef SecretReference `json:"joinSecretRef"`
+	JoinSecretRef SecretReference `json:"joinSecretRef" hash:"ignore"`
 	// VersionContract of the generated config. Nodes run Talos 1.12.x.
 	// +kubebuilder:validation:Pattern=`^v[0-9]+\.[0-9]+$`
 	// +kubebuilder:default:="v1.12"
@@ -190,14 +191,14 @@ type TalosSpec struct {
 	Discovery *bool `json:"discovery,omitempty"`
 	// AllowValidationWarnings accepts configs that machinery validates with warnings. Off: a warning is an error.
 	// +optional
-	AllowValidationWarnings bool `json:"allowValidationWarnings,omitempty"`
+	AllowValidationWarnings bool `json:"allowValidationWarnings,omitempty" hash:"ignore"`
 	// BootstrapToken is PerNodeClaim (a short-lived token per node, deleted once it registered, so the copy of
 	// the config left on the node's disk expires; needs a kube-apiserver that accepts bootstrap tokens) or
 	// Shared (the token of the join Secret, which never expires).
 	// +kubebuilder:validation:Enum:={Shared,PerNodeClaim}
 	// +kubebuilder:default:=PerNodeClaim
 	// +optional
-	BootstrapToken string `json:"bootstrapToken,omitempty"`
+	BootstrapToken string `json:"bootstrapToken,omitempty" hash:"ignore"`
 	// ConfigDelivery is how a node gets its machine config. Disk: em-imager writes it from the rescue system
 	// into a metal-iso partition, which Talos reads at first boot (the image must be built with the kernel
 	// argument talos.config=metal-iso; the node never opens its maintenance API). MaintenanceAPI (legacy, for

@@ -84,7 +84,11 @@ func (s *TalosSpec) DiskConfigDelivery() bool {
 }
 
 // NodeClassHashVersion is bumped when Hash() changes for the same spec.
-const NodeClassHashVersion = "v1"
+// v2: zones, projectID, the image's bucket, prefix, manifestURL and formats,
+// the join Secret's name, allowValidationWarnings and bootstrapToken left the
+// hash (a NodeClaim stamped v1 is restamped by the NodeClass status
+// controller, so no node drifts from the change of hashing itself).
+const NodeClassHashVersion = "v2"
 
 // ScalewayElasticMetalNodeClassStatus is what the NodeClass status controller resolved.
 type ScalewayElasticMetalNodeClassStatus struct {
@@ -138,8 +142,45 @@ func (in *ScalewayElasticMetalNodeClass) SetConditions(conditions []status.Condi
 	in.Status.Conditions = conditions
 }
 
-// Hash of the spec fields that change what a node is, for drift. Lists are
-// sets (order does not matter), so reordering zones is not drift.
+// Hash of the spec fields that change what runs on an existing node, for
+// drift: a node whose NodeClaim was stamped with another hash is replaced,
+// and each replacement is a new server (an order, or a month's fee for a
+// monthly offer). So a field is in the hash only when the node it built
+// would differ from one built today, never for where new servers may be
+// ordered, where the same image is fetched from, or how an install runs.
+// Lists are sets (order does not matter). The image itself is compared on
+// its own (status.image.rawSHA256 against what was written: ImageDrift), so
+// a new manifest location that serves another image still replaces nodes.
+// Every spec field is decided here; TestDriftDecisionOfEveryField fails
+// when a new field is not (docs/architecture.md keeps the same table):
+//
+//	field                          drift  why
+//	zones                          no     where new servers may be ordered; a node stays in its zone
+//	projectID                      no     where new servers are ordered; a server never changes project
+//	image.schematicID              yes    the image identity the node booted
+//	image.talosVersion             yes    the image identity the node booted
+//	image.architecture             yes    the image identity (amd64 only)
+//	image.bucket, prefix           no     where the same image is downloaded from (another image: ImageDrift)
+//	image.manifestURL              no     idem
+//	image.manifestSHA256           no     pins the manifest; another image changes rawSHA256 (ImageDrift)
+//	image.formats                  no     how the same raw image travels; the disk holds the same bytes
+//	talos.joinSecretRef            no     joined nodes keep their identity; rotating join material is no reason
+//	                                      to replace them (docs/security.md); the Secret's content is not hashed either
+//	talos.versionContract          yes    the rendered machine config
+//	talos.installImage             yes    the rendered machine config (machine.install.image)
+//	talos.configPatches            yes    the rendered machine config
+//	talos.kernelArgs               yes    the rendered machine config
+//	talos.discovery                yes    the rendered machine config
+//	talos.allowValidationWarnings  no     decides whether a config is accepted, not what it is
+//	talos.bootstrapToken           no     how a node joins; after joining the kubelet uses its own certificate
+//	talos.configDelivery           no     how the same config reaches the disk
+//	kubelet                        yes    the rendered kubelet settings
+//	labels                         yes    the node's labels, rendered into its config
+//	privateNetworkIDs              yes    networks attached at install, VLAN interfaces in the config
+//	tags                           no     Scaleway tags of new orders; nothing on the node
+//	localDisks                     yes    volumes are provisioned only when first created
+//	billing, limits, warmPool      no     what is bought and kept, not what runs
+//	rescue                         no     how the install runs in the rescue system
 func (in *ScalewayElasticMetalNodeClass) Hash() string {
 	spec := in.Spec
 	if spec.LocalDisks == LocalDisksUnused {
