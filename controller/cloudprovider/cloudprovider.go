@@ -203,6 +203,12 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 		}
 		return nil, cloudprovider.NewNodeClassNotReadyError(fmt.Errorf("nodeclass %q: %s", nc.Name, msg))
 	}
+	// A value the controller could not read was left at its zero value
+	// (v1alpha1's UnmarshalJSON): never order on such a spec, even before
+	// the status controller has said so.
+	if err := nc.Unreadable(); err != nil {
+		return nil, cloudprovider.NewNodeClassNotReadyError(err)
+	}
 	// Everything the install needs is checked before ordering: a server
 	// that cannot be imaged must not be bought.
 	if _, err := c.Images.Resolve(ctx, nodeclass.ImageSettings(nc)); err != nil {
@@ -335,6 +341,11 @@ func (c *CloudProvider) IsDrifted(ctx context.Context, claim *karpv1.NodeClaim) 
 	nc, err := nodeclass.Get(ctx, c.Kube, claim.Spec.NodeClassRef)
 	if err != nil {
 		return "", client.IgnoreNotFound(err)
+	}
+	if nc.Unreadable() != nil {
+		// Its hash would be that of a spec that lost values: no decision
+		// until it is fixed (its status says so).
+		return "", nil
 	}
 	if claim.Annotations[v1alpha1.AnnotationNodeClassHashVersion] == v1alpha1.NodeClassHashVersion &&
 		claim.Annotations[v1alpha1.AnnotationNodeClassHash] != "" &&

@@ -79,6 +79,9 @@ type InstallsBreaker interface {
 
 // Reconcile implements reconcile.ObjectReconciler.
 func (c *StatusController) Reconcile(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass) (reconcile.Result, error) {
+	if err := nc.Unreadable(); err != nil {
+		return c.reportUnreadable(ctx, nc, err)
+	}
 	stored := nc.DeepCopy()
 	if nc.Annotations == nil {
 		nc.Annotations = map[string]string{}
@@ -192,6 +195,43 @@ func (c *StatusController) restampClaims(ctx context.Context, nc *v1alpha1.Scale
 		log.FromContext(ctx).Info("restamped a nodeclaim's nodeclass hash", "nodeclaim", claim.Name, "nodeclass", nc.Name,
 			"from", version, "to", v1alpha1.NodeClassHashVersion)
 	}
+}
+
+// ReasonSpecUnreadable: the NodeClass holds a value this controller cannot
+// decode (stored before the CRD refused it).
+const ReasonSpecUnreadable = "SpecUnreadable"
+
+// reportUnreadable is the whole reconcile of a NodeClass holding values the
+// controller could not decode (v1alpha1's UnmarshalJSON left them zero): it
+// is not Ready, so Karpenter creates no NodeClaim for it and Create orders
+// nothing, and it gets no hash (drift would compare a spec that lost values).
+// Nothing else is checked: the other NodeClasses keep working, and the edit
+// that fixes this one reconciles it again.
+func (c *StatusController) reportUnreadable(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass, cause error) (reconcile.Result, error) {
+	log.FromContext(ctx).Error(cause, "nodeclass skipped: it holds values the controller cannot read", "nodeclass", nc.Name)
+	stored := nc.DeepCopy()
+	// The sub-conditions were not checked: Unknown, saying why, so that
+	// whoever reads the conditions (Karpenter core, kubectl) sees Ready
+	// False and not a Ready recomputed from stale sub-conditions.
+	conds := nc.StatusConditions()
+	for _, cond := range nc.GetConditions() {
+		if cond.Type != status.ConditionReady && conds.IsDependentCondition(cond.Type) {
+			conds.SetUnknownWithReason(cond.Type, ReasonSpecUnreadable, "not checked: the NodeClass holds values this controller cannot read")
+		}
+	}
+	conds.SetFalse(status.ConditionReady, ReasonSpecUnreadable, cause.Error())
+	if !equality.Semantic.DeepEqual(stored.Status, nc.Status) {
+		if err := c.Kube.Status().Patch(ctx, nc, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})); err != nil {
+			return reconcile.Result{}, client.IgnoreNotFound(err)
+		}
+		// One event, the root's: five "not checked" would say nothing more.
+		was := stored.StatusConditions(status.WithObservedOnly()).Get(status.ConditionReady)
+		now := conds.Get(status.ConditionReady)
+		if c.Recorder != nil && (was == nil || was.Status != now.Status || was.Reason != now.Reason) {
+			c.Recorder.Publish(*conditionEvent(nc, *now, was))
+		}
+	}
+	return reconcile.Result{}, nil
 }
 
 func setCondition(conds status.ConditionSet, typ, reason string, err error) {

@@ -111,6 +111,11 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 	var errs []error
 	for i := range ncs.Items {
 		nc := &ncs.Items[i]
+		if nc.Unreadable() != nil {
+			// Its pool may have lost values: neither order nor release for
+			// it until it is fixed (the NodeClass status controller reports it).
+			continue
+		}
 		if len(nc.Spec.WarmPool) == 0 && len(pools[nc.Name]) == 0 {
 			if nc.StatusConditions().Get(v1alpha1.ConditionTypeWarmPoolReady) != nil {
 				errs = append(errs, c.setCondition(ctx, nc, nil))

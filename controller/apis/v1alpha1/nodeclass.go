@@ -226,10 +226,22 @@ type KubeletConfiguration struct {
 	// +kubebuilder:validation:Maximum=1024
 	// +optional
 	MaxPods *int32 `json:"maxPods,omitempty"`
+	// KubeReserved is reserved for Kubernetes daemons: resource name -> non-negative quantity (100m, 1Gi).
+	// +kubebuilder:validation:MaxProperties=8
+	// +kubebuilder:validation:XValidation:message="spec.kubelet.kubeReserved values are non-negative quantities, e.g. 100m or 1Gi",rule="self.all(k, isQuantity(self[k]) && !quantity(self[k]).isLessThan(quantity('0')))"
 	// +optional
 	KubeReserved map[string]string `json:"kubeReserved,omitempty"`
+	// SystemReserved is reserved for the OS: resource name -> non-negative quantity (100m, 1Gi).
+	// +kubebuilder:validation:MaxProperties=8
+	// +kubebuilder:validation:XValidation:message="spec.kubelet.systemReserved values are non-negative quantities, e.g. 100m or 1Gi",rule="self.all(k, isQuantity(self[k]) && !quantity(self[k]).isLessThan(quantity('0')))"
 	// +optional
 	SystemReserved map[string]string `json:"systemReserved,omitempty"`
+	// EvictionHard thresholds: signal -> percentage (10%) or non-negative quantity (100Mi). Every rule above
+	// and below is written so that it cannot fail to evaluate: a value stored before a rule existed must
+	// not block the status updates of its NodeClass (the API server keeps unchanged values, not errors).
+	// +kubebuilder:validation:MaxProperties=8
+	// +kubebuilder:validation:XValidation:message="spec.kubelet.evictionHard values are percentages (10%) or quantities (100Mi)",rule="self.all(k, self[k].endsWith('%') ? isQuantity(self[k].substring(0, size(self[k]) - 1)) : isQuantity(self[k]))"
+	// +kubebuilder:validation:XValidation:message="spec.kubelet.evictionHard values are not negative",rule="self.all(k, !self[k].startsWith('-'))"
 	// +optional
 	EvictionHard map[string]string `json:"evictionHard,omitempty"`
 	// +kubebuilder:validation:Minimum=0
@@ -262,7 +274,11 @@ type BillingSpec struct {
 	// the same offer and zone instead of ordering a new one, until its subscription renews (at the end of each
 	// calendar month, UTC), or until the end of the month this lifetime, counted from the order, ends in; it is
 	// released an hour before a renewal. Unset: the month in progress only. 0s: monthly servers are never kept.
-	// +kubebuilder:validation:Pattern=`^([0-9]+(s|m|h))+$`
+	// At most 26280h (36 months, the longest commitment).
+	// +kubebuilder:validation:Pattern=`^([0-9]{1,5}h)?([0-9]{1,7}m)?([0-9]{1,9}s)?$`
+	// +kubebuilder:validation:MinLength=2
+	// +kubebuilder:validation:MaxLength=24
+	// +kubebuilder:validation:XValidation:message="spec.billing.minimumLifetime is at most 26280h (36 months)",rule="!self.matches('^([0-9]{1,5}h)?([0-9]{1,7}m)?([0-9]{1,9}s)?$') || duration(self) <= duration('26280h')"
 	// +kubebuilder:validation:Type="string"
 	// +optional
 	MinimumLifetime *metav1.Duration `json:"minimumLifetime,omitempty"`
@@ -316,6 +332,12 @@ type ScalewayElasticMetalNodeClass struct {
 
 	Spec   ScalewayElasticMetalNodeClassSpec   `json:"spec,omitempty"`
 	Status ScalewayElasticMetalNodeClassStatus `json:"status,omitempty"`
+
+	// Undecodable names the stored values this controller could not decode
+	// (left at their zero value; see UnmarshalJSON and Unreadable). Never
+	// stored: a NodeClass written back by the controller is patched, and a
+	// patch carries only what the controller changed.
+	Undecodable string `json:"-"`
 }
 
 // ScalewayElasticMetalNodeClassList is a list of node classes.
