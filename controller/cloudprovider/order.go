@@ -114,11 +114,9 @@ func (c *CloudProvider) order(ctx context.Context, claim *karpv1.NodeClaim, nc *
 			// Among these, an order whose answer was lost (ErrOrderInFlight
 			// on the next tries): no other offering is tried while it may
 			// have been taken. Karpenter retries Create.
-			if _, inFlight := c.API.OrderInFlight(claimTag); inFlight {
-				// It may have been taken: it counts against the spend
-				// limits until it shows or its settle window ends.
-				limits.InFlight(claimTag, zone, offer)
-			}
+			// If it may have been taken, it counts against the spend
+			// limits until it shows or its settle window ends.
+			limits.InFlight(claimTag, zone, offer)
 			if errors.Is(err, scaleway.ErrOrderInFlight) || scaleway.IsAmbiguous(err) {
 				c.publish(claim, corev1.EventTypeWarning, "OrderInFlight", fmt.Sprintf("the order of %s in %s may have been taken; looking for its server before any new order", offer.Name, zone))
 			}

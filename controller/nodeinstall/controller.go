@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -157,7 +158,9 @@ func (c *Controller) Deleted(ctx context.Context, claim *karpv1.NodeClaim) {
 		return
 	}
 	zone, id, err := scaleway.ParseProviderID(claim.Status.ProviderID)
-	if err != nil {
+	if err != nil || c.API.SeenDeleting(zone, id) {
+		// Karpenter calls Delete again every few seconds until the server
+		// is gone: whoever deleted it has counted it already.
 		return
 	}
 	log := c.Log.WithValues("nodeclaim", claim.Name, "server", id)
@@ -169,7 +172,8 @@ func (c *Controller) Deleted(ctx context.Context, claim *karpv1.NodeClaim) {
 		return
 	}
 	phase := install.PhaseOf(srv)
-	if scaleway.ParseTags(srv.Tags)[scaleway.TagNodeClaim] != claim.Name || !phase.Active() || phase == install.PhaseOrdered {
+	if srv.Status == baremetal.ServerStatusDeleting || scaleway.ParseTags(srv.Tags)[scaleway.TagNodeClaim] != claim.Name ||
+		!phase.Active() || phase == install.PhaseOrdered {
 		return
 	}
 	if c.nodePoolEnding(ctx, claim) {

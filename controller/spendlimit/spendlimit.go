@@ -201,8 +201,8 @@ func (s *Session) Ordered(srv *baremetal.Server, zone string, offer *baremetal.O
 // server carrying tag or OrderInFlight says it is no longer in flight.
 // Calls for a tag already counted change nothing.
 func (s *Session) InFlight(tag, zone string, offer *baremetal.Offer) {
-	if s == nil || tag == "" {
-		return
+	if s == nil || tag == "" || s.l.OrderInFlight != nil && !s.l.OrderInFlight(tag) {
+		return // not an order that may have been taken: it costs nothing
 	}
 	s.l.mu.Lock()
 	defer s.l.mu.Unlock()

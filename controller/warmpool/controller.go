@@ -218,11 +218,9 @@ func (c *Controller) order(ctx context.Context, nc *v1alpha1.ScalewayElasticMeta
 			Match:          ordertags.Match(c.Spares.Owner),
 		})
 		if err != nil {
-			if _, inFlight := c.API.OrderInFlight(tag); inFlight {
-				// It may have been taken: counted against the spend limits
-				// until it shows or its settle window ends.
-				limits.InFlight(tag, k.Zone, offer)
-			}
+			// If it may have been taken, it counts against the spend limits
+			// until it shows or its settle window ends.
+			limits.InFlight(tag, k.Zone, offer)
 			cond = c.orderFailed(nc, k, err)
 			if reason, unavailable := c.Catalog.Unavailable(k.Zone, k.Offer, k.Billing); !unavailable || reason == catalog.ReasonRefused {
 				break // a lost answer, 5xx, 429: the next pass, not the next slot
