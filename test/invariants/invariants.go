@@ -150,8 +150,9 @@ func byServer(ledger []scwsim.LedgerEntry) (map[string][]scwsim.LedgerEntry, []s
 	return m, ids
 }
 
-// I1: no NodeClaim ever had more than one server ordered or taken for it.
-func I1(ledger []scwsim.LedgerEntry, _ Facts) []Violation {
+// serversByClaim lists, for each NodeClaim in the order first seen, the
+// servers ordered or taken for it and the ledger lines that gave them.
+func serversByClaim(ledger []scwsim.LedgerEntry) (map[string][]string, []string, map[string][]scwsim.LedgerEntry) {
 	servers := map[string][]string{}
 	lines := map[string][]scwsim.LedgerEntry{}
 	var claims []string
@@ -171,6 +172,12 @@ func I1(ledger []scwsim.LedgerEntry, _ Facts) []Violation {
 			servers[c] = append(servers[c], e.Server)
 		}
 	}
+	return servers, claims, lines
+}
+
+// I1: no NodeClaim ever had more than one server ordered or taken for it.
+func I1(ledger []scwsim.LedgerEntry, _ Facts) []Violation {
+	servers, claims, lines := serversByClaim(ledger)
 	var out []Violation
 	for _, c := range claims {
 		if len(servers[c]) > 1 {
@@ -250,11 +257,7 @@ func timeline(entries []scwsim.LedgerEntry, end time.Time) []state {
 }
 
 func isSpare(tags []string) bool {
-	return tagValue(tags, tagNodeClaim) == "" && tagValue(tags, tagNodeClass) != "" && tagValue(tags, tagPoolSlot) == ""
-}
-
-func tagValue(tags []string, key string) string {
-	return scwsim.LedgerEntry{Tags: tags}.Tag(key)
+	return scwsim.TagValue(tags, tagNodeClaim) == "" && scwsim.TagValue(tags, tagNodeClass) != "" && scwsim.TagValue(tags, tagPoolSlot) == ""
 }
 
 // I3: a monthly server is released only in the last RenewalMargin (+ Sweep)
@@ -341,13 +344,13 @@ func I4(ledger []scwsim.LedgerEntry, f Facts) []Violation {
 // ownerless returns the stretches of st during which nothing owns the server.
 func ownerless(st state, f Facts) [][2]time.Time {
 	tags := st.tags
-	if tagValue(tags, tagManagedBy) != f.Cluster && f.Cluster != "" || tagValue(tags, tagHandedOver) != "" {
+	if scwsim.TagValue(tags, tagManagedBy) != f.Cluster && f.Cluster != "" || scwsim.TagValue(tags, tagHandedOver) != "" {
 		return nil // not this cluster's (any more): the operator's
 	}
-	if isSpare(tags) || tagValue(tags, tagPoolSlot) != "" {
+	if isSpare(tags) || scwsim.TagValue(tags, tagPoolSlot) != "" {
 		return nil
 	}
-	name := tagValue(tags, tagNodeClaim)
+	name := scwsim.TagValue(tags, tagNodeClaim)
 	c, known := f.Claims[name]
 	if name == "" || !known {
 		return [][2]time.Time{{st.from, st.to}}
@@ -443,12 +446,7 @@ func I6(ledger []scwsim.LedgerEntry, f Facts) []Violation {
 	if len(f.UnboundPods) > 0 {
 		out = append(out, Violation{Invariant: "I6", Detail: fmt.Sprintf("%d pods that fit an available offering were never bound: %v", len(f.UnboundPods), f.UnboundPods)})
 	}
-	servers := map[string][]string{}
-	for _, e := range ledger {
-		if c := e.Tag(tagNodeClaim); c != "" && (e.Kind == scwsim.LedgerOrder || e.Kind == scwsim.LedgerTags) && !slices.Contains(servers[c], e.Server) {
-			servers[c] = append(servers[c], e.Server)
-		}
-	}
+	servers, _, _ := serversByClaim(ledger)
 	for _, c := range f.ReadyClaims {
 		if n := len(servers[c]); n != 1 {
 			out = append(out, Violation{Invariant: "I6", Detail: fmt.Sprintf("nodeclaim %s became Ready with %d servers in the ledger: %v", c, n, servers[c])})

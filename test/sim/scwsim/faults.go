@@ -1,10 +1,11 @@
 package scwsim
 
 import (
-	"bytes"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"slices"
 	"time"
@@ -125,7 +126,7 @@ func (f Fault) validate() error {
 		if f.Status != 0 && (f.Status < 400 || f.Status > 599) {
 			return fmt.Errorf("scwsim: Fault.Status: %d is not a 4xx or 5xx status", f.Status)
 		}
-	case FaultRateLimit, FaultTimeout, FaultAnswerLost, FaultResetAfterCommit, FaultTimeoutAfterCommit, FaultUndecodableAfterCommit:
+	case FaultRateLimit, FaultTimeout:
 	case FaultDelay:
 		if f.Delay <= 0 {
 			return fmt.Errorf("scwsim: Fault.Delay: must be positive for a %s fault", f.Kind)
@@ -136,7 +137,9 @@ func (f Fault) validate() error {
 		}
 	case FaultServerError:
 	default:
-		return fmt.Errorf("scwsim: Fault.Kind: unknown kind %q", f.Kind)
+		if !f.afterCommit() {
+			return fmt.Errorf("scwsim: Fault.Kind: unknown kind %q", f.Kind)
+		}
 	}
 	if f.State != "" && !slices.Contains(serverStates, f.State) {
 		return fmt.Errorf("scwsim: Fault.State: %q is not a server status", f.State)
@@ -326,32 +329,10 @@ func (s *Sim) applyRequestFault(w http.ResponseWriter, r *http.Request, f *Fault
 	return false
 }
 
-// heldAnswer keeps the API's real answer to a request whose answer a fault
-// loses or spoils: the handler writes here, the fault decides what the
-// client gets.
-type heldAnswer struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-}
-
-func (h *heldAnswer) Header() http.Header { return h.header }
-
-func (h *heldAnswer) WriteHeader(code int) {
-	if h.status == 0 {
-		h.status = code
-	}
-}
-
-func (h *heldAnswer) Write(b []byte) (int, error) {
-	h.WriteHeader(http.StatusOK)
-	return h.body.Write(b)
-}
-
 // loseAnswer gives the client, on w, what an after-commit fault makes of
 // the API's answer held in held. It may end the handler with
 // http.ErrAbortHandler (the server then drops the stream or connection).
-func (s *Sim) loseAnswer(w http.ResponseWriter, r *http.Request, f *Fault, held *heldAnswer) {
+func (s *Sim) loseAnswer(w http.ResponseWriter, r *http.Request, f *Fault, held *httptest.ResponseRecorder) {
 	switch f.Kind {
 	case FaultAnswerLost:
 		writeGatewayTimeout(w)
@@ -365,16 +346,11 @@ func (s *Sim) loseAnswer(w http.ResponseWriter, r *http.Request, f *Fault, held 
 		// Drop the connection: returning would send an empty 200.
 		panic(http.ErrAbortHandler)
 	case FaultUndecodableAfterCommit:
-		status := held.status
-		if status == 0 {
-			status = http.StatusOK
-		}
+		status := held.Code
 		if status < 200 || status > 299 {
-			for k, v := range held.header {
-				w.Header()[k] = v
-			}
+			maps.Copy(w.Header(), held.Header())
 			w.WriteHeader(status)
-			_, _ = w.Write(held.body.Bytes())
+			_, _ = w.Write(held.Body.Bytes())
 			return
 		}
 		if status == http.StatusNoContent {
@@ -382,7 +358,7 @@ func (s *Sim) loseAnswer(w http.ResponseWriter, r *http.Request, f *Fault, held 
 		}
 		body := []byte(f.Body)
 		if f.Body == "" {
-			real := held.body.Bytes()
+			real := held.Body.Bytes()
 			body = real[:len(real)/2]
 		}
 		ct := f.ContentType

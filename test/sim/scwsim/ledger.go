@@ -43,12 +43,13 @@ type LedgerEntry struct {
 }
 
 // Tag returns the value of key in the entry's tags after the change.
-func (e LedgerEntry) Tag(key string) string { return tagValue(e.Tags, key) }
+func (e LedgerEntry) Tag(key string) string { return TagValue(e.Tags, key) }
 
 // TagBefore returns the value of key in the entry's tags before the change.
-func (e LedgerEntry) TagBefore(key string) string { return tagValue(e.Before, key) }
+func (e LedgerEntry) TagBefore(key string) string { return TagValue(e.Before, key) }
 
-func tagValue(tags []string, key string) string {
+// TagValue returns the value of the "key=value" tag in tags ("" = none).
+func TagValue(tags []string, key string) string {
 	for _, t := range tags {
 		if v, ok := strings.CutPrefix(t, key+"="); ok {
 			return v

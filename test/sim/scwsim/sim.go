@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"sync"
@@ -280,7 +281,7 @@ func (s *Sim) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if f != nil && f.afterCommit() {
 		// The API acts and answers into held; the fault decides what, if
 		// anything, reaches the client. The call record keeps the real answer.
-		held := &heldAnswer{header: http.Header{}}
+		held := httptest.NewRecorder()
 		rec.ResponseWriter = held
 		defer s.loseAnswer(w, r, f, held)
 	}
