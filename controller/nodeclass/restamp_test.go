@@ -45,7 +45,7 @@ func TestRestampClaimsOfAnOlderHashVersion(t *testing.T) {
 		claim("unstamped", "general", "", false),
 	).Build()
 	c := &StatusController{Kube: kube}
-	c.restampClaims(context.Background(), nc)
+	c.restampClaims(context.Background(), nc, nc.Hash())
 
 	for name, want := range map[string][2]string{
 		"old":         {nc.Hash(), v1alpha1.NodeClassHashVersion},

@@ -94,7 +94,7 @@ func (c *StatusController) Reconcile(ctx context.Context, nc *v1alpha1.ScalewayE
 		}
 		stored = nc.DeepCopy()
 	}
-	c.restampClaims(ctx, nc)
+	c.restampClaims(ctx, nc, nc.Annotations[v1alpha1.AnnotationNodeClassHash])
 
 	conds := nc.StatusConditions()
 	nc.Status.Zones = nc.ZonesOr(c.DefaultZone)
@@ -168,7 +168,8 @@ func (c *StatusController) Reconcile(ctx context.Context, nc *v1alpha1.ScalewayE
 // each a new server. A claim already marked drifted keeps its stamp: it is
 // being replaced for a change made before the upgrade. Errors are logged
 // only: the next reconcile tries again, and the status must not wait.
-func (c *StatusController) restampClaims(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass) {
+// hash is the NodeClass's current one, stamped on it just before.
+func (c *StatusController) restampClaims(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass, hash string) {
 	claims := &karpv1.NodeClaimList{}
 	if err := c.Kube.List(ctx, claims); err != nil {
 		if !meta.IsNoMatchError(err) {
@@ -176,7 +177,6 @@ func (c *StatusController) restampClaims(ctx context.Context, nc *v1alpha1.Scale
 		}
 		return
 	}
-	hash := nc.Hash()
 	for i := range claims.Items {
 		claim := &claims.Items[i]
 		ref := claim.Spec.NodeClassRef
