@@ -314,6 +314,7 @@ type victim struct {
 func (c *Controller) collectable(ctx context.Context, srvs []*baremetal.Server, claims map[string]*karpv1.NodeClaim, complete bool) []victim {
 	now := c.Clock.Now()
 	var out []victim
+	keptOnDeletion := map[string]bool{} // by deleted NodeClass: its removal record, read once
 	// Duplicates: several live servers for one NodeClaim; keep the one the
 	// NodeClaim points at (or the oldest), end the others.
 	perClaim := map[string][]*baremetal.Server{}
@@ -341,15 +342,22 @@ func (c *Controller) collectable(ctx context.Context, srvs []*baremetal.Server, 
 			switch {
 			case nc == nil:
 				v := victim{s, nil, ReasonSpareOrphaned, "its nodeclass " + tags[scaleway.TagNodeClass] + " is gone", false}
-				if c.KeptOnDeletion != nil {
-					kept, err := c.KeptOnDeletion(ctx, tags[scaleway.TagNodeClass])
-					if err != nil {
-						c.Log.Error(err, "cannot tell whether a spare's deleted nodeclass kept its spares: left alone until the next sweep", "server", s.ID, "nodeclass", tags[scaleway.TagNodeClass])
-						continue
+				// As the finalizer does: only a monthly spare is handed over
+				// (an hourly one would bill its new owner for nothing), so
+				// only a monthly one needs the record, read once a sweep per
+				// NodeClass.
+				if c.KeptOnDeletion != nil && spare.Monthly(c.Spares.Offers, s) {
+					name := tags[scaleway.TagNodeClass]
+					kept, read := keptOnDeletion[name]
+					if !read {
+						var err error
+						if kept, err = c.KeptOnDeletion(ctx, name); err != nil {
+							c.Log.Error(err, "cannot tell whether a spare's deleted nodeclass kept its spares: left alone until the next sweep", "server", s.ID, "nodeclass", name)
+							continue
+						}
+						keptOnDeletion[name] = kept
 					}
-					// As the finalizer does: only a monthly spare is handed
-					// over (an hourly one would bill its new owner for nothing).
-					v.handOver = kept && spare.Monthly(c.Spares.Offers, s)
+					v.handOver = kept
 				}
 				out = append(out, v)
 			case warmpool.InPool(s) && warmpool.Wants(nc, "", string(s.Zone), s.OfferName, spare.Billing(c.Spares.Offers, s)):

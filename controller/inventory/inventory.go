@@ -171,14 +171,9 @@ func (i *Inventory) ServerOf(ctx context.Context, claim string) (*baremetal.Serv
 // Servers lists every server of the cluster in every zone it may have
 // servers in. Any failure is an error, never a shorter list.
 func (i *Inventory) Servers(ctx context.Context) ([]*baremetal.Server, error) {
-	l, err := i.List(ctx)
+	l, err := i.list(ctx, true)
 	if err != nil {
 		return nil, err
-	}
-	for _, z := range l.Zones {
-		if err := l.Failed[z]; err != nil {
-			return nil, err
-		}
 	}
 	return l.Servers, nil
 }
@@ -202,7 +197,11 @@ func (l Listing) Complete() bool { return len(l.Failed) == 0 }
 // healthy zone still expires on time during another zone's outage), and
 // the servers of a failed zone, unseen, are left alone. err is only for
 // what stops every zone (the NodeClasses cannot be read).
-func (i *Inventory) List(ctx context.Context) (Listing, error) {
+func (i *Inventory) List(ctx context.Context) (Listing, error) { return i.list(ctx, false) }
+
+// list lists zone by zone; strict stops at the first zone that fails and
+// returns its error (Servers: the other zones' calls would be wasted).
+func (i *Inventory) list(ctx context.Context, strict bool) (Listing, error) {
 	zones, err := i.Zones(ctx)
 	if err != nil {
 		return Listing{}, err
@@ -214,10 +213,14 @@ func (i *Inventory) List(ctx context.Context) (Listing, error) {
 			srvs, err = i.Owner.Mine(ctx, scw.Zone(z), srvs, true)
 		}
 		if err != nil {
+			err = fmt.Errorf("listing servers in %s: %w", z, err)
+			if strict {
+				return Listing{}, err
+			}
 			if l.Failed == nil {
 				l.Failed = map[string]error{}
 			}
-			l.Failed[z] = fmt.Errorf("listing servers in %s: %w", z, err)
+			l.Failed[z] = err
 			continue
 		}
 		if len(srvs) > 0 {
