@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testlog"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	"github.com/scaleway/scaleway-sdk-go/scw"
 
@@ -135,7 +135,7 @@ func TestBackfillTagsServersOnceSettled(t *testing.T) {
 		"tagged":  srv("tagged", "h", Tags(catalog.BillingMonthly, created)...),
 	}}
 	cat := &offers{ids: both}
-	b := &Backfill{Servers: api.list, API: api, Offers: cat, Interval: time.Minute, Log: testr.New(t)}
+	b := &Backfill{Servers: api.list, API: api, Offers: cat, Interval: time.Minute, Log: testlog.New(t)}
 
 	res, err := b.Reconcile(context.Background())
 	if err != nil || res.RequeueAfter != time.Minute {

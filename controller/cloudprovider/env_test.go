@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testlog"
 	"github.com/prometheus/client_golang/prometheus"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	"github.com/scaleway/scaleway-sdk-go/scw"
@@ -126,7 +126,7 @@ func (e *env) newProvider() *operator.Provider {
 		e.stop()
 	}
 	e.reg = prometheus.NewRegistry()
-	p, err := operator.NewProvider(e.ctx, e.opts, e.kube, e.kube, e.events, e.reg, testr.New(e.t))
+	p, err := operator.NewProvider(e.ctx, e.opts, e.kube, e.kube, e.events, e.reg, testlog.New(e.t))
 	if err != nil {
 		e.t.Fatal(err)
 	}

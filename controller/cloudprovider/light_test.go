@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testlog"
 	"github.com/scaleway/scaleway-sdk-go/scw"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -94,7 +94,7 @@ func startLight(t *testing.T, limits *v1alpha1.LimitsSpec, edits ...func(*scwsim
 			}
 			return c.Get(ctx, key, obj, opts...)
 		}}).Build()
-	log := testr.New(t)
+	log := testlog.New(t)
 	l.owner = &identity.Owner{Identity: identity.Identity{Name: "c1", ID: "uid-c1"}, API: l.api, Kube: l.kube, Log: log}
 	inv := &inventory.Inventory{API: l.api, Kube: l.kube, Owner: l.owner, DefaultZone: string(lightZone), Log: log}
 	l.cat = catalog.New(catalog.Options{Client: l.api.SDK(), Zones: []scw.Zone{lightZone}})

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testlog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
@@ -48,15 +48,15 @@ func setup(t *testing.T, objs ...client.Object) *fixture {
 	_ = v1alpha1.SchemeGroupVersion
 	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(objs...).Build()
 	clk := clocktesting.NewFakeClock(time.Now())
-	owner := &identity.Owner{Identity: c1, API: api, Kube: kube, Log: testr.New(t)}
-	inv := &inventory.Inventory{API: api, Kube: kube, Owner: owner, DefaultZone: string(zone), Log: testr.New(t)}
+	owner := &identity.Owner{Identity: c1, API: api, Kube: kube, Log: testlog.New(t)}
+	inv := &inventory.Inventory{API: api, Kube: kube, Owner: owner, DefaultZone: string(zone), Log: testlog.New(t)}
 	cat := catalog.New(catalog.Options{Client: api.SDK(), Zones: []scw.Zone{zone}})
 	if err := cat.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	keeper := &spare.Keeper{API: api, Offers: cat, Rescue: &rescue.Dialer{}, Owner: owner, Clock: clk, Log: testr.New(t)}
+	keeper := &spare.Keeper{API: api, Offers: cat, Rescue: &rescue.Dialer{}, Owner: owner, Clock: clk, Log: testlog.New(t)}
 	return &fixture{owner: owner, inv: inv, api: api, sim: sim, clk: clk, gc: &Controller{
-		Kube: kube, Servers: inv.List, Spares: keeper, GracePeriod: 10 * time.Minute, Clock: clk, Log: testr.New(t),
+		Kube: kube, Servers: inv.List, Spares: keeper, GracePeriod: 10 * time.Minute, Clock: clk, Log: testlog.New(t),
 		Collected: NewCollectedCounter(prometheus.NewRegistry()),
 	}}
 }

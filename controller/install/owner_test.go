@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/go-logr/logr/testr"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testlog"
 	"github.com/scaleway/scaleway-sdk-go/scw"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
@@ -29,7 +29,7 @@ func TestAPhaseIsNotWrittenOnAServerThatIsNoLongerTheInstalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	i := &Installer{API: api, Log: testr.New(t)}
+	i := &Installer{API: api, Log: testlog.New(t)}
 	// Still its own: the phase is written.
 	srv, err = i.setPhase(context.Background(), srv, PhaseRescue)
 	if err != nil || PhaseOf(srv) != PhaseRescue {

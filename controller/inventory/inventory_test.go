@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/go-logr/logr/testr"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testlog"
 	"github.com/scaleway/scaleway-sdk-go/scw"
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -26,9 +26,9 @@ func setup(t *testing.T) (*Inventory, *scaleway.Client, *scwsim.Sim) {
 	nc.Name, nc.Spec.Zones = "nc", []string{"fr-par-2"}
 	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc).Build()
 	// pl-waw-2 is an Elastic Metal zone the simulator does not serve: the sweep skips it.
-	owner := &identity.Owner{Identity: c1, API: api, Kube: kube, Log: testr.New(t)}
+	owner := &identity.Owner{Identity: c1, API: api, Kube: kube, Log: testlog.New(t)}
 	inv := &Inventory{API: api, Kube: kube, Owner: owner, DefaultZone: "fr-par-2",
-		AllZones: []string{"fr-par-1", "fr-par-2", "nl-ams-1", "pl-waw-2"}, Log: testr.New(t)}
+		AllZones: []string{"fr-par-1", "fr-par-2", "nl-ams-1", "pl-waw-2"}, Log: testlog.New(t)}
 	return inv, api, sim
 }
 

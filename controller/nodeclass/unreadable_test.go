@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/awslabs/operatorpkg/status"
-	"github.com/go-logr/logr/testr"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testlog"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -140,7 +140,7 @@ func TestUnreadableNodeClassDoesNotStopTheOthers(t *testing.T) {
 
 	mgr, err := controllerruntime.NewManager(e.kube.Config, controllerruntime.Options{
 		Scheme:                 e.kube.Scheme,
-		Logger:                 testr.New(t),
+		Logger:                 testlog.New(t),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true), CacheSyncTimeout: 20 * time.Second},

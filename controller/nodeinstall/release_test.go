@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/go-logr/logr/testr"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testlog"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	"github.com/scaleway/scaleway-sdk-go/scw"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -45,7 +45,7 @@ func TestFailedInstallReleasesNothingWhenTheNodeClassCannotBeRead(t *testing.T) 
 			}
 			return c.Get(ctx, key, obj, opts...)
 		}}).Build()
-	log := testr.New(t)
+	log := testlog.New(t)
 	owner := &identity.Owner{Identity: identity.Identity{Name: "c1", ID: "uid-c1"}, API: api, Kube: kube, Log: log}
 	cat := catalog.New(catalog.Options{Client: api.SDK(), Zones: []scw.Zone{zone}})
 	if err := cat.Refresh(ctx); err != nil {

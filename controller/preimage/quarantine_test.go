@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testlog"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	"github.com/scaleway/scaleway-sdk-go/scw"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -50,10 +50,10 @@ func TestPassedPreImagingLiftsTheQuarantine(t *testing.T) {
 	nc.Status.Image = &v1alpha1.ResolvedImage{RawSHA256: sha}
 	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc).WithStatusSubresource(nc).Build()
 	c1 := identity.Identity{Name: "c1", ID: "uid-c1"}
-	owner := &identity.Owner{Identity: c1, API: api, Kube: kube, Log: testr.New(t)}
-	keeper := &spare.Keeper{API: api, Rescue: &rescue.Dialer{}, Owner: owner, Log: testr.New(t)}
+	owner := &identity.Owner{Identity: c1, API: api, Kube: kube, Log: testlog.New(t)}
+	keeper := &spare.Keeper{API: api, Rescue: &rescue.Dialer{}, Owner: owner, Log: testlog.New(t)}
 	im := &imager{err: errors.New("rescue SSH did not happen in time")}
-	c := &Controller{Kube: kube, API: api, Spares: keeper, Imager: im, Images: fixedImages{sha}, Log: testr.New(t)}
+	c := &Controller{Kube: kube, API: api, Spares: keeper, Imager: im, Images: fixedImages{sha}, Log: testlog.New(t)}
 
 	offerID, _ := sim.OfferID(string(zone), "EM-A215R-HDD", "monthly")
 	tags := append(c1.Tags(), scaleway.Tag(scaleway.TagNodeClass, "nc"), scaleway.Tag(spare.TagQuarantine, "rescue"))

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testlog"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -51,9 +51,9 @@ func TestASpareTheFinalizerMissedIsHandedOverNotReleased(t *testing.T) {
 
 	// The garbage collector's next sweeps, past its grace.
 	clk := clocktesting.NewFakeClock(time.Now().Add(time.Hour))
-	inv := &inventory.Inventory{API: f.api, Kube: f.kube, Owner: f.c.Spares.Owner, DefaultZone: string(zone), Log: testr.New(t)}
+	inv := &inventory.Inventory{API: f.api, Kube: f.kube, Owner: f.c.Spares.Owner, DefaultZone: string(zone), Log: testlog.New(t)}
 	gc := &garbagecollection.Controller{Kube: f.kube, Servers: inv.List, Spares: f.c.Spares, GracePeriod: 10 * time.Minute,
-		Clock: clk, Log: testr.New(t), KeptOnDeletion: records.Kept}
+		Clock: clk, Log: testlog.New(t), KeptOnDeletion: records.Kept}
 	for i := 0; i < 2; i++ {
 		if _, err := gc.Reconcile(context.Background()); err != nil {
 			t.Fatal(err)

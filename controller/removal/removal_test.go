@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testlog"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	"github.com/scaleway/scaleway-sdk-go/scw"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,16 +45,16 @@ func setup(t *testing.T, nc *v1alpha1.ScalewayElasticMetalNodeClass, objs ...cli
 	sim, api := simapi.Start(t, zone)
 	_ = v1alpha1.SchemeGroupVersion
 	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(append(objs, nc)...).Build()
-	owner := &identity.Owner{Identity: c1, API: api, Kube: kube, Log: testr.New(t)}
-	inv := &inventory.Inventory{API: api, Kube: kube, Owner: owner, DefaultZone: string(zone), Log: testr.New(t)}
+	owner := &identity.Owner{Identity: c1, API: api, Kube: kube, Log: testlog.New(t)}
+	inv := &inventory.Inventory{API: api, Kube: kube, Owner: owner, DefaultZone: string(zone), Log: testlog.New(t)}
 	cat := catalog.New(catalog.Options{Client: api.SDK(), Zones: []scw.Zone{zone}})
 	if err := cat.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	keeper := &spare.Keeper{API: api, Offers: cat, Rescue: &rescue.Dialer{}, Owner: owner, Log: testr.New(t)}
+	keeper := &spare.Keeper{API: api, Offers: cat, Rescue: &rescue.Dialer{}, Owner: owner, Log: testlog.New(t)}
 	rec := &eventlog.Recorder{}
 	f := &fixture{sim: sim, api: api, kube: kube, rec: rec,
-		c: &Controller{Kube: kube, Servers: inv.Servers, Spares: keeper, Recorder: rec, Log: testr.New(t)}}
+		c: &Controller{Kube: kube, Servers: inv.Servers, Spares: keeper, Recorder: rec, Log: testlog.New(t)}}
 	f.reconcile(t, nc.Name) // adds the finalizer
 	return f
 }

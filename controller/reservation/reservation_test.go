@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testlog"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -57,10 +57,10 @@ func setup(t *testing.T) *fixture {
 	})
 	_ = v1alpha1.SchemeGroupVersion
 	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).Build()
-	owner := &identity.Owner{Identity: cluster, API: api, Kube: kube, Log: testr.New(t)}
+	owner := &identity.Owner{Identity: cluster, API: api, Kube: kube, Log: testlog.New(t)}
 	clock := clocktesting.NewFakeClock(time.Now())
 	return &fixture{t: t, sim: sim, api: api, clock: clock,
-		cache: &Cache{API: api, Owner: owner, Offers: simOffers{sim}, ManagedBy: cluster.Name, Clock: clock, Log: testr.New(t)}}
+		cache: &Cache{API: api, Owner: owner, Offers: simOffers{sim}, ManagedBy: cluster.Name, Clock: clock, Log: testlog.New(t)}}
 }
 
 // server orders offer (billing period) tagged for nodeClass in phase.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testlog"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	"github.com/scaleway/scaleway-sdk-go/scw"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -82,8 +82,8 @@ func TestQuarantinedSpareIsNotTakenUntilCleared(t *testing.T) {
 	_ = v1alpha1.SchemeGroupVersion
 	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).Build()
 	c1 := identity.Identity{Name: "c1", ID: "uid-c1"}
-	owner := &identity.Owner{Identity: c1, API: api, Kube: kube, Log: testr.New(t)}
-	k := &spare.Keeper{API: api, Offers: simOffers{sim}, Rescue: &rescue.Dialer{}, Owner: owner, Log: testr.New(t)}
+	owner := &identity.Owner{Identity: c1, API: api, Kube: kube, Log: testlog.New(t)}
+	k := &spare.Keeper{API: api, Offers: simOffers{sim}, Rescue: &rescue.Dialer{}, Owner: owner, Log: testlog.New(t)}
 	nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
 	nc.Name = "nc"
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testlog"
 	"github.com/prometheus/client_golang/prometheus"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	"github.com/scaleway/scaleway-sdk-go/scw"
@@ -64,8 +64,8 @@ func TestControllerPricesTheClustersServers(t *testing.T) {
 	gauges := spend.NewGauges(prometheus.NewRegistry())
 	// The inventory lists (cluster c1 only, every zone it may have servers in).
 	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).Build()
-	owner := &identity.Owner{Identity: identity.Identity{Name: "c1", ID: "uid-c1"}, API: api, Kube: kube, Log: testr.New(t)}
-	inv := &inventory.Inventory{API: api, Kube: kube, Owner: owner, DefaultZone: "fr-par-2", Log: testr.New(t)}
+	owner := &identity.Owner{Identity: identity.Identity{Name: "c1", ID: "uid-c1"}, API: api, Kube: kube, Log: testlog.New(t)}
+	inv := &inventory.Inventory{API: api, Kube: kube, Owner: owner, DefaultZone: "fr-par-2", Log: testlog.New(t)}
 	listed := -1
 	c := &spend.Controller{Servers: inv.Servers, Offers: cat, Clock: clocktesting.NewFakeClock(time.Now()), Gauges: gauges,
 		Listed: func(all []*baremetal.Server) { listed = len(all) }}

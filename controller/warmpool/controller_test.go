@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testlog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
@@ -70,16 +70,16 @@ func setup(t *testing.T, nc *v1alpha1.ScalewayElasticMetalNodeClass, edits ...fu
 // controller is a controller as a (re)started process builds it: nothing
 // remembered but what the API and the cluster hold.
 func (f *fixture) controller(t *testing.T, api *scaleway.Client) *Controller {
-	owner := &identity.Owner{Identity: c1, API: api, Kube: f.kube, Log: testr.New(t)}
-	inv := &inventory.Inventory{API: api, Kube: f.kube, Owner: owner, DefaultZone: string(zone), Log: testr.New(t)}
+	owner := &identity.Owner{Identity: c1, API: api, Kube: f.kube, Log: testlog.New(t)}
+	inv := &inventory.Inventory{API: api, Kube: f.kube, Owner: owner, DefaultZone: string(zone), Log: testlog.New(t)}
 	f.cat = catalog.New(catalog.Options{Client: api.SDK(), Zones: []scw.Zone{zone}})
 	if err := f.cat.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	f.keeper = &spare.Keeper{API: api, Offers: f.cat, Rescue: &rescue.Dialer{}, Owner: owner, Log: testr.New(t)}
+	f.keeper = &spare.Keeper{API: api, Offers: f.cat, Rescue: &rescue.Dialer{}, Owner: owner, Log: testlog.New(t)}
 	return &Controller{Kube: f.kube, API: api, Catalog: f.cat, Servers: inv.Servers, Saw: inv.Saw, Spares: f.keeper,
 		Limits: &spendlimit.Limiter{Servers: inv.Servers, Offers: f.cat}, DefaultZone: string(zone),
-		Recorder: f.rec, Metrics: NewMetrics(prometheus.NewRegistry()), Log: testr.New(t)}
+		Recorder: f.rec, Metrics: NewMetrics(prometheus.NewRegistry()), Log: testlog.New(t)}
 }
 
 func (f *fixture) reconcile(t *testing.T) error {
