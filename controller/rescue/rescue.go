@@ -161,7 +161,7 @@ func (s *Session) Upload(ctx context.Context, name string, data []byte, mode os.
 // SHA256 returns the hex sha256 of name on the rescue host (sha256sum, from
 // coreutils, which Scaleway's Ubuntu-based rescue system has).
 func (s *Session) SHA256(ctx context.Context, name string) (string, error) {
-	var out, errOut bytes.Buffer
+	out, errOut := cappedBuffer{max: maxSmallOutput}, cappedBuffer{max: maxSmallOutput}
 	code, err := s.Run(ctx, "sha256sum "+shellQuote(name), &out, &errOut)
 	if err != nil {
 		return "", err
@@ -177,7 +177,9 @@ func (s *Session) SHA256(ctx context.Context, name string) (string, error) {
 }
 
 // Run runs cmd through the rescue user's shell and returns its exit status.
-// The process is killed (the session closed) when ctx ends.
+// The process is killed (the session closed) when ctx ends, or when writing
+// to stdout or stderr fails (a cappedBuffer full: the host printed more than
+// anyone should keep).
 func (s *Session) Run(ctx context.Context, cmd string, stdout, stderr io.Writer) (int, error) {
 	return s.RunInput(ctx, cmd, nil, stdout, stderr)
 }
@@ -190,18 +192,27 @@ func (s *Session) RunInput(ctx context.Context, cmd string, stdin io.Reader, std
 		return -1, err
 	}
 	defer sess.Close()
-	sess.Stdin, sess.Stdout, sess.Stderr = stdin, stdout, stderr
+	// A failed write stops the SSH library's copy, not the command: Wait
+	// would then block on an exit status the stalled channel never brings.
+	failed := make(chan error, 2)
+	sess.Stdin, sess.Stdout, sess.Stderr = stdin, reportFailure(stdout, failed), reportFailure(stderr, failed)
 	if err := sess.Start(cmd); err != nil {
 		return -1, err
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- sess.Wait() }()
-	select {
-	case <-ctx.Done():
+	kill := func() {
 		_ = sess.Signal(ssh.SIGKILL)
 		_ = sess.Close()
 		<-waited
+	}
+	select {
+	case <-ctx.Done():
+		kill()
 		return -1, ctx.Err()
+	case err := <-failed:
+		kill()
+		return -1, err
 	case err := <-waited:
 		var exit *ssh.ExitError
 		if errors.As(err, &exit) {
@@ -284,7 +295,7 @@ func RunImager(ctx context.Context, s *Session, a ImagerArgs, onProgress func(re
 	if err := uploadIfChanged(ctx, s, a.Binary); err != nil {
 		return nil, err
 	}
-	var stdout bytes.Buffer
+	stdout := cappedBuffer{max: maxReport}
 	pr, pw := io.Pipe()
 	progressDone := make(chan struct{})
 	var tail tailBuffer
@@ -350,7 +361,7 @@ func runReporting(ctx context.Context, s *Session, binary []byte, stdin io.Reade
 	if err := uploadIfChanged(ctx, s, binary); err != nil {
 		return nil, err
 	}
-	var stdout bytes.Buffer
+	stdout := cappedBuffer{max: maxReport}
 	var tail tailBuffer
 	stderr := lineWriter{add: tail.add}
 	code, err := s.RunInput(ctx, ImagerCommand(sha256Hex(binary), args...), stdin, &stdout, &stderr)
@@ -379,30 +390,93 @@ func imagerReport(code int, stdout []byte, stderrTail *tailBuffer) (*report.Repo
 	return rep, nil
 }
 
-// lineWriter splits what is written into lines for add.
+// lineWriter splits what is written into lines for add, each cut to
+// maxLine bytes (the rest of a longer line is dropped, not kept).
 type lineWriter struct {
 	add  func(string)
 	part []byte
+	long bool // the line in part was cut: drop until its end
 }
 
 func (w *lineWriter) Write(p []byte) (int, error) {
-	w.part = append(w.part, p...)
-	for {
-		i := bytes.IndexByte(w.part, '\n')
+	rest := p
+	for len(rest) > 0 {
+		i := bytes.IndexByte(rest, '\n')
+		chunk := rest
+		if i >= 0 {
+			chunk = rest[:i]
+		}
+		if room := maxLine - len(w.part); !w.long && len(chunk) > room {
+			w.part = append(w.part, chunk[:room]...)
+			w.long = true
+		} else if !w.long {
+			w.part = append(w.part, chunk...)
+		}
 		if i < 0 {
 			break
 		}
-		w.add(string(w.part[:i]))
-		w.part = w.part[i+1:]
+		w.flush()
+		rest = rest[i+1:]
 	}
 	return len(p), nil
 }
 
 func (w *lineWriter) flush() {
-	if len(w.part) > 0 {
-		w.add(string(w.part))
-		w.part = nil
+	if len(w.part) > 0 || w.long {
+		line := string(w.part)
+		if w.long {
+			line += " [cut]"
+		}
+		w.add(line)
+		w.part, w.long = w.part[:0], false
 	}
+}
+
+// What the controller keeps of a rescue host's output, at most: the host may
+// be hostile, and the process that reads it also runs Karpenter core.
+const (
+	maxReport      = 1 << 20 // em-imager's JSON report (a few KiB)
+	maxSmallOutput = 4 << 10 // sha256sum's line, its error
+	maxLine        = 4 << 10 // one stderr line kept for an error message
+)
+
+// ErrOutputTooLong: a command on the rescue host printed more than the
+// controller keeps; it was killed.
+var ErrOutputTooLong = errors.New("the rescue host printed more than the controller keeps")
+
+// cappedBuffer is a bytes.Buffer that refuses to grow past max.
+type cappedBuffer struct {
+	bytes.Buffer
+	max int
+}
+
+func (c *cappedBuffer) Write(p []byte) (int, error) {
+	if c.Len()+len(p) > c.max {
+		return 0, fmt.Errorf("%w (%d bytes)", ErrOutputTooLong, c.max)
+	}
+	return c.Buffer.Write(p)
+}
+
+// reportFailure passes writes to w and sends the first failure on failed.
+func reportFailure(w io.Writer, failed chan<- error) io.Writer {
+	if w == nil {
+		return nil
+	}
+	return &failureWriter{w: w, failed: failed}
+}
+
+type failureWriter struct {
+	w      io.Writer
+	failed chan<- error
+	once   sync.Once
+}
+
+func (f *failureWriter) Write(p []byte) (int, error) {
+	n, err := f.w.Write(p)
+	if err != nil {
+		f.once.Do(func() { f.failed <- err })
+	}
+	return n, err
 }
 
 func uploadIfChanged(ctx context.Context, s *Session, bin []byte) error {
@@ -438,6 +512,9 @@ type tailBuffer struct {
 }
 
 func (t *tailBuffer) add(l string) {
+	if len(l) > maxLine {
+		l = l[:maxLine] + " [cut]"
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.lines = append(t.lines, l)

@@ -231,3 +231,31 @@ func TestRebootIntoRescueForgetsThePinnedKey(t *testing.T) {
 		t.Fatalf("pins left after a reboot of a server without addresses: %v", d.hostKeys)
 	}
 }
+
+// A hostile rescue host cannot make the controller keep what it prints: an
+// endless report is cut off and the command killed, an endless line on
+// stderr is kept only in part, an endless sha256sum answer is refused.
+func TestOutputOfAHostileHostIsBounded(t *testing.T) {
+	s := dialHost(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	endless := []byte("#!/bin/sh\nyes '{\"version\":1}'\n")
+	_, err := RunImager(ctx, s, ImagerArgs{Binary: endless, SHA256: "ab"}, nil)
+	if !errors.Is(err, ErrOutputTooLong) {
+		t.Fatalf("endless report: err = %v, want ErrOutputTooLong", err)
+	}
+	longLine := []byte("#!/bin/sh\nhead -c 20000000 /dev/zero | tr '\\0' x >&2\nexit 3\n")
+	_, err = RunWriteConfig(ctx, s, ConfigArgs{Binary: longLine, Disk: "/dev/vda", Config: []byte("c")})
+	if err == nil || !strings.Contains(err.Error(), "without a report") || !strings.Contains(err.Error(), "[cut]") {
+		t.Fatalf("one endless stderr line: err = %v, want the exit and the line cut", err)
+	}
+	if len(err.Error()) > 2*maxLine {
+		t.Errorf("the error holds %d bytes of the host's stderr, want at most one cut line", len(err.Error()))
+	}
+	if _, err := s.Run(ctx, "yes", &cappedBuffer{max: maxSmallOutput}, nil); !errors.Is(err, ErrOutputTooLong) {
+		t.Fatalf("Run into a capped buffer: err = %v, want ErrOutputTooLong", err)
+	}
+	if err := ctx.Err(); err != nil {
+		t.Fatalf("the commands were stopped by the test's deadline, not by their output: %v", err)
+	}
+}
