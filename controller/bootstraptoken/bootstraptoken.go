@@ -138,7 +138,6 @@ func (m *Manager) tokenSecret(claim, secret string) *corev1.Secret {
 			"token-secret":                   secret,
 			"expiration":                     m.now().Add(m.TTL).UTC().Format(time.RFC3339),
 			"usage-bootstrap-authentication": "true",
-			"usage-bootstrap-signing":        "true",
 			"auth-extra-groups":              Group,
 		},
 	}

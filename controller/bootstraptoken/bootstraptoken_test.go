@@ -140,6 +140,12 @@ func testEnsure(t *testing.T, e *tokenEnv) {
 		string(s.Data["auth-extra-groups"]) != Group {
 		t.Fatalf("token %q, Secret %+v", tok, s)
 	}
+	// A kubelet join authenticates with the token; signing the cluster-info
+	// ConfigMap is a usage it does not need, so the token cannot do it.
+	if string(s.Data["usage-bootstrap-authentication"]) != "true" || s.Data["usage-bootstrap-signing"] != nil {
+		t.Errorf("token usages: authentication %q, signing %q; want authentication only",
+			s.Data["usage-bootstrap-authentication"], s.Data["usage-bootstrap-signing"])
+	}
 	if again, err := e.m.Ensure(ctx, "pool-a1b2c"); err != nil || again != tok {
 		t.Fatalf("retried Ensure = %q, %v; want the same token", again, err)
 	}
