@@ -65,7 +65,8 @@ func publishWithEmImager(t *testing.T, e *s3env, raw []byte, args ...string) {
 	if err := os.WriteFile(in, raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, append([]string{"publish", "--input", in}, args...)...)
+	// The raw test images have no kernel arguments to read.
+	cmd := exec.Command(bin, append([]string{"publish", "--input", in, "--maintenance-api"}, args...)...)
 	cmd.Env = append(os.Environ(), "S3_ENDPOINT="+e.Endpoint, "S3_BUCKET="+bucket, "S3_REGION="+e.Region,
 		"AWS_ACCESS_KEY_ID="+e.AccessKey, "AWS_SECRET_ACCESS_KEY="+e.SecretKey)
 	var stdout, stderr bytes.Buffer

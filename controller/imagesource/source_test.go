@@ -57,7 +57,7 @@ func publishImage(t *testing.T, e *s3env, prefix, version, arch string, raw []by
 	}
 	o := &publish.Options{
 		Input: in, SchematicID: schematic, TalosVersion: version, Arch: arch, Prefix: prefix,
-		Formats: formats, BlockSize: 1 << 20, SectorSize: 512, VerifyOutput: true, XZEncoder: "auto",
+		Formats: formats, BlockSize: 1 << 20, SectorSize: 512, VerifyOutput: true, XZEncoder: "auto", MaintenanceAPI: true,
 		S3: publish.S3Config{Endpoint: e.Endpoint, Bucket: bucket, Region: e.Region, AccessKey: e.AccessKey, SecretKey: e.SecretKey},
 	}
 	s, err := publish.Run(context.Background(), o, slog.New(slog.NewTextHandler(io.Discard, nil)))

@@ -16,6 +16,7 @@ const Usage = `em-imager writes a (compressed) raw disk image from a URL onto a 
                     disks and NICs, and the disk write would take with the same flags; writes nothing
   em-imager write-config --disk PATH < config.yaml   machine config -> metal-iso partition
   em-imager publish --input FILE|URL --schematic ID --talos-version vX.Y.Z   image + manifest -> S3
+  em-imager schematic [--extension NAME]...   the Image Factory schematic ID to publish (talos.config=metal-iso)
   em-imager version
 
 write and inspect print exactly one JSON report on stdout; progress goes to stderr.
@@ -25,9 +26,9 @@ truncated, format, manifest), 5 disk, 6 write/verify, 7 not confirmed,
 130 interrupted, 1 other.
 `
 
-// Commands are em-imager's subcommands; publish is dispatched by
-// imager/cmd/em-imager, the others by Main.
-var Commands = []string{"write", "inspect", "write-config", "publish", "version"}
+// Commands are em-imager's subcommands; publish and schematic are
+// dispatched by imager/cmd/em-imager, the others by Main.
+var Commands = []string{"write", "inspect", "write-config", "publish", "schematic", "version"}
 
 const writeHelp = `usage: em-imager write --manifest URL [--disk PATH|auto] [flags]
        em-imager write --image URL --sha256 HEX [--image-size BYTES] [--disk PATH|auto] [flags]

@@ -51,7 +51,7 @@ func TestUnknownCommand(t *testing.T) {
 	for _, args := range [][]string{{"frobnicate"}, {"wirte", "--help"}, {"help", "wirte"}} {
 		code, out, errb := mainRun(args...)
 		if code != 2 || out != "" || !strings.Contains(errb, "unknown command") ||
-			!strings.Contains(errb, "the commands are write, inspect, write-config, publish, version") {
+			!strings.Contains(errb, "the commands are write, inspect, write-config, publish, schematic, version") {
 			t.Fatalf("%v: exit %d stdout %q stderr %q", args, code, out, errb)
 		}
 	}
@@ -75,7 +75,8 @@ func TestBareWrite(t *testing.T) {
 	}
 }
 
-// publish's help comes from publish, through the binary's dispatch.
+// publish's and schematic's help come from their packages, through the
+// binary's dispatch.
 func TestPublishHelp(t *testing.T) {
 	bin := sharedBinary(t)
 	for _, args := range [][]string{{"publish", "-h"}, {"help", "publish"}} {
@@ -83,5 +84,15 @@ func TestPublishHelp(t *testing.T) {
 		if err != nil || !strings.Contains(string(out), "Usage: em-imager publish") || !strings.Contains(string(out), "-imager-binary") {
 			t.Fatalf("%v: %v\n%s", args, err, out)
 		}
+	}
+	for _, args := range [][]string{{"schematic", "-h"}, {"help", "schematic"}} {
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "Usage: em-imager schematic") || !strings.Contains(string(out), "-extension") {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+	}
+	out, err := exec.Command(bin, "schematic").Output()
+	if err != nil || len(strings.TrimSpace(string(out))) != 64 {
+		t.Fatalf("em-imager schematic: %v %q, want an ID", err, out)
 	}
 }

@@ -51,7 +51,7 @@ func publishedBucket(t *testing.T) *bucket {
 	}
 	_, err := publish.Run(context.Background(), &publish.Options{
 		Input: in, SchematicID: testSchematic, TalosVersion: "v1.12.4", Arch: "amd64", Prefix: "talos",
-		Formats: []string{manifest.FormatZstd, manifest.FormatXZ}, BlockSize: 1 << 20, SectorSize: 512, VerifyOutput: true, XZEncoder: "auto",
+		Formats: []string{manifest.FormatZstd, manifest.FormatXZ}, BlockSize: 1 << 20, SectorSize: 512, VerifyOutput: true, XZEncoder: "auto", MaintenanceAPI: true,
 		S3: publish.S3Config{Endpoint: s.Endpoint, Bucket: testBucket, Region: s.Region, AccessKey: s.AccessKey, SecretKey: s.SecretKey},
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {

@@ -116,7 +116,10 @@ func (c *espCapture) abort() {
 // bootOf decides what the manifest says about the image's boot: the
 // command line read from the image, checked against --kernel-args when both
 // exist; --kernel-args alone when the image's cannot be read; else unknown.
-func bootOf(found kernelargs.Found, readErr error, flag string, log *slog.Logger) (*manifest.Boot, error) {
+// An image that does not (or may not) read its config from the disk is
+// refused unless maintenanceAPI: under the default configDelivery: Disk its
+// NodeClass would never be Ready.
+func bootOf(found kernelargs.Found, readErr error, flag string, maintenanceAPI bool, log *slog.Logger) (*manifest.Boot, error) {
 	var b *manifest.Boot
 	switch {
 	case readErr == nil:
@@ -131,14 +134,21 @@ func bootOf(found kernelargs.Found, readErr error, flag string, log *slog.Logger
 		if !errors.Is(readErr, kernelargs.ErrNotFound) {
 			log.Warn("reading the image's kernel arguments failed", "error", readErr)
 		}
-		log.Warn("the image's kernel arguments are unknown (no unified kernel image in its EFI partition): pass --kernel-args; the manifest flags the image as not reading its config from the disk")
+		const unknown = "the image's kernel arguments are unknown (no unified kernel image in its EFI partition): pass --kernel-args"
+		if !maintenanceAPI {
+			return nil, &Error{Code: CodeInvalidArgument, Err: errors.New(unknown + ", or --maintenance-api if its NodeClasses use configDelivery: MaintenanceAPI")}
+		}
+		log.Warn(unknown + "; the manifest flags the image as not reading its config from the disk")
 		return &manifest.Boot{Source: manifest.BootSourceUnknown}, nil
 	}
 	b.MetalISO = kernelargs.MetalISO(b.KernelArgs)
 	if !b.MetalISO {
-		log.Warn("the image's kernel arguments lack "+kernelargs.ConfigParam+"="+kernelargs.ConfigMetalISO+
-			": its nodes can only get their config over the Talos maintenance API (configDelivery: MaintenanceAPI); see docs/install.md for a schematic that adds it",
-			"kernelArgs", b.KernelArgs)
+		lacks := "the image's kernel arguments lack " + kernelargs.ConfigParam + "=" + kernelargs.ConfigMetalISO +
+			": its nodes can only get their config over the Talos maintenance API (configDelivery: MaintenanceAPI)"
+		if !maintenanceAPI {
+			return nil, &Error{Code: CodeInvalidArgument, Err: fmt.Errorf("%s; publish an image of `em-imager schematic`'s schematic (docs/install.md), or pass --maintenance-api if its NodeClasses use MaintenanceAPI (kernel arguments %q)", lacks, b.KernelArgs)}
+		}
+		log.Warn(lacks, "kernelArgs", b.KernelArgs)
 	}
 	return b, nil
 }

@@ -140,3 +140,31 @@ func TestRepublishAddsBoot(t *testing.T) {
 		t.Fatalf("boot after republish: %+v", m.Boot)
 	}
 }
+
+// Without --maintenance-api, an image that does not read its config from the
+// disk (or whose kernel arguments cannot be read) is refused before anything
+// is uploaded: under the default configDelivery: Disk its NodeClass would
+// never be Ready.
+func TestPublishRefusesAnImageWithoutMetalISO(t *testing.T) {
+	s3 := startS3(t)
+	s3.MustCreateBucket(t, bucket)
+	c := s3.MustClient(t)
+	for _, tc := range []struct {
+		name string
+		raw  []byte
+		want string
+	}{
+		{"lacks the argument", talosImage(t, 512, "talos.platform=metal console=tty0"), "em-imager schematic"},
+		{"unknown arguments", makeRaw(4<<20, 5), "--maintenance-api"},
+	} {
+		in := writeFile(t, "metal-amd64.raw", tc.raw)
+		args := []string{"--input", in, "--schematic", schematic, "--talos-version", "v1.12.0", "--prefix", "images", "--block-size", "1MiB"}
+		r := publish(t, s3.env(nil), args...)
+		if r.code != ExitCode(CodeInvalidArgument) || r.sum.Error == nil || !strings.Contains(r.sum.Error.Message, tc.want) {
+			t.Errorf("%s: exit %d %+v, want invalid_argument naming %q", tc.name, r.code, r.sum.Error, tc.want)
+		}
+		if keys := listKeys(t, c); len(keys) != 0 {
+			t.Errorf("%s: uploaded %v", tc.name, keys)
+		}
+	}
+}

@@ -207,7 +207,7 @@ func prepare(ctx context.Context, o *Options, log *slog.Logger, workdir string) 
 		abortAll()
 		return nil, &Error{Code: CodeNotDiskImage, Err: errors.New("raw image: no MBR/GPT boot signature (0x55AA at byte 510): not a Talos metal disk image")}
 	}
-	if p.boot, err = bootOf(found, readErr, o.KernelArgs, log); err != nil {
+	if p.boot, err = bootOf(found, readErr, o.KernelArgs, o.MaintenanceAPI, log); err != nil {
 		abortAll()
 		return nil, err
 	}

@@ -41,8 +41,12 @@ type Options struct {
 	SectorSize   int      // 512 or 4096
 	Public       bool     // recorded in the manifest
 	KernelArgs   string   // the image's kernel command line, when it cannot be read from the image (else checked against it)
-	Force        bool     // overwrite a manifest describing another raw image
-	VerifyOutput bool     // decode every file publish wrote before uploading
+	// MaintenanceAPI publishes an image whose kernel arguments lack (or may
+	// lack) talos.config=metal-iso, for NodeClasses with configDelivery:
+	// MaintenanceAPI; without it such an image is refused before any upload.
+	MaintenanceAPI bool
+	Force          bool // overwrite a manifest describing another raw image
+	VerifyOutput   bool // decode every file publish wrote before uploading
 	// ImagerBinaries are em-imager builds (one per architecture) uploaded
 	// under <prefix>/tools/ for operators in a rescue shell (tools.go).
 	ImagerBinaries []string
@@ -177,6 +181,7 @@ Flags:
 	fs.StringVar(&blockSize, "block-size", "4MiB", "raw bytes per independently decodable xz block / zstd frame (KiB/MiB suffix)")
 	fs.IntVar(&o.SectorSize, "sector-size", 512, "logical sector size the image is built for: 512 or 4096")
 	fs.StringVar(&o.KernelArgs, "kernel-args", "", "the image's kernel command line: recorded when it cannot be read from the image's UKI (GRUB-only images), else must match it")
+	fs.BoolVar(&o.MaintenanceAPI, "maintenance-api", false, "publish an image without talos.config=metal-iso (or whose kernel arguments cannot be read): only for NodeClasses with configDelivery: MaintenanceAPI")
 	fs.BoolVar(&o.Public, "public", false, "record in the manifest that the objects are anonymously readable (publish sets no bucket policy)")
 	fs.BoolVar(&o.Force, "force", false, "replace a manifest that describes a different raw image at the same keys")
 	fs.BoolVar(&o.VerifyOutput, "verify-output", true, "decode every file publish encoded and compare with the raw digest before uploading")

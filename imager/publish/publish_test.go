@@ -107,7 +107,7 @@ func publish(t *testing.T, getenv func(string) string, args ...string) result {
 }
 
 func baseArgs(input string, extra ...string) []string {
-	return append([]string{"--input", input, "--schematic", schematic, "--talos-version", "v1.12.0", "--prefix", "images", "--block-size", "1MiB"}, extra...)
+	return append([]string{"--input", input, "--schematic", schematic, "--talos-version", "v1.12.0", "--prefix", "images", "--block-size", "1MiB", "--maintenance-api"}, extra...)
 }
 
 func dir() string { return "images/" + schematic + "/v1.12.0/" }

@@ -57,6 +57,9 @@ func (w *World) PublishImageWith(ctx context.Context, version, kernelArgs string
 		Input: raw, SchematicID: w.Opts.SchematicID, TalosVersion: version, Arch: "amd64", Prefix: w.Prefix,
 		Formats: w.Opts.ImageFormats, BlockSize: 1 << 20, SectorSize: 512, VerifyOutput: true,
 		XZEncoder: "auto", WorkDir: dir,
+		// Worlds publish images for both deliveries; the NodeClass reads
+		// the manifest's metalISO and says which it can use.
+		MaintenanceAPI: true,
 		S3: publish.S3Config{Endpoint: w.S3.Endpoint, Bucket: w.Bucket, Region: w.S3.Region,
 			AccessKey: w.S3.AccessKey, SecretKey: w.S3.SecretKey},
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/cli"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/publish"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/schematic"
 )
 
 // memoryLimit and gcPercent keep the Go heap, and so RSS, bounded: decoding
@@ -31,8 +32,11 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	args := os.Args[1:]
-	if len(args) == 2 && args[0] == "help" && args[1] == "publish" {
-		args = []string{"publish", "-h"}
+	if len(args) == 2 && args[0] == "help" && (args[1] == "publish" || args[1] == "schematic") {
+		args = []string{args[1], "-h"}
+	}
+	if len(args) > 0 && args[0] == "schematic" {
+		os.Exit(schematic.Main(args[1:], os.Stdout, os.Stderr))
 	}
 	if len(args) > 0 && args[0] == "publish" {
 		code := publish.Main(ctx, args[1:], os.Stdout, os.Stderr)
