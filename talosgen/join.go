@@ -21,6 +21,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"go.yaml.in/yaml/v4"
 
 	coreconfig "github.com/siderolabs/talos/pkg/machinery/config"
@@ -114,6 +115,30 @@ func (j *JoinMaterial) Endpoint() string {
 
 // ClusterName returns the cluster name, if known.
 func (j *JoinMaterial) ClusterName() string { return j.clusterName }
+
+// KubernetesVersion is the kubelet version nodes get: the Secret's
+// kubernetes-version, else the one DefaultKubernetesVersion set, else Talos
+// machinery's default (which may be newer than the cluster). "" for the
+// config form, whose kubelet image decides.
+func (j *JoinMaterial) KubernetesVersion() string {
+	switch {
+	case j.form == FormWorkerConfig:
+		return ""
+	case j.kubernetesVersion != "":
+		return j.kubernetesVersion
+	}
+	return constants.DefaultKubernetesVersion
+}
+
+// DefaultKubernetesVersion sets the kubelet version for a Secret that names
+// none: the control plane's, so that nodes never run a kubelet newer than
+// their API server. It leaves the drift fingerprint alone: upgrading the
+// control plane gives new nodes the new kubelet without replacing the others.
+func (j *JoinMaterial) DefaultKubernetesVersion(v string) {
+	if j.form != FormWorkerConfig && j.kubernetesVersion == "" {
+		j.kubernetesVersion = strings.TrimPrefix(v, "v")
+	}
+}
 
 // HasTalosSecrets reports whether the join material carries the cluster's
 // Talos-side secrets (OS CA, cluster id/secret), which talosctl access and

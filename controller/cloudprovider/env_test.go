@@ -28,6 +28,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/kubeversion"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/operator"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/operator/options"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
@@ -130,6 +131,11 @@ func (e *env) newProvider() *operator.Provider {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	controlPlane, err := kubeversion.FromConfig(e.w.Kube.Config)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	p.SetControlPlane(controlPlane)
 	p.Installer.Imager = e.imgr
 	if e.wrap != nil {
 		p.Installer.Talos = e.wrap(p.Installer.Talos)

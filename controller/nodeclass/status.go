@@ -27,6 +27,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagesource"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/joinsecret"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/kubeversion"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/report"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/talosgen"
 )
@@ -68,6 +69,10 @@ type StatusController struct {
 	// LeftAlone lists the servers with this cluster's name that are not
 	// its own (identity.Owner.LeftAlone; nil: none).
 	LeftAlone func() []identity.LeftAlone
+	// ControlPlane reads the API server's version: the kubelet version of a
+	// join Secret that names none, and what the kubelet's is checked
+	// against (nil: neither, for tests).
+	ControlPlane kubeversion.ControlPlane
 }
 
 // InstallsBreaker keeps InstallsHealthy (*breaker.Store): Sync drops a stale
@@ -252,28 +257,48 @@ const (
 	ReasonJoinSecretForbidden = "JoinSecretForbidden"
 	// ReasonJoinConfigInvalid: the Secret is missing or does not render a valid config.
 	ReasonJoinConfigInvalid = "JoinConfigInvalid"
+	// ReasonVersionSkew: the kubelet version nodes would get is newer than
+	// the API server, too old for it, or not supported by the image's Talos.
+	ReasonVersionSkew = "VersionSkew"
 )
 
 func joinReason(err error) string {
 	var notAllowed *joinsecret.NotAllowedError
+	var skew *kubeversion.SkewError
 	switch {
 	case errors.As(err, &notAllowed):
 		return ReasonJoinSecretNotAllowed
+	case errors.As(err, &skew):
+		return ReasonVersionSkew
 	case apierrors.IsForbidden(err):
 		return ReasonJoinSecretForbidden
 	}
 	return ReasonJoinConfigInvalid
 }
 
-// checkJoinConfig renders a config for a made-up node, so a broken Secret or
-// patch shows on the NodeClass before any server is ordered.
+// checkJoinConfig renders a config for a made-up node and checks its kubelet
+// version, so a broken Secret or patch, or a kubelet that could not join,
+// shows on the NodeClass before any server is ordered.
 func (c *StatusController) checkJoinConfig(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass) error {
-	join, err := JoinMaterial(ctx, c.Secrets, nc)
+	join, err := JoinMaterial(ctx, c.Secrets, nc, c.ControlPlane)
 	if err != nil {
 		return err
 	}
-	_, err = talosgen.Render(join, sampleNodeClaim(nc), Settings(nc), sampleReport(), talosgen.Network{})
-	return err
+	if _, err := talosgen.Render(join, sampleNodeClaim(nc), Settings(nc), sampleReport(), talosgen.Network{}); err != nil {
+		return err
+	}
+	if c.ControlPlane == nil || join.Form() == talosgen.FormWorkerConfig {
+		return nil
+	}
+	cp, err := c.ControlPlane(ctx)
+	if err != nil {
+		return err
+	}
+	talos := nc.Spec.Image.TalosVersion
+	if talos == "" && nc.Status.Image != nil {
+		talos = nc.Status.Image.TalosVersion // from the manifest
+	}
+	return kubeversion.Check(talos, join.KubernetesVersion(), cp)
 }
 
 func sampleNodeClaim(nc *v1alpha1.ScalewayElasticMetalNodeClass) *karpv1.NodeClaim {

@@ -24,6 +24,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagesource"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/kubeversion"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeclass"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/manifest"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testenv"
@@ -116,8 +117,12 @@ func start(t *testing.T) *env {
 		t.Fatalf("API server: %v", shared.err)
 	}
 	e := &env{ctx: ctx, kube: shared.kube, cs: shared.cs, images: &images{}, creds: &credentials{}}
+	controlPlane, err := kubeversion.FromConfig(shared.kube.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
 	e.c = &nodeclass.StatusController{Kube: shared.kube.Client, Secrets: shared.kube.Client, Images: e.images, Credentials: e.creds,
-		DefaultZone: "fr-par-2", ProjectID: controllerProject, Recorder: shared.rec}
+		DefaultZone: "fr-par-2", ProjectID: controllerProject, Recorder: shared.rec, ControlPlane: controlPlane}
 	return e
 }
 
@@ -389,5 +394,40 @@ func TestForeignServersWarnWithoutChangingReady(t *testing.T) {
 	nc = e.reconcile(t, "namesake")
 	if c := nc.StatusConditions().Get(v1alpha1.ConditionTypeClusterIdentityUnique); c == nil || !c.IsTrue() {
 		t.Fatalf("ClusterIdentityUnique = %+v once the servers are gone, want True", c)
+	}
+}
+
+// A join Secret naming a kubelet newer than the API server (the envtest
+// kube-apiserver) makes the NodeClass not Ready before any server is bought;
+// one naming none gets the API server's version and is Ready.
+func TestKubeletNewerThanTheAPIServerIsNotReady(t *testing.T) {
+	e := start(t)
+	bundle, err := e.cs.CoreV1().Secrets("karpenter").Get(e.ctx, "cluster-join", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := map[string][]byte{"kubernetes-version": []byte("1.99.0")}
+	for k, v := range bundle.Data {
+		if k != "kubernetes-version" {
+			data[k] = v
+		}
+	}
+	if _, err := e.cs.CoreV1().Secrets("karpenter").Create(e.ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "join-too-new", Namespace: "karpenter"}, Data: data,
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	nc := e.nodeClass(t, "kubelet-too-new")
+	nc.Spec.Talos.JoinSecretRef.Name = "join-too-new"
+	if err := e.kube.Client.Update(e.ctx, nc); err != nil {
+		t.Fatal(err)
+	}
+	got := e.reconcile(t, "kubelet-too-new").StatusConditions().Get(v1alpha1.ConditionTypeJoinConfigReady)
+	if !got.IsFalse() || got.Reason != nodeclass.ReasonVersionSkew || !strings.Contains(got.Message, "newer than the API server") {
+		t.Fatalf("JoinConfigReady = %s/%s %q, want False/%s", got.Status, got.Reason, got.Message, nodeclass.ReasonVersionSkew)
+	}
+	e.nodeClass(t, "kubelet-default")
+	if got := e.reconcile(t, "kubelet-default").StatusConditions().Get(v1alpha1.ConditionTypeJoinConfigReady); !got.IsTrue() {
+		t.Fatalf("JoinConfigReady without kubernetes-version = %s/%s %q, want True (the API server's version)", got.Status, got.Reason, got.Message)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagesource"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/kubeversion"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/localdisks"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/talosgen"
 )
@@ -110,13 +111,24 @@ func ImageSettings(nc *v1alpha1.ScalewayElasticMetalNodeClass) imagesource.Setti
 	}
 }
 
-// JoinMaterial reads and parses the join Secret a NodeClass names.
-func JoinMaterial(ctx context.Context, kube client.Reader, nc *v1alpha1.ScalewayElasticMetalNodeClass) (*talosgen.JoinMaterial, error) {
+// JoinMaterial reads and parses the join Secret a NodeClass names. A Secret
+// that names no kubernetes-version gets the control plane's (controlPlane
+// nil: Talos machinery's default, which may be newer than the cluster).
+func JoinMaterial(ctx context.Context, kube client.Reader, nc *v1alpha1.ScalewayElasticMetalNodeClass, controlPlane kubeversion.ControlPlane) (*talosgen.JoinMaterial, error) {
 	ref := nc.Spec.Talos.JoinSecretRef
 	name := ref.Namespace + "/" + ref.Name
 	sec := &corev1.Secret{}
 	if err := kube.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, sec); err != nil {
 		return nil, fmt.Errorf("join secret %q: %w", name, err)
 	}
-	return talosgen.ParseJoinSecret(name, sec.Data)
+	join, err := talosgen.ParseJoinSecret(name, sec.Data)
+	if err != nil || controlPlane == nil {
+		return join, err
+	}
+	v, err := controlPlane(ctx)
+	if err != nil {
+		return nil, err
+	}
+	join.DefaultKubernetesVersion(v)
+	return join, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/bootstraptoken"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/kubeversion"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeclass"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/report"
@@ -25,13 +26,16 @@ type Configs struct {
 	IPv6Gateway string
 	// Tokens makes per-NodeClaim bootstrap tokens (NodeClass bootstrapToken: PerNodeClaim).
 	Tokens *bootstraptoken.Manager
+	// ControlPlane gives the kubelet version of a join Secret that names
+	// none (nil: Talos machinery's default).
+	ControlPlane kubeversion.ControlPlane
 }
 
 // Render is claim's machine config on srv, from the NodeClass, the join
 // Secret and what em-imager found.
 func (r *Configs) Render(ctx context.Context, claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalNodeClass, srv *baremetal.Server,
 	hw *report.Report, network talosgen.Network) ([]byte, error) {
-	join, err := nodeclass.JoinMaterial(ctx, r.Secrets, nc)
+	join, err := nodeclass.JoinMaterial(ctx, r.Secrets, nc, r.ControlPlane)
 	if err != nil {
 		return nil, err
 	}

@@ -40,6 +40,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/inventory"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/joinsecret"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/kubeversion"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeclass"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeinstall"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/operator/options"
@@ -72,6 +73,11 @@ func Run() error {
 	if err != nil {
 		return err
 	}
+	controlPlane, err := kubeversion.FromConfig(op.GetConfig())
+	if err != nil {
+		return err
+	}
+	p.SetControlPlane(controlPlane)
 	// Create returns once the server is ordered; what may keep it failing
 	// longer is an order whose answer was lost, which is looked for during
 	// the settle window before any new order: Karpenter must not give up on
@@ -115,6 +121,13 @@ type Provider struct {
 	WarmPool          *warmpool.Controller
 	PreImage          *preimage.Controller
 	Billing           *billing.Backfill
+}
+
+// SetControlPlane makes the kubelet version of a join Secret that names none
+// the API server's, and checks every NodeClass's kubelet against it.
+func (p *Provider) SetControlPlane(cp kubeversion.ControlPlane) {
+	p.NodeClassStatus.ControlPlane = cp
+	p.Installs.Config.ControlPlane = cp
 }
 
 // NewProvider builds the provider. kube may be cached; direct must not be
