@@ -21,6 +21,8 @@ type Workload struct {
 	Spread                      bool
 	// NodeSelector of the pods (nil: none).
 	NodeSelector map[string]string
+	// Tolerations of the pods (nil: none), e.g. of a NodePool's taints.
+	Tolerations []corev1.Toleration
 
 	mu     sync.Mutex
 	want   int
@@ -39,6 +41,16 @@ func (w *World) RunWorkload(namespace, app string, n int, cpu, memory string, sp
 // NodePool's nodes ({karpenter.sh/nodepool: name}).
 func (w *World) RunWorkloadOn(namespace, app string, n int, cpu, memory string, nodeSelector map[string]string) *Workload {
 	return w.run(&Workload{Namespace: namespace, App: app, CPU: cpu, Memory: memory, NodeSelector: nodeSelector, want: n})
+}
+
+// RunWorkloadTolerating is RunWorkload for pods that tolerate every taint of
+// taints (the NodePool's, which keep other pods off bare metal).
+func (w *World) RunWorkloadTolerating(namespace, app string, n int, cpu, memory string, spread bool, taints []corev1.Taint) *Workload {
+	tol := make([]corev1.Toleration, 0, len(taints))
+	for _, t := range taints {
+		tol = append(tol, corev1.Toleration{Key: t.Key, Operator: corev1.TolerationOpExists, Effect: t.Effect})
+	}
+	return w.run(&Workload{Namespace: namespace, App: app, CPU: cpu, Memory: memory, Spread: spread, Tolerations: tol, want: n})
 }
 
 func (w *World) run(wl *Workload) *Workload {
@@ -80,6 +92,7 @@ func (wl *Workload) reconcile(ctx context.Context) {
 	wl.mu.Unlock()
 	d := Deployment(wl.Namespace, wl.App, int32(want), wl.CPU, wl.Memory, wl.Spread)
 	d.Spec.Template.Spec.NodeSelector = wl.NodeSelector
+	d.Spec.Template.Spec.Tolerations = wl.Tolerations
 	for ; alive < want; alive++ {
 		wl.mu.Lock()
 		wl.seq++

@@ -179,11 +179,14 @@ func (d *demo) run(ctx context.Context, example string, nc *v1alpha1.ScalewayEla
 	go d.watchNodeClaimEvents(evctx)
 	go d.showWhileImaging(evctx)
 
-	web := w.RunWorkload("default", "web", 0, "6", "2Gi", true)
+	// The example's NodePool taints its nodes so that only pods that opt in
+	// order bare metal: the demo's pods tolerate its taints.
+	taints := np.Spec.Template.Spec.Taints
+	web := w.RunWorkloadTolerating("default", "web", 0, "6", "2Gi", true, taints)
 	defer web.Stop()
-	batch := w.RunWorkload("default", "batch", 0, "20", "8Gi", false)
+	batch := w.RunWorkloadTolerating("default", "batch", 0, "20", "8Gi", false, taints)
 	defer batch.Stop()
-	api := w.RunWorkload("default", "api", 0, "6", "2Gi", true)
+	api := w.RunWorkloadTolerating("default", "api", 0, "6", "2Gi", true, taints)
 	defer api.Stop()
 
 	d.printf("wave 1: 3 pods 'web' (6 CPU, 2Gi, one per node) + 1 pod 'batch' (20 CPU, 8Gi) pending; no node exists yet")
