@@ -322,7 +322,13 @@ func RunImager(ctx context.Context, s *Session, a ImagerArgs, onProgress func(re
 	if err != nil {
 		return nil, fmt.Errorf("running em-imager: %w", err)
 	}
-	return imagerReport(code, stdout.Bytes(), &tail)
+	rep, err := imagerReport(code, stdout.Bytes(), &tail)
+	if err == nil && (rep.Command != "write" || rep.Disk == nil || rep.Disk.Path == "") {
+		// What the install reads next; a host that answers otherwise is
+		// not running the build the controller uploaded.
+		return nil, fmt.Errorf("em-imager write reported success without the disk it wrote (command %q)", rep.Command)
+	}
+	return rep, err
 }
 
 // ConfigArgs are the arguments of one `em-imager write-config`.

@@ -235,7 +235,7 @@ func TestRebootIntoRescueForgetsThePinnedKey(t *testing.T) {
 // A hostile rescue host cannot make the controller keep what it prints: an
 // endless report is cut off and the command killed, an endless line on
 // stderr is kept only in part, an endless sha256sum answer is refused.
-func TestOutputOfAHostileHostIsBounded(t *testing.T) {
+func TestHostileRescueOutputIsBounded(t *testing.T) {
 	s := dialHost(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -257,5 +257,20 @@ func TestOutputOfAHostileHostIsBounded(t *testing.T) {
 	}
 	if err := ctx.Err(); err != nil {
 		t.Fatalf("the commands were stopped by the test's deadline, not by their output: %v", err)
+	}
+}
+
+// A report that says ok but lacks what the install reads next (the disk
+// written) is refused, not handed on to a nil dereference.
+func TestHostileRescueWrongReport(t *testing.T) {
+	s := dialHost(t)
+	for _, out := range []string{
+		`{"version":1,"command":"write","ok":true,"imager":"t","nics":[],"timings":{"rawMBps":1}}`,
+		`{"version":1,"command":"inspect","ok":true,"imager":"t","nics":[],"disk":{"path":"/dev/nvme0n1"}}`,
+	} {
+		rep, err := RunImager(context.Background(), s, ImagerArgs{Binary: fakeImager("{}", out, 0), SHA256: "ab"}, nil)
+		if err == nil || rep != nil || !strings.Contains(err.Error(), "without the disk") {
+			t.Errorf("report %s: %+v, %v; want an error and no report", out, rep, err)
+		}
 	}
 }

@@ -114,6 +114,10 @@ func ProbeAt(r io.ReaderAt, size int64, sectorSize int) (Contents, error) {
 	return c, nil
 }
 
+// maxGPTEntries bounds the partition entry array read (128 entries of 128
+// bytes is what every tool writes: 16 KiB).
+const maxGPTEntries = 1 << 20
+
 func readAt(r io.ReaderAt, off, n int64) ([]byte, error) {
 	if n <= 0 {
 		return nil, nil
@@ -194,7 +198,11 @@ func (c *Contents) readGPT(r io.ReaderAt, head []byte, size int64, ss int) (bool
 	case !h.crcOK:
 		c.TableNote = "the primary GPT header's checksum is wrong"
 	}
-	if h.entrySize < 128 || h.entries == 0 || h.entries > 1024 {
+	// Entries are 128 bytes times a power of two (UEFI 2.10, 5.3.2); a
+	// header that says otherwise, or a table above maxGPTEntries bytes, is
+	// not read: its sizes would make the probe allocate what they say.
+	if h.entrySize < 128 || h.entrySize > 4096 || h.entrySize&(h.entrySize-1) != 0 || h.entries == 0 ||
+		h.entries > 1024 || int64(h.entries)*int64(h.entrySize) > maxGPTEntries || h.entriesLBA > uint64(size/int64(ss)) {
 		c.TableNote = strings.TrimPrefix(c.TableNote+"; no readable partition entries", "; ")
 		return true, nil
 	}

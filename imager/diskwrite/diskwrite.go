@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 	"os"
 	"sync/atomic"
 	"time"
@@ -648,7 +649,12 @@ func imageNeeds(head []byte, imageSize int64, diskSector int, capacity int64) (N
 		}
 		imgSector = s
 		if h, ok := parseGPTHeader(head[s:], s); ok && h.myLBA == 1 {
-			need = max(need, int64(max(h.alternateLBA, h.lastUsableLBA)+1)*s)
+			last := max(h.alternateLBA, h.lastUsableLBA)
+			if last >= uint64(math.MaxInt64/s) {
+				// More sectors than any disk has (and an overflow below).
+				return Needs{Bytes: math.MaxInt64, SectorSize: int(s)}, fmt.Errorf("%w: the image's GPT reaches LBA %d", ErrTooSmall, last)
+			}
+			need = max(need, int64(last+1)*s)
 		}
 		break
 	}
