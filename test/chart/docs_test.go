@@ -84,7 +84,8 @@ func docLists(t *testing.T, doc string, names []string, mark func(string) string
 	}
 }
 
-// TestDocsLinksResolve: relative links in docs/ point at files that exist.
+// TestDocsLinksResolve: relative links in docs/, README.md and CHANGELOG.md
+// point at files that exist.
 func TestDocsLinksResolve(t *testing.T) {
 	link := regexp.MustCompile(`\]\(([^)#\s]+)(#[^)]*)?\)`)
 	// Code (fenced blocks, inline spans) holds regexps, not links.
@@ -93,6 +94,8 @@ func TestDocsLinksResolve(t *testing.T) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no docs: %v", err)
 	}
+	// The pages a reader opens first link into docs/ and the examples too.
+	files = append(files, repoPath(t, "README.md"), repoPath(t, "CHANGELOG.md"))
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {

@@ -262,5 +262,7 @@ func checkKeys(ctx context.Context, c *scaleway.Client, cluster string, r *Repor
 			return
 		}
 	}
-	r.add(Warn, "iam", "no SSH key named %s: the controller registers it when it starts", name)
+	// The key is in IAM only while an install or a pre-imaging needs a rescue
+	// boot (package rescuekey): its absence is the normal state.
+	r.add(OK, "iam", "no SSH key named %s: none needed now (the controller registers it only while an install or a pre-imaging needs a rescue boot)", name)
 }
