@@ -20,7 +20,7 @@ export TEST_ASSET_KUBE_SCHEDULER := $(BIN)/kube-scheduler
 export TEST_ASSET_VERSITYGW := $(BIN)/versitygw
 export TEST_ASSET_EM_IMAGER := $(BIN)/em-imager
 
-.PHONY: all help build imager-binaries image image-push test bench bench-nodes demo e2e tools deps vet fmt-check tidy-check clean chart-crds docs dashboards catalog-snapshot licenses smoke-live
+.PHONY: all help build imager-binaries image image-push test fuzz bench bench-nodes demo e2e tools deps vet fmt-check tidy-check clean chart-crds docs dashboards catalog-snapshot licenses smoke-live
 
 all: build
 
@@ -100,8 +100,22 @@ deps: ## install the Debian packages the tests and make image use
 	if [ -n "$$missing" ]; then echo "installing $$missing"; \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null; fi
 
-test: deps fmt-check vet build tools ## unit, integration and end-to-end suites (what CI runs)
+test: deps fmt-check vet build tools ## unit, integration and end-to-end suites (what CI runs), then every fuzz target for a few seconds
 	$(GO) test $(GOTEST_FLAGS) ./...
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=3s
+
+# Every Go fuzz target (func FuzzX in a _test.go file) fuzzed for FUZZTIME, one
+# after the other; `go test ./...` already runs their seed corpora. A crash
+# stops the run and leaves the input in the package's testdata/fuzz/FuzzX/:
+# fix the code and commit the input as a seed.
+FUZZTIME ?= 1m
+fuzz: ## fuzz every target for FUZZTIME each (default 1m): make fuzz FUZZTIME=10m
+	@for f in $$(grep -rl --include='*_test.go' '^func Fuzz' $(ROOT)/imager $(ROOT)/controller $(ROOT)/talosgen $(ROOT)/test | sort); do \
+		d=$$(dirname $$f); for t in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$f | cut -d' ' -f2); do \
+			echo "fuzz $${d#$(ROOT)/} $$t for $(FUZZTIME)"; \
+			(cd $$d && $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s . >/tmp/fuzz-$$t.log 2>&1) \
+				|| { tail -30 /tmp/fuzz-$$t.log; exit 1; }; \
+		done; done; echo "fuzz: every target ran for $(FUZZTIME)"
 
 # em-imager: builds (once, cached in .cache/imager-bench) a 1.4 GiB Talos-like image, compresses it like
 # Talos, serves it over loopback and prints MB/s vs curl|xz|dd, curl|zstd|dd and dd, plus peak RSS.

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
-	"time"
 	"os/exec"
+	"runtime"
 	"testing"
+	"time"
 )
 
 // frontEndMaxOut bounds what one fuzz input may decode to: a small stream
