@@ -95,7 +95,9 @@ func (i *Installer) enterRescue(ctx, pctx context.Context, job *Job, srv *bareme
 		return srv, "", err
 	}
 	if InKeyedRescue(srv) {
-		i.loadHostKeyPin(srv, host)
+		if err := i.loadHostKeyPin(ctx, srv, host); err != nil {
+			return srv, "", &PhaseError{Phase: p, Err: err}
+		}
 		sess, err := i.probeRescue(pctx, host)
 		if err == nil {
 			_ = sess.Close()
@@ -138,12 +140,29 @@ func rescueGone(ctx, pctx context.Context, err error) bool {
 }
 
 // loadHostKeyPin gives the dialer the pin of srv's current rescue boot
-// recorded on its tags (after a restart), unless it has one.
-func (i *Installer) loadHostKeyPin(srv *baremetal.Server, host string) {
-	v, _ := scaleway.TagValue(srv.Tags, TagRescueHostKey)
-	if pin, err := rescue.ParseHostKeyPin(v); err == nil && pin != "" && i.Dialer.Pinned(host) == "" {
+// recorded on its tags (after a restart), unless it has one. The pin is
+// read from the server by ID (FreshServer), never from srv: srv comes from
+// the poller's listing, which may show the server as it was before the
+// previous process recorded the pin, and a missing pin means trusting the
+// host on first use. A server whose pin cannot be read fails the attempt
+// (closed): no session is opened on a host whose pin is unknown.
+func (i *Installer) loadHostKeyPin(ctx context.Context, srv *baremetal.Server, host string) error {
+	if i.Dialer.Pinned(host) != "" {
+		return nil
+	}
+	fresh, err := i.API.FreshServer(ctx, srv.Zone, srv.ID)
+	if err != nil {
+		return fmt.Errorf("reading the rescue host key pin of server %s: %w", srv.ID, err)
+	}
+	v, _ := scaleway.TagValue(fresh.Tags, TagRescueHostKey)
+	pin, err := rescue.ParseHostKeyPin(v)
+	if err != nil {
+		return fmt.Errorf("server %s: rescue host key pin: %w", srv.ID, err)
+	}
+	if pin != "" {
 		i.Dialer.Pin(host, pin)
 	}
+	return nil
 }
 
 // recordHostKey puts the pin of the session's host key on the server when it
@@ -152,10 +171,36 @@ func (i *Installer) recordHostKey(ctx context.Context, log logr.Logger, srv *bar
 	if v, _ := scaleway.TagValue(srv.Tags, TagRescueHostKey); v == string(pin) || pin == "" {
 		return srv, nil
 	}
-	log.Info("rescue host key pinned for this rescue boot", "fingerprint", string(pin))
-	return i.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
+	var stored rescue.HostKeyPin
+	updated, err := i.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
+		// The tags as read by ID: a pin srv (a listing's) did not show yet
+		// is this boot's pin, recorded by the process before a restart;
+		// another key is no pin to replace but a host to refuse.
+		if v, _ := scaleway.TagValue(tags, TagRescueHostKey); v != "" && v != string(pin) {
+			stored = rescue.HostKeyPin(v)
+			return tags, false
+		}
 		return withHostKey(pin)(tags), true
 	})
+	if err != nil {
+		return srv, err
+	}
+	if stored != "" {
+		return srv, &rescue.HostKeyChangedError{Host: srv.ID, Pinned: stored, Presented: pin}
+	}
+	log.Info("rescue host key pinned for this rescue boot", "fingerprint", string(pin))
+	return updated, nil
+}
+
+// hostKeyError is the PhaseError of a failed recordHostKey: a host that
+// presented another key than the one stored for its boot gives the server
+// back, as a changed key met by the dialer does (waitError).
+func hostKeyError(p Phase, err error) error {
+	var changed *rescue.HostKeyChangedError
+	if errors.As(err, &changed) {
+		return &PhaseError{Phase: p, Release: true, Err: fmt.Errorf("%s: %w", ReasonRescueHostKeyChanged, err)}
+	}
+	return &PhaseError{Phase: p, Err: fmt.Errorf("recording the rescue host key: %w", err)}
 }
 
 func withHostKey(pin rescue.HostKeyPin) func([]string) []string {
@@ -290,7 +335,9 @@ func (i *Installer) inRescue(ctx, pctx context.Context, log logr.Logger, job *Jo
 		return srv, waitError(ctx, PhaseImaging, "an imaging slot", err)
 	}
 	defer release()
-	i.loadHostKeyPin(srv, host)
+	if err := i.loadHostKeyPin(ctx, srv, host); err != nil {
+		return srv, &PhaseError{Phase: PhaseImaging, Err: err}
+	}
 	// Rescue answered SSH when this phase began.
 	sess, err := i.probeRescue(pctx, host)
 	if err != nil {
@@ -309,7 +356,7 @@ func (i *Installer) inRescue(ctx, pctx context.Context, log logr.Logger, job *Jo
 	}
 	defer sess.Close()
 	if srv, err = i.recordHostKey(ctx, log, srv, sess.HostKey); err != nil {
-		return srv, &PhaseError{Phase: PhaseImaging, Err: fmt.Errorf("recording the rescue host key: %w", err)}
+		return srv, hostKeyError(PhaseImaging, err)
 	}
 	return fn(sess)
 }

@@ -2,7 +2,6 @@ package install
 
 import (
 	"context"
-	"fmt"
 
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 
@@ -38,7 +37,7 @@ func (i *Installer) PreImage(ctx context.Context, srv *baremetal.Server, img Ima
 	// waiting for an imaging slot: a restart meanwhile must not trust a
 	// second key on first use.
 	if srv, err = i.recordHostKey(ctx, log, srv, pin); err != nil {
-		return srv, &PhaseError{Phase: PhaseRescue, Err: fmt.Errorf("recording the rescue host key: %w", err)}
+		return srv, hostKeyError(PhaseRescue, err)
 	}
 	return i.inRescue(ctx, pctx, log, job, srv, func(sess *rescue.Session) (*baremetal.Server, error) {
 		return i.writeImage(ctx, pctx, log, job, srv, sess, img)

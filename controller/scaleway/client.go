@@ -75,11 +75,15 @@ type Client struct {
 	randMu sync.Mutex
 	rand   *rand.Rand
 
-	tagLocks    keyedMutex
-	seen        seenServers
-	createLocks keyedMutex
-	orders      pendingOrders
-	iamMu       sync.Mutex
+	tagLocks keyedMutex
+	seen     seenServers
+	// readFloor: when reads become trustworthy as the base of a write
+	// (Config.ReadLag after the first FreshServer); set once.
+	readFloorOnce sync.Once
+	readFloor     time.Time
+	createLocks   keyedMutex
+	orders        pendingOrders
+	iamMu         sync.Mutex
 }
 
 // New builds a Client from cfg (zero tuning fields take their defaults).

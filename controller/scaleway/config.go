@@ -94,6 +94,16 @@ type Config struct {
 	// what it already reported done: the IPs of a server that is ready
 	// without them, a Private Network option that is still enabling.
 	SettleWait time.Duration
+	// ReadLag bounds how far the API's reads (by ID as well as listings)
+	// may trail its writes. Scaleway promises no consistency for reads, and
+	// the API has no compare-and-set for tags, so a process that rewrites a
+	// server's tags must first be sure its reads show every write of the
+	// process that ran before it (a leader killed in a rollout): the first
+	// read a write is based on (FreshServer) waits until ReadLag has passed
+	// since it was first asked for; later ones do not wait. 0 (the default)
+	// takes a read by ID as current, which the simulator models as the kind
+	// side (scwsim.Options.StaleReadsByID off).
+	ReadLag time.Duration
 }
 
 // Defaults applied by New for zero fields.
@@ -220,6 +230,9 @@ func (c Config) Validate() error {
 	}
 	if c.SettleWait < 0 {
 		errs = append(errs, errors.New("SettleWait must not be negative"))
+	}
+	if c.ReadLag < 0 {
+		errs = append(errs, errors.New("ReadLag must not be negative"))
 	}
 	return errors.Join(errs...)
 }

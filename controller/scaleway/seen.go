@@ -19,6 +19,10 @@ import (
 // state can only miss changes made by someone else (a person in the
 // console); it is used for at most maxAge after it was seen (seenMaxAge:
 // a few poll intervals, a minute by default) and read again after that.
+// Only the answers of our writes and of reads by ID are used as the base of
+// a tag edit (freshBase): a listing may show a server as it was before the
+// previous process's last writes (a restart within the API's lag), and
+// nothing of this process's own is there to hold it against.
 //
 // A state is replaced only by one at least as recent by the API's own
 // updated_at (and the answer of our write only by a strictly newer read): a
@@ -37,6 +41,9 @@ type seenServer struct {
 	// updated_at does not replace it (an API that does not move updated_at
 	// on a tag change must not let a list started before the write undo it).
 	written bool
+	// byID: the answer of a read by ID (GetServer), not of a listing; with
+	// written, what a tag edit may start from (freshBase).
+	byID bool
 }
 
 // seenMaxAge is how long a seen state stands in for a read: four poll
@@ -50,6 +57,28 @@ func seenKey(zone scw.Zone, id string) string { return string(zone) + "/" + id }
 
 // observe records srv as seen at now; written: the answer of a write.
 func (s *seenServers) observe(srv *baremetal.Server, now time.Time, written bool) {
+	s.put(seenServer{srv: srv, at: now, written: written})
+}
+
+// observeByID records srv as a read by ID returned it at now.
+func (s *seenServers) observeByID(srv *baremetal.Server, now time.Time) {
+	s.put(seenServer{srv: srv, at: now, byID: true})
+}
+
+// rank orders the sources of equally recent states: our write, then a read
+// by ID, then a listing.
+func (e seenServer) rank() int {
+	switch {
+	case e.written:
+		return 2
+	case e.byID:
+		return 1
+	}
+	return 0
+}
+
+func (s *seenServers) put(e seenServer) {
+	srv := e.srv
 	if srv == nil || srv.ID == "" || s.maxAge <= 0 {
 		return
 	}
@@ -59,12 +88,12 @@ func (s *seenServers) observe(srv *baremetal.Server, now time.Time, written bool
 	if s.byKey == nil {
 		s.byKey = map[string]seenServer{}
 	}
-	if old, ok := s.byKey[k]; ok && (newerThan(old.srv, srv) || old.written && !written && !newerThan(srv, old.srv)) {
+	if old, ok := s.byKey[k]; ok && (newerThan(old.srv, srv) || old.rank() > e.rank() && !newerThan(srv, old.srv)) {
 		return
 	}
-	s.byKey[k] = seenServer{srv: srv, at: now, written: written}
+	s.byKey[k] = e
 	if len(s.byKey) > 4096 {
-		s.expire(now)
+		s.expire(e.at)
 	}
 }
 
@@ -79,6 +108,32 @@ func (s *seenServers) fresh(zone scw.Zone, id string, now time.Time) (*baremetal
 	defer s.mu.Unlock()
 	e, ok := s.byKey[seenKey(zone, id)]
 	if !ok || e.at.IsZero() || now.Sub(e.at) > s.maxAge {
+		return nil, false
+	}
+	return e.srv, true
+}
+
+// freshBase is fresh for a state a tag edit may start from: the answer of
+// our own write or of a read by ID made at or after since (Config.ReadLag's
+// floor), never a listing's.
+func (s *seenServers) freshBase(zone scw.Zone, id string, now, since time.Time) (*baremetal.Server, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.byKey[seenKey(zone, id)]
+	if !ok || e.at.IsZero() || now.Sub(e.at) > s.maxAge || !(e.written || e.byID) || e.at.Before(since) {
+		return nil, false
+	}
+	return e.srv, true
+}
+
+// ownWrite is the answer of this process's last write of the server that
+// no later read replaced, however old: a read by ID that does not show it
+// yet (Config.ReadLag) must not take the server back below it.
+func (s *seenServers) ownWrite(zone scw.Zone, id string) (*baremetal.Server, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.byKey[seenKey(zone, id)]
+	if !ok || !e.written {
 		return nil, false
 	}
 	return e.srv, true

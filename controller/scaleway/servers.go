@@ -49,8 +49,69 @@ func (c *Client) GetServer(ctx context.Context, zone scw.Zone, id string) (*bare
 		srv, err = c.bm.GetServer(&baremetal.GetServerRequest{Zone: zone, ServerID: id}, scw.WithContext(ctx))
 		return err
 	})
-	c.observe(zone, id, srv, err, false)
+	if err != nil {
+		c.seen.forget(zone, id)
+	} else {
+		c.seen.observeByID(srv, c.clock.Now())
+	}
 	return srv, err
+}
+
+// FreshServer reads one server by ID as the base of a write that depends
+// on what it says (a tag edit, a release, a host-key pin): never a listing
+// or a listing's state, which may trail the server's writes by minutes (a
+// restarted process has nothing of its own to hold them against, and took
+// a spare a moment ago given to another NodeClaim by the previous one).
+// When this process wrote the server itself, the state its write returned
+// stands in for a read that does not show it yet. The first call waits
+// until Config.ReadLag has passed (see there): reads by ID may lag too.
+func (c *Client) FreshServer(ctx context.Context, zone scw.Zone, id string) (*baremetal.Server, error) {
+	zone = c.zone(zone)
+	if err := c.waitReadFloor(ctx); err != nil {
+		return nil, err
+	}
+	srv, err := c.GetServer(ctx, zone, id)
+	if err != nil {
+		return nil, err
+	}
+	if own, ok := c.seen.ownWrite(zone, id); ok && !newerThan(srv, own) {
+		return own, nil
+	}
+	return srv, nil
+}
+
+// waitReadFloor waits, on the first call only, Config.ReadLag: from then
+// on the API's reads show every write made before this process began
+// writing. The floor counts from the first write's read, not from the
+// client's start: under leader election a process writes only once it
+// leads, and the previous leader wrote until then.
+func (c *Client) waitReadFloor(ctx context.Context) error {
+	if c.cfg.ReadLag <= 0 {
+		return nil
+	}
+	c.readFloorOnce.Do(func() {
+		c.readFloor = c.clock.Now().Add(c.cfg.ReadLag)
+		c.log.Info("waiting for the API's reads to show the previous process's writes before the first write", "readLag", c.cfg.ReadLag.String())
+	})
+	d := c.readFloor.Sub(c.clock.Now())
+	if d <= 0 {
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.clock.After(d):
+		return nil
+	}
+}
+
+// trustedSince is when reads became trustworthy as write bases (zero: always).
+func (c *Client) trustedSince() time.Time {
+	if c.cfg.ReadLag <= 0 {
+		return time.Time{}
+	}
+	c.readFloorOnce.Do(func() { c.readFloor = c.clock.Now().Add(c.cfg.ReadLag) })
+	return c.readFloor
 }
 
 // RecentServer is the server as this client last read or wrote it, when
@@ -424,8 +485,9 @@ func (c *Client) UpdateServerTags(ctx context.Context, zone scw.Zone, id string,
 }
 
 // SetTag sets "key=value" on the server, replacing any "key=..." and keeping
-// every other tag. It reads the server, edits the list and writes it back
-// only when it changed. Writers in this process are serialised per server;
+// every other tag. It reads the server by ID (FreshServer; or takes the
+// state this process's write or read by ID just returned, never a
+// listing's), edits the list and writes it back only when it changed. Writers in this process are serialised per server;
 // the API offers no compare-and-swap, so a concurrent writer elsewhere can
 // still lose an update between the read and the write: keep each key owned
 // by one writer (the phase tag by the install pipeline).
@@ -450,11 +512,13 @@ func (c *Client) mutateTags(ctx context.Context, zone scw.Zone, id string, edit 
 	zone = c.zone(zone)
 	unlock := c.tagLocks.lock(string(zone) + "/" + id)
 	defer unlock()
-	// The state a read or write just returned is as good as a new read.
-	srv, ok := c.seen.fresh(zone, id, c.clock.Now())
+	// The state our own write or a read by ID just returned is as good as
+	// a new read; a listing's never is (it may show the server as it was
+	// before another process's write: FreshServer).
+	srv, ok := c.seen.freshBase(zone, id, c.clock.Now(), c.trustedSince())
 	if !ok {
 		var err error
-		if srv, err = c.GetServer(ctx, zone, id); err != nil {
+		if srv, err = c.FreshServer(ctx, zone, id); err != nil {
 			return nil, err
 		}
 	}

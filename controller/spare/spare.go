@@ -118,6 +118,9 @@ func Decide(offers Offers, srv *baremetal.Server, nc *v1alpha1.ScalewayElasticMe
 type API interface {
 	rescue.Rebooter
 	GetServer(ctx context.Context, zone scw.Zone, id string) (*baremetal.Server, error)
+	// FreshServer is the read a decision to write is based on: by ID, never
+	// a listing's state, and not below this process's own writes.
+	FreshServer(ctx context.Context, zone scw.Zone, id string) (*baremetal.Server, error)
 	DeleteServer(ctx context.Context, zone scw.Zone, id string) (*baremetal.Server, error)
 	ListServers(ctx context.Context, zone scw.Zone, tags []string) ([]*baremetal.Server, error)
 	EditTags(ctx context.Context, zone scw.Zone, id string, edit func([]string) ([]string, bool)) (*baremetal.Server, error)
@@ -251,7 +254,7 @@ func (k *Keeper) ReleaseIf(ctx context.Context, zone scw.Zone, id, owner string,
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	defer k.hold(id)()
-	srv, err := k.API.GetServer(ctx, zone, id)
+	srv, err := k.API.FreshServer(ctx, zone, id)
 	if scaleway.IsNotFound(err) {
 		return Gone, Decision{}, nil
 	}
@@ -349,7 +352,7 @@ func (k *Keeper) EndSpare(ctx context.Context, zone scw.Zone, id string, handOve
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	defer k.hold(id)()
-	srv, err := k.API.GetServer(ctx, zone, id)
+	srv, err := k.API.FreshServer(ctx, zone, id)
 	if scaleway.IsNotFound(err) {
 		return Gone, nil
 	}
@@ -461,6 +464,10 @@ func (k *Keeper) take(ctx context.Context, zone scw.Zone, offerName string, bill
 		}
 		unhold := k.hold(s.ID) // a pre-imaging under way ends before the take, and none starts until it is written
 		taken, preImaged := false, false
+		// The listing only says where to look: it may show the server as it
+		// was before another process (the leader this one replaced) took it.
+		// EditTags starts from a read by ID (FreshServer), and the edit
+		// below refuses a server that read says is no longer a spare.
 		updated, err := k.API.EditTags(ctx, s.Zone, s.ID, func(tags []string) ([]string, bool) {
 			if install.PhaseOf(&baremetal.Server{Tags: tags}) != install.PhaseSpare {
 				return tags, false // released or taken meanwhile

@@ -38,6 +38,13 @@
 // serves HTTP/1.1 and unencrypted HTTP/2, so a client whose transport speaks
 // HTTP/2 sees the HTTP/2 shapes.
 //
+// Reads may lag behind writes (stale.go; all off by default): ListLag hides
+// a new server from listings; StaleLag makes listings serve every server as
+// it was that long ago (tag edits, status changes and deletions show late,
+// a deleted server stays listed), and StaleReadsByID makes GetServer lag
+// the same way. Nothing Scaleway publishes promises a current read, so
+// these are the unkind side of what the real API may do.
+//
 // Run its tests: go test -count=1 -race ./test/sim/scwsim/...
 //
 // # State machine

@@ -119,6 +119,21 @@ type Options struct {
 	// consistent, while GetServer by ID sees it at once.
 	ListLag time.Duration
 
+	// StaleLag, when positive, makes ListServers serve every server as it
+	// was this long ago (scaled like Delays): a tag edit, a status change or
+	// a deletion shows in listings only after it, a deleted server is still
+	// listed (as it was) for that long, and a new server is hidden for that
+	// long. Scaleway promises no consistency for its reads, so this is the
+	// unkind side of what it may do (stale.go). Writes act on the server as
+	// it is and answer with what they committed. Default 0: listings are
+	// current (ListLag aside), as the tests written before it assume.
+	StaleLag time.Duration
+	// StaleReadsByID makes GetServer serve the same past versions as
+	// StaleLag's listings (nothing promises a read by ID is current
+	// either), except that a server ordered within the lag reads as its
+	// first version rather than not found. Without StaleLag it does nothing.
+	StaleReadsByID bool
+
 	// RateLimit, when positive, is the sustained requests per second the
 	// key may make (all paths together); beyond RateBurst, requests get 429
 	// as a throttled Scaleway key does (shaped by RateLimited).
@@ -274,6 +289,9 @@ func (o Options) Validate() error {
 	}
 	if o.ListLag < 0 {
 		return fmt.Errorf("scwsim: Options.ListLag: %v is negative", o.ListLag)
+	}
+	if o.StaleLag < 0 {
+		return fmt.Errorf("scwsim: Options.StaleLag: %v is negative", o.StaleLag)
 	}
 	if o.RateLimit < 0 || o.RateBurst < 0 {
 		return fmt.Errorf("scwsim: Options.RateLimit/RateBurst: %v/%d is negative", o.RateLimit, o.RateBurst)

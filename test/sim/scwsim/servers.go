@@ -720,6 +720,15 @@ func (s *Sim) powerOff(sv *server) {
 func (s *Sim) getServer(rec *statusRecorder, r *http.Request) (any, *apiError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.staleOn() && s.opts.StaleReadsByID {
+		rec.serverID = r.PathValue("id")
+		if body, gone, ok := s.staleGet(rec.serverID, r.PathValue("zone")); ok {
+			if gone {
+				return nil, errGone()
+			}
+			return body, nil
+		}
+	}
 	sv, e := s.lookup(rec, r)
 	if e != nil {
 		return nil, e
@@ -744,6 +753,10 @@ func (s *Sim) listServers(rec *statusRecorder, r *http.Request) (any, *apiError)
 	zone := r.PathValue("zone")
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.staleOn() {
+		all := s.staleList(zone, q, desc)
+		return map[string]any{"servers": orEmpty(paginate(all, page, size)), "total_count": len(all)}, nil
+	}
 	var match []*server
 	listed := s.now().Add(-s.opts.scaled(s.opts.ListLag))
 	for _, sv := range s.servers {
@@ -765,25 +778,29 @@ func (s *Sim) listServers(rec *statusRecorder, r *http.Request) (any, *apiError)
 	return map[string]any{"servers": out, "total_count": len(match)}, nil
 }
 
-func serverMatches(sv *server, q map[string][]string) bool {
+func serverMatches(sv *server, q map[string][]string) bool { return matches(matchOf(sv), q) }
+
+// matches reports whether a server (as it is, or as it was for a stale
+// listing) passes ListServers' filters.
+func matches(m matchable, q map[string][]string) bool {
 	for _, t := range q["tags"] {
-		if !slices.Contains(sv.tags, t) {
+		if !slices.Contains(m.tags, t) {
 			return false
 		}
 	}
-	if st := q["status"]; len(st) > 0 && !slices.Contains(st, sv.status) {
+	if st := q["status"]; len(st) > 0 && !slices.Contains(st, m.status) {
 		return false
 	}
-	if n := q["name"]; len(n) > 0 && !strings.Contains(sv.name, n[0]) {
+	if n := q["name"]; len(n) > 0 && !strings.Contains(m.name, n[0]) {
 		return false
 	}
-	if p := q["project_id"]; len(p) > 0 && p[0] != sv.projectID {
+	if p := q["project_id"]; len(p) > 0 && p[0] != m.project {
 		return false
 	}
-	if o := q["organization_id"]; len(o) > 0 && o[0] != sv.orgID {
+	if o := q["organization_id"]; len(o) > 0 && o[0] != m.org {
 		return false
 	}
-	if o := q["option_id"]; len(o) > 0 && !slices.ContainsFunc(sv.options, func(so *serverOption) bool { return so.id == o[0] }) {
+	if o := q["option_id"]; len(o) > 0 && !slices.Contains(m.options, o[0]) {
 		return false
 	}
 	return true
@@ -998,6 +1015,7 @@ func (s *Sim) deleteServer(rec *statusRecorder, r *http.Request) (any, *apiError
 // remove makes a deleted server gone: 404, stock back, Host.Delete.
 func (s *Sim) remove(sv *server) {
 	s.record(sv, LedgerGone, sv.tags, "", sv.status)
+	s.snapGone(sv)
 	delete(s.servers, sv.id)
 	for _, a := range s.pns {
 		if a.serverID == sv.id {

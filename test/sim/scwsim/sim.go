@@ -40,7 +40,8 @@ type Sim struct {
 	faultByID map[FaultID]*faultEntry
 	faultSeq  int
 	calls     []Call
-	ledger    []LedgerEntry // committed changes, for money invariants (ledger.go)
+	ledger    []LedgerEntry              // committed changes, for money invariants (ledger.go)
+	versions  map[string]*serverVersions // past views of servers, for stale reads (stale.go)
 	timers    map[*time.Timer]struct{}
 	rng       *rand.Rand // jitter
 	tokens    float64    // rate limit bucket
@@ -77,7 +78,7 @@ func New(opts Options) *Sim {
 	opts = opts.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Sim{opts: opts, ctx: ctx, cancel: cancel, zones: map[string]*zoneCatalog{},
-		servers: map[string]*server{}, gone: map[string]bool{}, history: map[string][]string{}, changes: map[string][]Transition{}, stock: map[string]int{}, quotas: map[string]int{},
+		servers: map[string]*server{}, gone: map[string]bool{}, history: map[string][]string{}, changes: map[string][]Transition{}, versions: map[string]*serverVersions{}, stock: map[string]int{}, quotas: map[string]int{},
 		keys: map[string]*sshKey{}, pns: map[string]*pnAttachment{}, faultByID: map[FaultID]*faultEntry{},
 		timers: map[*time.Timer]struct{}{}, rng: rand.New(rand.NewPCG(opts.Seed, opts.Seed))}
 	for _, z := range opts.Zones {
@@ -312,6 +313,11 @@ func (s *Sim) routes() *http.ServeMux {
 				}
 			}
 			body, err := fn(rec, r)
+			if r.Method != http.MethodGet {
+				s.mu.Lock()
+				s.snapAll() // a write is a new version (stale.go)
+				s.mu.Unlock()
+			}
 			switch {
 			case err != nil:
 				s.writeAPIError(rec, err)
@@ -437,6 +443,7 @@ func (s *Sim) after(d time.Duration, fn func()) {
 		}
 		delete(s.timers, t)
 		fn()
+		s.snapAll() // a timed transition is a new version (stale.go)
 	})
 	s.timers[t] = struct{}{}
 }
