@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/e2e/harness"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/world"
 )
 
@@ -141,4 +142,44 @@ func assertStandbyWroteNothing(t *testing.T, name string, c *world.Controller, s
 	}
 	sort.Strings(kinds)
 	t.Logf("%s as the standby: reads %v", name, kinds)
+}
+
+// The leader dies after its order was taken but before the answer reached
+// it: the NodeClaim has no providerID yet, and the new server is not in
+// the listings yet (they lag behind orders by longer than a takeover). The
+// new leader must find that order before ordering again: the NodeClaim
+// gets one server (I1) and its node. About 1 minute.
+func TestLeaderKilledBetweenOrderAndAnswerOrdersOnce(t *testing.T) {
+	replica := func(name string) world.ControllerOptions {
+		return world.ControllerOptions{LeaderElection: true, RecordAPICalls: true, LogName: name}
+	}
+	lag := func(o *scwsim.Options) { o.ListLag = 45 * time.Second }
+	e := harness.Start(t, harness.Setup{World: world.Options{Profile: "fast", Sim: lag}, Controller: replica("replica-1.log"), Timeout: 6 * time.Minute})
+	a := e.C
+	if _, err := a.WaitLeading(e.Ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	b := world.StartController(t, e.W, replica("replica-2.log"))
+	if err := b.WaitHealthy(e.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	held := a.HoldAnswers(func(c world.APICall) bool { return c.Method == "POST" && strings.HasSuffix(c.Path, "/servers") })
+	e.Run("app", 1, "1", "1Gi", false)
+	select {
+	case call := <-held:
+		t.Logf("the order was taken, its answer held: %s", call)
+	case <-time.After(harness.WaitLong):
+		t.Fatalf("no order: %s", e.Summary())
+	}
+	if err := a.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.WaitLeading(e.Ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitBound("app", 1, harness.WaitLong)
+	e.AssertNoDuplicateOrders()
+	if n := orders(e); n != 1 {
+		t.Errorf("%d orders for one NodeClaim, want 1: %s", n, e.DescribeServers())
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
@@ -46,6 +47,8 @@ type apiRecorder struct {
 	mu   sync.Mutex
 	log  []APICall
 	curr func() int
+	hold func(APICall) bool
+	held chan APICall
 }
 
 func newAPIRecorder(target string) (*apiRecorder, error) {
@@ -71,7 +74,24 @@ func newAPIRecorder(target string) (*apiRecorder, error) {
 			r.log = append(r.log, call)
 			r.mu.Unlock()
 		}()
-		proxy.ServeHTTP(sw, req)
+		r.mu.Lock()
+		hold, held := r.hold, r.held
+		r.mu.Unlock()
+		if hold == nil || !hold(call) {
+			proxy.ServeHTTP(sw, req)
+			return
+		}
+		// The API acts on the request; its answer stays here until the
+		// process gives up on it (it was killed, or its timeout ran out).
+		answer := httptest.NewRecorder()
+		proxy.ServeHTTP(answer, req)
+		call.Status = answer.Code
+		select {
+		case held <- call:
+		default:
+		}
+		<-req.Context().Done()
+		panic(http.ErrAbortHandler)
 	}), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = r.srv.Serve(l) }()
 	return r, nil
@@ -128,6 +148,23 @@ func (c *Controller) APICalls() []APICall {
 		return nil
 	}
 	return c.proxy.calls()
+}
+
+// HoldAnswers makes the proxy (RecordAPICalls) pass each call for which
+// hold is true to the API, then keep its answer from the process until
+// the process gives up on it: the API acted, the process never learns it
+// did (kill it meanwhile to lose the answer for good). Each held call is
+// sent on the returned channel (buffered; calls beyond its room are held
+// unannounced). nil stops holding new calls.
+func (c *Controller) HoldAnswers(hold func(APICall) bool) <-chan APICall {
+	if c.proxy == nil {
+		panic("world: HoldAnswers needs ControllerOptions.RecordAPICalls")
+	}
+	ch := make(chan APICall, 16)
+	c.proxy.mu.Lock()
+	c.proxy.hold, c.proxy.held = hold, ch
+	c.proxy.mu.Unlock()
+	return ch
 }
 
 // Starts is how many times the process was started (1 after NewController).
