@@ -144,3 +144,27 @@ func TestOrderingRecordOnlyHoldsOtherProcessesWithinTheSettleWindow(t *testing.T
 		t.Fatalf("%d servers, want 1", n)
 	}
 }
+
+// An old leader that froze holding a copy of the NodeClaim wakes up after
+// the next leader ordered the claim's server (listings do not show it yet):
+// its Create must not order a second one on the strength of its stale copy.
+func TestFrozenOldLeaderWithAStaleClaimDoesNotOrder(t *testing.T) {
+	l := startLight(t, nil, func(o *scwsim.Options) { o.ListLag = time.Hour })
+	stale := l.claim("claim-a", catalog.BillingHourly)
+	stored := &karpv1.NodeClaim{}
+	if err := l.kube.Get(l.ctx, client.ObjectKeyFromObject(stale), stored); err != nil {
+		t.Fatal(err)
+	}
+	stale = stored.DeepCopy()
+	// The old leader (l.p) froze holding stale; the next leader orders.
+	next := l.nextProcess()
+	if _, err := next.Create(l.ctx, stored); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.p.Create(l.ctx, stale); err == nil {
+		t.Error("the frozen old leader's Create succeeded on a stale NodeClaim")
+	}
+	if n := len(l.serversOf(stale.Name)); n != 1 {
+		t.Fatalf("%d servers for one claim: the old leader ordered on a stale copy", n)
+	}
+}

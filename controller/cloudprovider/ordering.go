@@ -36,6 +36,12 @@ func newProcessID() string {
 // claim afterwards from its own copy, and a changed resourceVersion in it
 // would make that patch conflict. Without the record nothing is taken or
 // ordered: a process that dies after the order must leave it behind.
+//
+// The patch is conditional on the resourceVersion Create was given: an old
+// leader that froze (a stopped container, a long pause) and wakes up after
+// the next leader recorded its own order or the server's providerID holds
+// a stale NodeClaim, and must not order a second server on the strength of
+// it. The conflict fails this Create; Karpenter retries with a fresh copy.
 func (c *CloudProvider) markOrdering(ctx context.Context, claim *karpv1.NodeClaim) error {
 	if c.Kube == nil {
 		return nil
@@ -46,7 +52,7 @@ func (c *CloudProvider) markOrdering(ctx context.Context, claim *karpv1.NodeClai
 		marked.Annotations = map[string]string{}
 	}
 	marked.Annotations[AnnotationOrdering] = time.Now().UTC().Format(time.RFC3339Nano) + " " + c.process
-	if err := c.Kube.Patch(ctx, marked, client.MergeFrom(base)); err != nil {
+	if err := c.Kube.Patch(ctx, marked, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("recording on nodeclaim %s that a server is being ordered for it: %w", claim.Name, err)
 	}
 	return nil
