@@ -183,3 +183,66 @@ func TestLeaderKilledBetweenOrderAndAnswerOrdersOnce(t *testing.T) {
 		t.Errorf("%d orders for one NodeClaim, want 1: %s", n, e.DescribeServers())
 	}
 }
+
+// The leader freezes (SIGSTOP: a stopped container, a paused host) with
+// installs in flight, longer than its Lease; the standby takes over and
+// goes on with them. The old leader then wakes up holding its stale state:
+// it must notice it may have lost the Lease and stop, writing nothing more
+// to Scaleway (controller-runtime alone lets it act as the leader until its
+// renew deadline, rebooting and retagging the new leader's servers).
+// Every pod gets a node, no NodeClaim has two servers (I1), no server is
+// taken from a live NodeClaim (I2), nothing leaks. About 1.5 minutes.
+func TestFrozenLeaderWakesUpAfterTheTakeover(t *testing.T) {
+	replica := func(name string) world.ControllerOptions {
+		return world.ControllerOptions{LeaderElection: true, RecordAPICalls: true, LogName: name}
+	}
+	e := harness.Start(t, harness.Setup{World: world.Options{Profile: "fast"}, Controller: replica("replica-1.log"), Timeout: 6 * time.Minute})
+	a := e.C
+	if _, err := a.WaitLeading(e.Ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	b := world.StartController(t, e.W, replica("replica-2.log"))
+	if err := b.WaitHealthy(e.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	claims := e.WatchClaims(100 * time.Millisecond)
+	e.Run("app", 3, "1", "1Gi", true)
+	e.Eventually("installs in flight", harness.WaitLong, func() (bool, string) {
+		for _, s := range e.W.Sim.Servers() {
+			if p := world.TagValue(s.Tags, world.TagPhase); p == "rescue" || p == "imaging" {
+				return true, ""
+			}
+		}
+		return false, e.Summary()
+	})
+	if err := a.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	frozen := time.Now()
+	if _, err := b.WaitLeading(e.Ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// The new leader works a while before the old one wakes up.
+	time.Sleep(5 * time.Second)
+	t.Logf("waking the old leader after %s: %s", time.Since(frozen).Round(time.Second), e.Summary())
+	woke := time.Now()
+	if err := a.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	e.Eventually("the old leader stops", time.Minute, func() (bool, string) { return !a.Running(), "still running" })
+	var after []string
+	for _, call := range a.APICalls() {
+		if call.Write() && call.At.After(woke) {
+			after = append(after, call.String())
+		}
+	}
+	if len(after) > 0 {
+		t.Errorf("the old leader wrote to Scaleway after waking up, beside the new leader:\n%s", strings.Join(after, "\n"))
+	}
+	t.Logf("the old leader ended: %v", a.ExitErr())
+	e.WaitBound("app", 3, harness.WaitLong)
+	claims.Stop()
+	e.AssertNoDuplicateOrders()
+	e.AssertNoServerTakenFromALiveClaim(claims)
+	e.AssertNothingLeaked()
+}

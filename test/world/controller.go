@@ -380,6 +380,24 @@ func (c *Controller) Pid() int {
 // and waits for it to be gone.
 func (c *Controller) Kill() error { return c.signal(syscall.SIGKILL, 10*time.Second) }
 
+// Pause freezes the process (SIGSTOP), as a stopped container or a long
+// pause of its host would: it holds its connections and its Lease until the
+// Lease expires, and does nothing. Resume wakes it up.
+func (c *Controller) Pause() error { return c.sendOnly(syscall.SIGSTOP) }
+
+// Resume wakes up a paused process (SIGCONT).
+func (c *Controller) Resume() error { return c.sendOnly(syscall.SIGCONT) }
+
+func (c *Controller) sendOnly(sig syscall.Signal) error {
+	c.mu.Lock()
+	cmd := c.cmd
+	c.mu.Unlock()
+	if !c.Running() {
+		return errors.New("controller: not running")
+	}
+	return syscall.Kill(-cmd.Process.Pid, sig)
+}
+
 // Stop ends the process with SIGTERM (SIGKILL after 15s).
 func (c *Controller) Stop() error {
 	if err := c.signal(syscall.SIGTERM, 15*time.Second); err != nil {
