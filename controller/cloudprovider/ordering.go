@@ -8,8 +8,11 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 )
 
 // AnnotationOrdering is written on a NodeClaim before Create takes a spare
@@ -41,7 +44,7 @@ func newProcessID() string {
 // leader that froze (a stopped container, a long pause) and wakes up after
 // the next leader recorded its own order or the server's providerID holds
 // a stale NodeClaim, and must not order a second server on the strength of
-// it. The conflict fails this Create; Karpenter retries with a fresh copy.
+// it: on a conflict the NodeClaim is read again and judged again.
 func (c *CloudProvider) markOrdering(ctx context.Context, claim *karpv1.NodeClaim) error {
 	if c.Kube == nil {
 		return nil
@@ -52,7 +55,31 @@ func (c *CloudProvider) markOrdering(ctx context.Context, claim *karpv1.NodeClai
 		marked.Annotations = map[string]string{}
 	}
 	marked.Annotations[AnnotationOrdering] = time.Now().UTC().Format(time.RFC3339Nano) + " " + c.process
-	if err := c.Kube.Patch(ctx, marked, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+	err := c.Kube.Patch(ctx, marked, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsConflict(err) {
+		// Changed since the copy Create was given: read it again and judge
+		// again on what it says now (another process's server or record
+		// wins), then try once more on that version.
+		latest := &karpv1.NodeClaim{}
+		if gerr := c.Kube.Get(ctx, client.ObjectKeyFromObject(claim), latest); gerr != nil {
+			return fmt.Errorf("recording on nodeclaim %s that a server is being ordered for it: %w", claim.Name, gerr)
+		}
+		if latest.Status.ProviderID != "" {
+			return fmt.Errorf("nodeclaim %s has a server already (%s): nothing is ordered", claim.Name, latest.Status.ProviderID)
+		}
+		if at, ok := c.orderingElsewhere(latest); ok {
+			return fmt.Errorf("nodeclaim %s: %w: an earlier controller process began taking or ordering its server at %s",
+				claim.Name, scaleway.ErrOrderInFlight, at.Format(time.RFC3339))
+		}
+		base = latest.DeepCopy()
+		marked = latest
+		if marked.Annotations == nil {
+			marked.Annotations = map[string]string{}
+		}
+		marked.Annotations[AnnotationOrdering] = time.Now().UTC().Format(time.RFC3339Nano) + " " + c.process
+		err = c.Kube.Patch(ctx, marked, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+	}
+	if err != nil {
 		return fmt.Errorf("recording on nodeclaim %s that a server is being ordered for it: %w", claim.Name, err)
 	}
 	return nil
