@@ -87,11 +87,13 @@ type CloudProvider struct {
 	Deps
 	opts Options
 	log  logr.Logger
+	// process names this process in AnnotationOrdering.
+	process string
 }
 
 // New returns the CloudProvider.
 func New(deps Deps, opts Options, log logr.Logger) *CloudProvider {
-	return &CloudProvider{Deps: deps, opts: opts, log: log}
+	return &CloudProvider{Deps: deps, opts: opts, log: log, process: newProcessID()}
 }
 
 // Name implements cloudprovider.CloudProvider.
@@ -189,6 +191,15 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 		c.publish(claim, corev1.EventTypeWarning, "OrderInFlight", fmt.Sprintf("an earlier order in %s may have been taken; waiting for its server before any spare or new order", zone))
 		return nil, fmt.Errorf("nodeclaim %s: %w (sent to %s); no spare is taken and nothing is ordered until it shows or its settle window ends", claim.Name, scaleway.ErrOrderInFlight, zone)
 	}
+	// The same, for a server another controller process (the leader before
+	// a leader change, this controller before a restart) began giving the
+	// claim and died before Karpenter recorded it: only its annotation
+	// says so.
+	if at, ok := c.orderingElsewhere(claim); ok {
+		c.publish(claim, corev1.EventTypeWarning, "OrderInFlight", fmt.Sprintf("an earlier controller process began giving this nodeclaim a server %s ago; waiting for it to show before any spare or new order", time.Since(at).Round(time.Second)))
+		return nil, fmt.Errorf("nodeclaim %s: %w: an earlier controller process began taking or ordering its server at %s; no spare is taken and nothing is ordered until it shows or %s have passed",
+			claim.Name, scaleway.ErrOrderInFlight, at.Format(time.RFC3339), c.API.Config().OrderSettle)
+	}
 	nc, err := nodeclass.Get(ctx, c.Kube, claim.Spec.NodeClassRef)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
@@ -220,6 +231,9 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 		if err := c.Breaker.Admit(ctx, nc, claim.Name); err != nil {
 			return nil, err
 		}
+	}
+	if err := c.markOrdering(ctx, claim); err != nil {
+		return nil, err
 	}
 	srv, err = c.order(ctx, claim, nc)
 	if err != nil {

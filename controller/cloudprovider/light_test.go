@@ -47,6 +47,7 @@ type light struct {
 	ctx   context.Context
 	sim   *scwsim.Sim
 	api   *scaleway.Client
+	url   string
 	kube  client.Client
 	owner *identity.Owner
 	cat   *catalog.Catalog
@@ -74,9 +75,7 @@ func (anyImage) Resolve(context.Context, imagesource.Settings) (*imagesource.Ima
 func startLight(t *testing.T, limits *v1alpha1.LimitsSpec, edits ...func(*scwsim.Options)) *light {
 	t.Helper()
 	l := &light{t: t, ctx: context.Background(), rec: &eventlog.Recorder{}}
-	var url string
-	l.sim, l.api, url = simapi.StartURL(t, lightZone, edits...)
-	_ = url
+	l.sim, l.api, l.url = simapi.StartURL(t, lightZone, edits...)
 	l.nc = &v1alpha1.ScalewayElasticMetalNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "nc"}}
 	l.nc.Spec.Zones = []string{string(lightZone)}
 	l.nc.Spec.Billing.Periods = []string{"hourly", "monthly"}
@@ -94,20 +93,34 @@ func startLight(t *testing.T, limits *v1alpha1.LimitsSpec, edits ...func(*scwsim
 			}
 			return c.Get(ctx, key, obj, opts...)
 		}}).Build()
-	log := testlog.New(t)
-	l.owner = &identity.Owner{Identity: identity.Identity{Name: "c1", ID: "uid-c1"}, API: l.api, Kube: l.kube, Log: log}
-	inv := &inventory.Inventory{API: l.api, Kube: l.kube, Owner: l.owner, DefaultZone: string(lightZone), Log: log}
-	l.cat = catalog.New(catalog.Options{Client: l.api.SDK(), Zones: []scw.Zone{lightZone}})
+	l.p = l.build(l.api)
+	return l
+}
+
+// build makes the CloudProvider on api; each call sets l.owner and l.cat.
+func (l *light) build(api *scaleway.Client) *cp.CloudProvider {
+	l.t.Helper()
+	log := testlog.New(l.t)
+	l.owner = &identity.Owner{Identity: identity.Identity{Name: "c1", ID: "uid-c1"}, API: api, Kube: l.kube, Log: log}
+	inv := &inventory.Inventory{API: api, Kube: l.kube, Owner: l.owner, DefaultZone: string(lightZone), Log: log}
+	l.cat = catalog.New(catalog.Options{Client: api.SDK(), Zones: []scw.Zone{lightZone}})
 	if err := l.cat.Refresh(l.ctx); err != nil {
-		t.Fatal(err)
+		l.t.Fatal(err)
 	}
-	keeper := &spare.Keeper{API: l.api, Offers: l.cat, Rescue: &rescue.Dialer{}, Owner: l.owner, Log: log}
-	l.p = cp.New(cp.Deps{Kube: l.kube, Recorder: l.rec, Catalog: l.cat, API: l.api, Inventory: inv, Spares: keeper,
+	keeper := &spare.Keeper{API: api, Offers: l.cat, Rescue: &rescue.Dialer{}, Owner: l.owner, Log: log}
+	return cp.New(cp.Deps{Kube: l.kube, Recorder: l.rec, Catalog: l.cat, API: api, Inventory: inv, Spares: keeper,
 		Installs: noInstalls{}, Images: anyImage{},
 		Limits: &spendlimit.Limiter{Servers: inv.Servers, Offers: l.cat,
-			OrderInFlight: func(tag string) bool { _, ok := l.api.OrderInFlight(tag); return ok }}},
+			OrderInFlight: func(tag string) bool { _, ok := api.OrderInFlight(tag); return ok }}},
 		cp.Options{ClusterName: "c1", DefaultZone: string(lightZone)}, log)
-	return l
+}
+
+// nextProcess is the CloudProvider of another controller process on the
+// same API and cluster (the next leader, the controller after a restart):
+// a new API client, nothing remembered.
+func (l *light) nextProcess() *cp.CloudProvider {
+	l.t.Helper()
+	return l.build(simapi.NewClient(l.t, l.sim, l.url, lightZone))
 }
 
 // failNodeClassReads makes every read of a NodeClass fail with err (nil: read again).
@@ -121,7 +134,8 @@ func (l *light) failNodeClassReads(err error) {
 
 // claim is a NodeClaim of NodeClass nc for lightOffer in lightZone, paid by billing.
 func (l *light) claim(name string, billing catalog.BillingPeriod) *karpv1.NodeClaim {
-	return &karpv1.NodeClaim{
+	l.t.Helper()
+	claim := &karpv1.NodeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{karpv1.NodePoolLabelKey: "default"}},
 		Spec: karpv1.NodeClaimSpec{
 			NodeClassRef: &karpv1.NodeClassReference{Group: v1alpha1.SchemeGroupVersion.Group, Kind: "ScalewayElasticMetalNodeClass", Name: l.nc.Name},
@@ -133,6 +147,11 @@ func (l *light) claim(name string, billing catalog.BillingPeriod) *karpv1.NodeCl
 			},
 		},
 	}
+	// Stored, as Karpenter's are: Create records on it that it orders.
+	if err := l.kube.Create(l.ctx, claim); err != nil && !apierrors.IsAlreadyExists(err) {
+		l.t.Fatal(err)
+	}
+	return claim
 }
 
 // spare orders a monthly lightOffer server in lightZone tagged as a spare of

@@ -6,6 +6,7 @@ package operator
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"time"
 
@@ -41,6 +42,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/inventory"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/joinsecret"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/kubeversion"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/leaderfence"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeclass"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeinstall"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/operator/options"
@@ -69,7 +71,20 @@ func Run() error {
 	if err != nil {
 		return err
 	}
-	p, err := NewProvider(ctx, opts, op.GetClient(), direct, op.EventRecorder, crmetrics.Registry, log.FromContext(ctx).WithName("scaleway-em"))
+	logger := log.FromContext(ctx).WithName("scaleway-em")
+	var apiOpts []scaleway.Option
+	if !coreoptions.FromContext(ctx).DisableLeaderElection {
+		// Leader election does not fence a leader that froze past its
+		// Lease: it would go on writing beside the next one until its
+		// renew deadline. This process exits instead, writing nothing.
+		fence := leaderfence.New(leaderfence.MaxStall, func(stalled time.Duration) {
+			logger.Info("this process stalled longer than its leader Lease allows; another replica may lead: exiting without writing anything more to Scaleway", "stalled", stalled.String())
+			os.Exit(1)
+		})
+		go fence.Run(ctx, 500*time.Millisecond)
+		apiOpts = append(apiOpts, scaleway.WithTransport(fence.Transport(http.DefaultTransport.(*http.Transport).Clone())))
+	}
+	p, err := NewProvider(ctx, opts, op.GetClient(), direct, op.EventRecorder, crmetrics.Registry, logger, apiOpts...)
 	if err != nil {
 		return err
 	}
@@ -131,15 +146,16 @@ func (p *Provider) SetControlPlane(cp kubeversion.ControlPlane) {
 }
 
 // NewProvider builds the provider. kube may be cached; direct must not be
-// (it reads Secrets). Credentials come from the environment.
+// (it reads Secrets). Credentials come from the environment; apiOpts are
+// added to the Scaleway client's.
 func NewProvider(ctx context.Context, opts *options.Options, kube, direct client.Client, recorder events.Recorder,
-	reg prometheus.Registerer, logger logr.Logger) (*Provider, error) {
+	reg prometheus.Registerer, logger logr.Logger, apiOpts ...scaleway.Option) (*Provider, error) {
 	_ = v1alpha1.SchemeGroupVersion // registers the NodeClass types with the scheme
 	scwCfg, err := scaleway.ConfigFromEnv()
 	if err != nil {
 		return nil, fmt.Errorf("scaleway settings: %w", err)
 	}
-	api, err := scaleway.New(scwCfg, scaleway.WithLogger(logger.WithName("api")), scaleway.WithRegisterer(reg))
+	api, err := scaleway.New(scwCfg, append([]scaleway.Option{scaleway.WithLogger(logger.WithName("api")), scaleway.WithRegisterer(reg)}, apiOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("scaleway client: %w", err)
 	}

@@ -255,9 +255,11 @@ var ErrOrderInFlight = errors.New("an earlier order may still be in flight")
 // are serialised. Returns the server and whether this call ordered it.
 //
 // The memory of orders in flight is this process's: a controller restarted
-// inside the window orders again if the lost order has still not shown in
-// listings by then. The garbage collector's duplicate rule (one server per
-// NodeClaim, the spare policy for the others) bounds that residual risk.
+// inside the window would order again if the lost order has still not shown
+// in listings by then. For NodeClaims, package cloudprovider carries the
+// fact across processes (its AnnotationOrdering, written before any order);
+// the garbage collector's duplicate rule (one server per NodeClaim, the
+// spare policy for the others) bounds what is left.
 func (c *Client) CreateServer(ctx context.Context, req CreateServerRequest) (*baremetal.Server, bool, error) {
 	zone := c.zone(req.Zone)
 	if err := req.validate(); err != nil {

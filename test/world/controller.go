@@ -119,7 +119,24 @@ type ControllerOptions struct {
 	Args []string
 	// LogName is the log file's name in <world>/controller (default controller.log).
 	LogName string
+	// LeaderElection runs the process with Karpenter's leader election, as
+	// the chart deploys it (two replicas, one Lease): the Lease LeaseName
+	// in the world's system namespace. Without it the process works at once
+	// (DISABLE_LEADER_ELECTION=true). The durations are controller-runtime's
+	// (15s lease, 10s renew deadline, 2s retry): Karpenter sets no others,
+	// so a replica killed without releasing the Lease is replaced after at
+	// most about 17 seconds.
+	LeaderElection bool
+	// RecordAPICalls sends the process's Scaleway API calls through a proxy
+	// of its own that records them (APICalls), so that a test can tell what
+	// each of two replicas did. The proxy passes answers through and turns
+	// a dropped upstream connection into a dropped one.
+	RecordAPICalls bool
 }
+
+// LeaseName is the leader election Lease of LeaderElection (the chart's
+// default leaderElection.name).
+const LeaseName = "karpenter-scaleway-em-leader-election"
 
 // ControllerEnv is the environment the controller runs with against this
 // world, as a deployment would set it (credentials only here, never in flags).
@@ -179,11 +196,15 @@ type Controller struct {
 	// MetricsURL and HealthURL of the running process.
 	MetricsURL, HealthURL string
 
+	// proxy records the API calls (RecordAPICalls); it outlives restarts.
+	proxy *apiRecorder
+
 	mu       sync.Mutex
 	cmd      *exec.Cmd
 	done     chan struct{}
 	waitErr  error
 	starts   int
+	started  time.Time
 	stopping bool
 }
 
@@ -198,10 +219,40 @@ func (w *World) NewController(opts ControllerOptions) (*Controller, error) {
 		opts.LogName = "controller.log"
 	}
 	c := &Controller{w: w, bin: bin, opts: opts, LogPath: filepath.Join(w.Dir, "controller", opts.LogName)}
+	if opts.RecordAPICalls {
+		p, err := newAPIRecorder(w.SimURL)
+		if err != nil {
+			return nil, err
+		}
+		p.curr = c.Starts
+		c.proxy = p
+		w.onStop(p.close)
+	}
 	if err := c.start(); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// StartReplicas starts n processes of the controller with leader election
+// (opts.LeaderElection is set), as the chart's Deployment runs them: logs
+// <name>-1.log ... <name>-n.log (name: opts.LogName without ".log",
+// default "replica"), ports of their own. The first one started is not
+// necessarily the leader: see Leader.
+func StartReplicas(t testing.TB, w *World, n int, opts ControllerOptions) []*Controller {
+	t.Helper()
+	opts.LeaderElection = true
+	base := strings.TrimSuffix(opts.LogName, ".log")
+	if base == "" {
+		base = "replica"
+	}
+	var out []*Controller
+	for i := 1; i <= n; i++ {
+		o := opts
+		o.LogName = fmt.Sprintf("%s-%d.log", base, i)
+		out = append(out, StartController(t, w, o))
+	}
+	return out
 }
 
 // StartController starts the controller for a test; it is stopped on
@@ -236,8 +287,17 @@ func (c *Controller) start() error {
 	c.mu.Unlock()
 	cmd := exec.Command(c.bin, c.opts.Args...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.Env = append(append(append(os.Environ(), c.w.ControllerEnv()...),
-		"METRICS_PORT="+strconv.Itoa(ports[0]), "HEALTH_PROBE_PORT="+strconv.Itoa(ports[1])), c.opts.Env...)
+	env := append(append(os.Environ(), c.w.ControllerEnv()...),
+		"METRICS_PORT="+strconv.Itoa(ports[0]), "HEALTH_PROBE_PORT="+strconv.Itoa(ports[1]))
+	if c.opts.LeaderElection {
+		// Later values win (os/exec keeps the last of a key).
+		env = append(env, "DISABLE_LEADER_ELECTION=false", "LEADER_ELECTION_NAME="+LeaseName,
+			"LEADER_ELECTION_NAMESPACE="+c.w.SystemNamespace)
+	}
+	if c.proxy != nil {
+		env = append(env, "SCW_API_URL="+c.proxy.url)
+	}
+	cmd.Env = append(env, c.opts.Env...)
 	// Its own process group, so a kill reaches nothing else and Ctrl-C in
 	// the demo's terminal reaches the demo, which stops it in order.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -247,7 +307,7 @@ func (c *Controller) start() error {
 	}
 	done := make(chan struct{})
 	c.mu.Lock()
-	c.cmd, c.done, c.stopping = cmd, done, false
+	c.cmd, c.done, c.stopping, c.started = cmd, done, false, time.Now()
 	c.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[0])
 	c.HealthURL = fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[1])
 	c.mu.Unlock()
@@ -319,6 +379,24 @@ func (c *Controller) Pid() int {
 // Kill ends the process with SIGKILL, as a crashed or OOM-killed pod would,
 // and waits for it to be gone.
 func (c *Controller) Kill() error { return c.signal(syscall.SIGKILL, 10*time.Second) }
+
+// Pause freezes the process (SIGSTOP), as a stopped container or a long
+// pause of its host would: it holds its connections and its Lease until the
+// Lease expires, and does nothing. Resume wakes it up.
+func (c *Controller) Pause() error { return c.sendOnly(syscall.SIGSTOP) }
+
+// Resume wakes up a paused process (SIGCONT).
+func (c *Controller) Resume() error { return c.sendOnly(syscall.SIGCONT) }
+
+func (c *Controller) sendOnly(sig syscall.Signal) error {
+	c.mu.Lock()
+	cmd := c.cmd
+	c.mu.Unlock()
+	if !c.Running() {
+		return errors.New("controller: not running")
+	}
+	return syscall.Kill(-cmd.Process.Pid, sig)
+}
 
 // Stop ends the process with SIGTERM (SIGKILL after 15s).
 func (c *Controller) Stop() error {

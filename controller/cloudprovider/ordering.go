@@ -1,0 +1,104 @@
+package cloudprovider
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+)
+
+// AnnotationOrdering is written on a NodeClaim before Create takes a spare
+// for it or orders its server: "<RFC 3339 time> <process>". What a process
+// remembers of its orders (an answer lost, a server its own listings do
+// not show yet) dies with it, and Karpenter records the server's
+// providerID only after Create returns. A leader killed in between (every
+// rollout kills the old leader without releasing its Lease) leaves a
+// NodeClaim without providerID whose server the listings may not show yet;
+// the next leader would give it a second one. The annotation survives the
+// process: another process that finds it, recent, waits for the server to
+// show in the listings instead of taking or ordering one.
+const AnnotationOrdering = "karpenter-scaleway-em.io/ordering"
+
+// newProcessID names this controller process in AnnotationOrdering.
+func newProcessID() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// markOrdering records on the stored NodeClaim that this process is about
+// to give it a server. A copy is patched, not claim: Karpenter patches
+// claim afterwards from its own copy, and a changed resourceVersion in it
+// would make that patch conflict. Without the record nothing is taken or
+// ordered: a process that dies after the order must leave it behind.
+//
+// The patch is conditional on the resourceVersion Create was given: an old
+// leader that froze (a stopped container, a long pause) and wakes up after
+// the next leader recorded its own order or the server's providerID holds
+// a stale NodeClaim, and must not order a second server on the strength of
+// it: on a conflict the NodeClaim is read again and judged again.
+func (c *CloudProvider) markOrdering(ctx context.Context, claim *karpv1.NodeClaim) error {
+	if c.Kube == nil {
+		return nil
+	}
+	marked := claim.DeepCopy()
+	base := marked.DeepCopy()
+	if marked.Annotations == nil {
+		marked.Annotations = map[string]string{}
+	}
+	marked.Annotations[AnnotationOrdering] = time.Now().UTC().Format(time.RFC3339Nano) + " " + c.process
+	err := c.Kube.Patch(ctx, marked, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsConflict(err) {
+		// Changed since the copy Create was given: read it again and judge
+		// again on what it says now (another process's server or record
+		// wins), then try once more on that version.
+		latest := &karpv1.NodeClaim{}
+		if gerr := c.Kube.Get(ctx, client.ObjectKeyFromObject(claim), latest); gerr != nil {
+			return fmt.Errorf("recording on nodeclaim %s that a server is being ordered for it: %w", claim.Name, gerr)
+		}
+		if latest.Status.ProviderID != "" {
+			return fmt.Errorf("nodeclaim %s has a server already (%s): nothing is ordered", claim.Name, latest.Status.ProviderID)
+		}
+		if at, ok := c.orderingElsewhere(latest); ok {
+			return fmt.Errorf("nodeclaim %s: %w: an earlier controller process began taking or ordering its server at %s",
+				claim.Name, scaleway.ErrOrderInFlight, at.Format(time.RFC3339))
+		}
+		base = latest.DeepCopy()
+		marked = latest
+		if marked.Annotations == nil {
+			marked.Annotations = map[string]string{}
+		}
+		marked.Annotations[AnnotationOrdering] = time.Now().UTC().Format(time.RFC3339Nano) + " " + c.process
+		err = c.Kube.Patch(ctx, marked, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+	}
+	if err != nil {
+		return fmt.Errorf("recording on nodeclaim %s that a server is being ordered for it: %w", claim.Name, err)
+	}
+	return nil
+}
+
+// orderingElsewhere reports when another controller process (an earlier
+// leader, this controller before a restart) began giving claim a server,
+// if that was less than the order settle window ago: the server it took or
+// ordered may exist though no listing shows it yet. This process's own
+// record is not an answer: what it knows of its own orders is in memory
+// (scaleway.Client.OrderInFlight).
+func (c *CloudProvider) orderingElsewhere(claim *karpv1.NodeClaim) (time.Time, bool) {
+	at, process, ok := strings.Cut(claim.Annotations[AnnotationOrdering], " ")
+	if !ok || process == c.process {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, at)
+	if err != nil || time.Since(t) >= c.API.Config().OrderSettle {
+		return time.Time{}, false
+	}
+	return t, true
+}
