@@ -187,6 +187,9 @@ func (r *runner) setup(ctx context.Context) error {
 	w, s := r.w, r.s
 	nc := w.NodeClass(MainNodeClass)
 	nc.Spec.Billing.Periods = s.Periods
+	// Two pods a node: a wave of pods is a wave of orders, whatever the
+	// offer's size (Karpenter would otherwise put a wave on one large server).
+	nc.Spec.Kubelet = &v1alpha1.KubeletConfiguration{MaxPods: ptr(int32(maxPodsPerNode))}
 	objs := []client.Object{nc, w.NodePool(MainNodeClass, MainNodeClass,
 		corev1.NodeSelectorRequirement{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: Offers},
 		corev1.NodeSelectorRequirement{Key: catalog.LabelBillingPeriod, Operator: corev1.NodeSelectorOpIn, Values: s.Periods})}
@@ -207,11 +210,15 @@ func (r *runner) setup(ctx context.Context) error {
 	r.lifetimes = []lifetimeAt{{at: now}}
 	r.apps = map[string]*world.Workload{}
 	for _, app := range []string{App, Broken} {
-		// Three cores a pod: most offers hold one, so a wave is nodes.
-		r.apps[app] = w.RunWorkloadOn(namespace, app, 0, "3", "2Gi", map[string]string{karpv1.NodePoolLabelKey: poolOf(app)})
+		r.apps[app] = w.RunWorkloadOn(namespace, app, 0, "1", "1Gi", map[string]string{karpv1.NodePoolLabelKey: poolOf(app)})
 	}
 	return nil
 }
+
+// maxPodsPerNode is the main NodeClass's kubelet maxPods.
+const maxPodsPerNode = 2
+
+func ptr[T any](v T) *T { return &v }
 
 func poolOf(app string) string {
 	if app == Broken {

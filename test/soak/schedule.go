@@ -158,9 +158,9 @@ func Generate(seed uint64) Schedule {
 
 	// Pod waves: the first at the start, so that every schedule has nodes
 	// to disturb; the others at random, removals among them.
-	s.Actions = append(s.Actions, Action{At: 0, Kind: KindPods, App: App, Pods: 1 + r.IntN(3)})
+	s.Actions = append(s.Actions, Action{At: 0, Kind: KindPods, App: App, Pods: 1 + r.IntN(4)})
 	for range 2 + r.IntN(4) {
-		s.Actions = append(s.Actions, Action{At: at(), Kind: KindPods, App: App, Pods: r.IntN(5)})
+		s.Actions = append(s.Actions, Action{At: at(), Kind: KindPods, App: App, Pods: r.IntN(7)})
 	}
 	if s.BrokenNodeClass {
 		s.Actions = append(s.Actions, Action{At: at(), Kind: KindPods, App: Broken, Pods: 1 + r.IntN(2)})
