@@ -147,7 +147,11 @@ func (r *runner) run(ctx context.Context, dir string) (vs []invariants.Violation
 	}
 	r.w = w
 	defer func() { err = errors.Join(err, w.Stop()) }()
-	c, err := w.NewController(world.ControllerOptions{})
+	// An order whose answer was lost is looked for this long before the
+	// NodeClaim orders again: scaled to the fast profile as the world scales
+	// the collector's grace, and three times the longest listing lag, so
+	// that a lost order shows before it ends (I1 would catch one that did not).
+	c, err := w.NewController(world.ControllerOptions{Env: []string{"KARPENTER_SCALEWAY_EM_ORDER_SETTLE=30s"}})
 	if err != nil {
 		return nil, err
 	}
