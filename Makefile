@@ -20,7 +20,7 @@ export TEST_ASSET_KUBE_SCHEDULER := $(BIN)/kube-scheduler
 export TEST_ASSET_VERSITYGW := $(BIN)/versitygw
 export TEST_ASSET_EM_IMAGER := $(BIN)/em-imager
 
-.PHONY: all help build imager-binaries image image-push test fuzz bench bench-nodes demo e2e tools deps vet fmt-check tidy-check clean chart-crds docs dashboards catalog-snapshot licenses smoke-live
+.PHONY: all help build imager-binaries image image-push test fuzz bench bench-nodes demo soak e2e tools deps vet fmt-check tidy-check clean chart-crds docs dashboards catalog-snapshot licenses smoke-live
 
 all: build
 
@@ -153,6 +153,15 @@ catalog-snapshot: ## regenerate the embedded offer snapshot from the recorded AP
 demo: deps build tools ## the whole provider against the simulated world (DEMO_PROFILE=realistic for real delays)
 	$(GO) build -o $(BIN)/demo ./test/demo/cmd/demo
 	$(BIN)/demo
+
+# Seeded chaos schedules (test/soak): each plays about a minute of pod waves, NodeClass edits, API faults and
+# controller kills against the real controller on the simulated world (fast profile), then checks the money
+# invariants over the simulated Scaleway's ledger. SEEDS=a-b or one seed (which replays it); SOAK_FLAGS=-v
+# prints each schedule, SOAK_FLAGS='-dir /tmp/soak' keeps the logs.
+SEEDS ?= 1-10
+soak: deps build tools ## seeded chaos schedules and the money invariants: make soak SEEDS=1-100 (one seed replays it)
+	$(GO) build -o $(BIN)/soak ./test/soak/cmd/soak
+	$(BIN)/soak -seeds $(SEEDS) $(SOAK_FLAGS)
 
 # The end-to-end suite alone (it also runs in `make test`).
 e2e: deps build tools ## the end-to-end suite alone

@@ -1,0 +1,90 @@
+package soak
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/invariants"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
+)
+
+// A violation reaches the output: the checker fed a ledger where one
+// NodeClaim got two orders (an order whose answer was lost, ordered again)
+// makes the soak print the seed, I1 and both ledger lines, count it in the
+// last line and exit 1; a clean schedule prints ok and exits 0.
+func TestSoakReportsAViolation(t *testing.T) {
+	at := time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)
+	tags := []string{"karpenter.sh/managed-by=soak", "karpenter-scaleway-em/nodeclass=main", "karpenter.sh/nodeclaim=main-abcde"}
+	ledger := []scwsim.LedgerEntry{
+		{Seq: 1, At: at, Kind: scwsim.LedgerOrder, Server: "s1", Zone: Zone, Offer: "EM-A116X-SSD", Period: "hourly", Tags: tags},
+		{Seq: 2, At: at.Add(time.Minute), Kind: scwsim.LedgerOrder, Server: "s2", Zone: Zone, Offer: "EM-A116X-SSD", Period: "hourly", Tags: tags},
+	}
+	vs := invariants.Check(ledger, invariants.Facts{Cluster: "soak"})
+	if len(vs) != 1 || vs[0].Invariant != "I1" {
+		t.Fatalf("the checker found %v, want one I1", vs)
+	}
+	fake := func(_ context.Context, seed uint64, _ Options) Result {
+		r := Result{Seed: seed, Schedule: Generate(seed), Orders: 2, Claims: 1, Duration: time.Minute}
+		if seed == 13 {
+			r.Violations = vs
+		}
+		return r
+	}
+	var out strings.Builder
+	code := Main(context.Background(), []string{"-seeds", "12-13"}, &out, fake)
+	text := out.String()
+	if code != 1 {
+		t.Errorf("exit status %d, want 1:\n%s", code, text)
+	}
+	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
+	for _, want := range []string{"seed 12: ok (", "seed 13: 1 violations (", "  seed 13 I1: nodeclaim main-abcde had 2 servers",
+		"#1 12:00:00.000 order  s1 ", "#2 12:01:00.000 order  s2 "} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "soak: 2 schedules, 1 violations (") || !strings.HasSuffix(last, ")") {
+		t.Errorf("last line %q, want soak: 2 schedules, 1 violations (<duration>)", last)
+	}
+
+	out.Reset()
+	if code := Main(context.Background(), []string{"-seeds", "12"}, &out, fake); code != 0 {
+		t.Errorf("a clean schedule: exit status %d, want 0:\n%s", code, out.String())
+	}
+	out.Reset()
+	failed := func(_ context.Context, seed uint64, _ Options) Result {
+		return Result{Seed: seed, Err: errors.New("world: kube-apiserver did not start")}
+	}
+	if code := Main(context.Background(), []string{"-seeds", "5"}, &out, failed); code != 1 || !strings.Contains(out.String(), "seed 5: error: world:") {
+		t.Errorf("a run that failed: exit status %d, want 1 and the error:\n%s", code, out.String())
+	}
+}
+
+// The spend limits are judged per stretch of constant limits, the first
+// moments after a change against the looser of the two.
+func TestLimitsAreJudgedPerStretch(t *testing.T) {
+	at := time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)
+	order := func(seq int, d time.Duration, id string) scwsim.LedgerEntry {
+		return scwsim.LedgerEntry{Seq: seq, At: at.Add(d), Kind: scwsim.LedgerOrder, Server: id, Zone: Zone, Offer: "EM-B111X-SATA",
+			Period: "hourly", PricePerHour: 0.263, Tags: []string{"karpenter-scaleway-em/nodeclass=main"}}
+	}
+	ledger := []scwsim.LedgerEntry{order(1, 0, "s1"), order(2, 30*time.Second, "s2"), order(3, 62*time.Second, "s3")}
+	limits := []limitsAt{{at: at}, {at: at.Add(time.Minute), lim: invariants.Limits{Hourly: 0.3}}}
+	if vs := limitViolations(ledger, limits); len(vs) != 0 {
+		t.Errorf("orders before the limit, or just after it under the old one: %v", vs)
+	}
+	limits = []limitsAt{{at: at}, {at: at.Add(10 * time.Second), lim: invariants.Limits{Hourly: 0.3}}}
+	vs := limitViolations(ledger, limits)
+	if len(vs) != 2 || vs[0].Server != "s2" || vs[1].Server != "s3" {
+		t.Errorf("two orders over a limit of 0.3 EUR/h in force: %v", vs)
+	}
+	zero := []limitsAt{{at: at, lim: invariants.Limits{MonthlyCommitment: eur("0")}}}
+	monthly := order(1, 0, "m1")
+	monthly.Period, monthly.PricePerMonth = "monthly", 32.99
+	if vs := limitViolations([]scwsim.LedgerEntry{monthly}, zero); len(vs) != 1 {
+		t.Errorf("a monthly order under a commitment limit of 0: %v", vs)
+	}
+}

@@ -1,0 +1,96 @@
+package soak
+
+import (
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
+)
+
+// A schedule is a pure function of its seed: the same seed gives the same
+// schedule, different seeds differ, and the fault kinds the soak promises
+// all come up within a hundred seeds.
+func TestScheduleIsAPureFunctionOfTheSeed(t *testing.T) {
+	for _, seed := range []uint64{1, 2, 42, 1 << 40} {
+		a, b := Generate(seed), Generate(seed)
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("seed %d: two schedules differ:\n%s\n%s", seed, a, b)
+		}
+		if a.String() != b.String() {
+			t.Errorf("seed %d: the printed schedules differ", seed)
+		}
+	}
+	seen := map[string]uint64{}
+	for seed := uint64(1); seed <= 100; seed++ {
+		s := Generate(seed).String()
+		if other, ok := seen[s]; ok {
+			t.Errorf("seeds %d and %d give the same schedule:\n%s", other, seed, s)
+		}
+		seen[s] = seed
+	}
+}
+
+func TestSchedulesCoverEveryFault(t *testing.T) {
+	kinds := map[Kind]bool{}
+	faults := map[scwsim.FaultKind]bool{}
+	var lag, broken, monthly, hourly, poolOff bool
+	for seed := uint64(1); seed <= 100; seed++ {
+		s := Generate(seed)
+		lag = lag || s.ListLag > 0
+		broken = broken || s.BrokenNodeClass
+		monthly = monthly || slices.Contains(s.Periods, "monthly")
+		hourly = hourly || slices.Contains(s.Periods, "hourly")
+		var prev Action
+		for i, a := range s.Actions {
+			kinds[a.Kind] = true
+			if a.Kind == KindFault {
+				faults[a.Fault.Kind] = true
+			}
+			if a.Kind == KindWarmPool && a.Servers == 0 {
+				poolOff = true
+			}
+			if i > 0 && a.At < prev.At {
+				t.Fatalf("seed %d: actions out of order: %s before %s", seed, prev, a)
+			}
+			if a.At < 0 || a.At > s.Length {
+				t.Fatalf("seed %d: %s outside the schedule's %s", seed, a, s.Length)
+			}
+			prev = a
+		}
+		if s.Actions[0].Kind != KindPods || s.Actions[0].At != 0 || s.Actions[0].Pods == 0 {
+			t.Errorf("seed %d: the first action is %s, want a pod wave at 0", seed, s.Actions[0])
+		}
+	}
+	for _, k := range []Kind{KindPods, KindLimits, KindMinimumLifetime, KindWarmPool, KindFault, KindOutOfStock, KindQuota, KindKill} {
+		if !kinds[k] {
+			t.Errorf("no schedule of seeds 1-100 has a %s action", k)
+		}
+	}
+	if kinds[KindLeaderChange] {
+		t.Errorf("a schedule has a %s action, which the world cannot play yet", KindLeaderChange)
+	}
+	want := append([]scwsim.FaultKind{scwsim.FaultStatus, scwsim.FaultRateLimit}, scwsim.AfterCommitKinds...)
+	for _, k := range want {
+		if !faults[k] {
+			t.Errorf("no schedule of seeds 1-100 injects a %s fault", k)
+		}
+	}
+	if !lag || !broken || !monthly || !hourly || !poolOff {
+		t.Errorf("seeds 1-100: list lag %v, broken nodeclass %v, monthly %v, hourly %v, warm pool off %v: want all", lag, broken, monthly, hourly, poolOff)
+	}
+}
+
+func TestParseSeeds(t *testing.T) {
+	for spec, want := range map[string][]uint64{"7": {7}, "1-3": {1, 2, 3}, " 4-4 ": {4}} {
+		got, err := ParseSeeds(spec)
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("ParseSeeds(%q) = %v, %v; want %v", spec, got, err, want)
+		}
+	}
+	for _, spec := range []string{"", "a", "3-1", "1-", "-2", "1-200000"} {
+		if _, err := ParseSeeds(spec); err == nil {
+			t.Errorf("ParseSeeds(%q): no error", spec)
+		}
+	}
+}

@@ -1,0 +1,28 @@
+package soak
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// fixedSeeds run in `make test`: together they order hourly and monthly
+// servers, lose the answers of orders, reboots and deletes, switch a warm
+// pool on, set minimumLifetime and kill the controller five times, in
+// under two minutes each. The long runs are `make soak`.
+var fixedSeeds = []uint64{4, 8}
+
+// TestSoakFixedSeeds plays a few fixed schedules against the real
+// controller and checks every invariant over the ledger. A failure prints
+// the seed to replay: make soak SEEDS=<seed>.
+func TestSoakFixedSeeds(t *testing.T) {
+	for _, seed := range fixedSeeds {
+		ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+		r := Run(ctx, seed, Options{Dir: t.TempDir(), Logf: t.Logf})
+		cancel()
+		t.Log(Line(r))
+		if r.Err != nil || len(r.Violations) > 0 {
+			t.Errorf("seed %d broke (replay: make soak SEEDS=%d):\n%s", seed, seed, Line(r))
+		}
+	}
+}
