@@ -78,9 +78,6 @@ const (
 	// ReasonInstallFailed: an install failed on this offering's hardware (no disk matches, disk too small):
 	// hidden for InstallFailedTTL so that Karpenter picks another (package breaker).
 	ReasonInstallFailed UnavailableReason = "install_failed"
-	// ReasonSpendLimit: an order of this offering would cross a NodeClass's spend limit (package spendlimit):
-	// hidden for the out-of-stock TTL, so that Karpenter tries another offering or NodePool.
-	ReasonSpendLimit UnavailableReason = "spend_limit"
 )
 
 type offerKey struct {

@@ -846,11 +846,11 @@ func TestUnavailableSeriesStartAtZero(t *testing.T) {
 	e := newEnv(t, false)
 	for name, c := range map[string]prometheus.Collector{"unavailable_offerings": e.cat.metrics.unavailable,
 		"unavailable_marks_total": e.cat.metrics.marks, "unavailable_expiries_total": e.cat.metrics.expiries} {
-		if n := testutil.CollectAndCount(c); n != 5 {
-			t.Errorf("%s: %d series before any mark, want 5 (out_of_stock, quota, refused, install_failed, spend_limit)", name, n)
+		if n := testutil.CollectAndCount(c); n != 4 {
+			t.Errorf("%s: %d series before any mark, want 4 (out_of_stock, quota, refused, install_failed)", name, n)
 		}
 	}
-	for _, r := range []string{"out_of_stock", "quota", "refused", "install_failed", "spend_limit"} {
+	for _, r := range []string{"out_of_stock", "quota", "refused", "install_failed"} {
 		if got := testutil.ToFloat64(e.cat.metrics.unavailable.WithLabelValues(r)); got != 0 {
 			t.Errorf("unavailable_offerings{reason=%s} = %v, want 0", r, got)
 		}
@@ -888,19 +888,19 @@ func TestSharedOfferIDsStayPerZone(t *testing.T) {
 	}
 }
 
-// An offering whose hardware failed an install stays hidden for InstallFailedTTL (1h by default); a spend
-// limit hides one only for the out-of-stock TTL.
-func TestInstallFailedAndSpendLimitTTLs(t *testing.T) {
+// An offering whose hardware failed an install stays hidden for InstallFailedTTL (1h by default); out of
+// stock hides one only for the out-of-stock TTL.
+func TestInstallFailedAndOutOfStockTTLs(t *testing.T) {
 	e := newEnv(t, false)
 	hidden := func(offer string) bool {
 		_, ok := e.cat.Unavailable("fr-par-2", offer, BillingHourly)
 		return ok
 	}
 	e.cat.MarkUnavailable("fr-par-2", "EM-I220E-NVME", BillingHourly, ReasonInstallFailed)
-	e.cat.MarkUnavailable("fr-par-2", "EM-A116X-SSD", BillingHourly, ReasonSpendLimit)
+	e.cat.MarkUnavailable("fr-par-2", "EM-A116X-SSD", BillingHourly, ReasonOutOfStock)
 	e.clock.Step(DefaultOutOfStockTTL)
 	if hidden("EM-A116X-SSD") {
-		t.Error("spend_limit mark outlived the out-of-stock TTL")
+		t.Error("out_of_stock mark outlived its TTL")
 	}
 	if !hidden("EM-I220E-NVME") {
 		t.Fatal("install_failed mark expired with the out-of-stock TTL")

@@ -5,7 +5,7 @@ import (
 )
 
 // MarkUnavailable hides the offering (zone, offer, billing) from InstanceTypes (Available=false) for a TTL
-// chosen by reason: OutOfStockTTL for out_of_stock and spend_limit, QuotaTTL for quota and refused,
+// chosen by reason: OutOfStockTTL for out_of_stock, QuotaTTL for quota and refused,
 // InstallFailedTTL for install_failed (an unknown reason gets the out-of-stock TTL). Marking again extends, never shortens, the mark.
 func (c *Catalog) MarkUnavailable(zone, offerName string, billing BillingPeriod, reason UnavailableReason) {
 	if zone == "" || offerName == "" || !billing.Valid() {
@@ -19,7 +19,7 @@ func (c *Catalog) MarkUnavailable(zone, offerName string, billing BillingPeriod,
 		ttl = c.opts.QuotaTTL
 	case ReasonInstallFailed:
 		ttl = c.opts.InstallFailedTTL
-	case ReasonOutOfStock, ReasonSpendLimit:
+	case ReasonOutOfStock:
 	default:
 		c.log.Info("unknown unavailable reason, using the out-of-stock TTL", "reason", reason)
 	}
@@ -87,7 +87,7 @@ func (c *Catalog) expireLocked(now time.Time) {
 }
 
 // unavailableReasons are every UnavailableReason: each has its series from the start.
-var unavailableReasons = []UnavailableReason{ReasonOutOfStock, ReasonQuota, ReasonRefused, ReasonInstallFailed, ReasonSpendLimit}
+var unavailableReasons = []UnavailableReason{ReasonOutOfStock, ReasonQuota, ReasonRefused, ReasonInstallFailed}
 
 func (c *Catalog) updateUnavailableGaugeLocked() {
 	counts := map[UnavailableReason]int{}

@@ -89,6 +89,8 @@ type CloudProvider struct {
 	log  logr.Logger
 	// process names this process in AnnotationOrdering.
 	process string
+	// spend sets offerings aside per NodeClass at its spend limits.
+	spend spendMarks
 }
 
 // New returns the CloudProvider.
@@ -140,8 +142,12 @@ func (c *CloudProvider) GetInstanceTypes(ctx context.Context, np *karpv1.NodePoo
 // NodeClass's spares added as reserved offerings.
 func (c *CloudProvider) instanceTypes(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass, f catalog.Filter) ([]*cloudprovider.InstanceType, error) {
 	its, err := c.Catalog.InstanceTypes(ctx, f)
-	if err != nil || c.Reservations == nil {
-		return its, err
+	if err != nil {
+		return nil, err
+	}
+	its = c.spend.apply(nc, its, time.Now())
+	if c.Reservations == nil {
+		return its, nil
 	}
 	zones := f.Zones
 	if len(zones) == 0 {

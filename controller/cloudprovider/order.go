@@ -81,7 +81,7 @@ func (c *CloudProvider) order(ctx context.Context, claim *karpv1.NodeClaim, nc *
 		if err := limits.Check(zone, offer); err != nil {
 			// Another offering may fit under the limit; this one is set
 			// aside briefly so that Karpenter's next choice is another.
-			c.Catalog.MarkUnavailable(zone, offer.Name, billing, catalog.ReasonSpendLimit)
+			c.spend.mark(nc, zone, offer.Name, billing, time.Now())
 			c.publish(claim, corev1.EventTypeWarning, "SpendLimitReached", fmt.Sprintf("%s (%s) in %s not ordered: %v", offer.Name, billing, zone, err))
 			lastErr = err
 			continue
