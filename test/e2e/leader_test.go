@@ -24,18 +24,7 @@ import (
 // replica wrote anything to Scaleway before it led. About 2 minutes (fast
 // profile; each takeover waits out the 15s lease).
 func TestLeaderChangeDuringInstallsAndSweeps(t *testing.T) {
-	replica := func(name string) world.ControllerOptions {
-		return world.ControllerOptions{LeaderElection: true, RecordAPICalls: true, LogName: name}
-	}
-	e := harness.Start(t, harness.Setup{World: world.Options{Profile: "fast"}, Controller: replica("replica-1.log"), Timeout: 6 * time.Minute})
-	a := e.C
-	if _, err := a.WaitLeading(e.Ctx, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	b := world.StartController(t, e.W, replica("replica-2.log"))
-	if err := b.WaitHealthy(e.Ctx); err != nil {
-		t.Fatal(err)
-	}
+	e, a, b := startReplicas(t, world.Options{Profile: "fast"})
 	claims := e.WatchClaims(100 * time.Millisecond)
 
 	// 1. The leader dies in the middle of the installs.
@@ -150,19 +139,8 @@ func assertStandbyWroteNothing(t *testing.T, name string, c *world.Controller, s
 // new leader must find that order before ordering again: the NodeClaim
 // gets one server (I1) and its node. About 1 minute.
 func TestLeaderKilledBetweenOrderAndAnswerOrdersOnce(t *testing.T) {
-	replica := func(name string) world.ControllerOptions {
-		return world.ControllerOptions{LeaderElection: true, RecordAPICalls: true, LogName: name}
-	}
 	lag := func(o *scwsim.Options) { o.ListLag = 45 * time.Second }
-	e := harness.Start(t, harness.Setup{World: world.Options{Profile: "fast", Sim: lag}, Controller: replica("replica-1.log"), Timeout: 6 * time.Minute})
-	a := e.C
-	if _, err := a.WaitLeading(e.Ctx, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	b := world.StartController(t, e.W, replica("replica-2.log"))
-	if err := b.WaitHealthy(e.Ctx); err != nil {
-		t.Fatal(err)
-	}
+	e, a, b := startReplicas(t, world.Options{Profile: "fast", Sim: lag})
 	held := a.HoldAnswers(func(c world.APICall) bool { return c.Method == "POST" && strings.HasSuffix(c.Path, "/servers") })
 	e.Run("app", 1, "1", "1Gi", false)
 	select {
@@ -193,18 +171,7 @@ func TestLeaderKilledBetweenOrderAndAnswerOrdersOnce(t *testing.T) {
 // Every pod gets a node, no NodeClaim has two servers (I1), no server is
 // taken from a live NodeClaim (I2), nothing leaks. About 1.5 minutes.
 func TestFrozenLeaderWakesUpAfterTheTakeover(t *testing.T) {
-	replica := func(name string) world.ControllerOptions {
-		return world.ControllerOptions{LeaderElection: true, RecordAPICalls: true, LogName: name}
-	}
-	e := harness.Start(t, harness.Setup{World: world.Options{Profile: "fast"}, Controller: replica("replica-1.log"), Timeout: 6 * time.Minute})
-	a := e.C
-	if _, err := a.WaitLeading(e.Ctx, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	b := world.StartController(t, e.W, replica("replica-2.log"))
-	if err := b.WaitHealthy(e.Ctx); err != nil {
-		t.Fatal(err)
-	}
+	e, a, b := startReplicas(t, world.Options{Profile: "fast"})
 	claims := e.WatchClaims(100 * time.Millisecond)
 	e.Run("app", 3, "1", "1Gi", true)
 	e.Eventually("installs in flight", harness.WaitLong, func() (bool, string) {
@@ -245,4 +212,23 @@ func TestFrozenLeaderWakesUpAfterTheTakeover(t *testing.T) {
 	e.AssertNoDuplicateOrders()
 	e.AssertNoServerTakenFromALiveClaim(claims)
 	e.AssertNothingLeaked()
+}
+
+// startReplicas starts a world and two controller replicas with leader
+// election, each behind its own recording proxy: a, leading, and b, healthy.
+func startReplicas(t *testing.T, wopts world.Options) (e *harness.Env, a, b *world.Controller) {
+	t.Helper()
+	replica := func(name string) world.ControllerOptions {
+		return world.ControllerOptions{LeaderElection: true, RecordAPICalls: true, LogName: name}
+	}
+	e = harness.Start(t, harness.Setup{World: wopts, Controller: replica("replica-1.log"), Timeout: 6 * time.Minute})
+	a = e.C
+	if _, err := a.WaitLeading(e.Ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	b = world.StartController(t, e.W, replica("replica-2.log"))
+	if err := b.WaitHealthy(e.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	return e, a, b
 }
