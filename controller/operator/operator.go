@@ -192,7 +192,8 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 		AllZones: zones, SweepInterval: opts.ZoneSweepInterval, Log: logger.WithName("inventory")}
 	reservations := &reservation.Cache{API: api, Owner: owner, Offers: cat, ManagedBy: opts.ClusterName,
 		Log: logger.WithName("reservation")}
-	spares := &spare.Keeper{API: api, Offers: cat, Rescue: dialer, Owner: owner,
+	// Nodes uncached: a spare's stale Node registered moments ago must be seen.
+	spares := &spare.Keeper{API: api, Offers: cat, Rescue: dialer, Owner: owner, Nodes: direct,
 		Log: logger.WithName("spare"), Changed: reservations.Invalidate}
 	// Read and written directly: the garbage collector must see a record
 	// the finalizer wrote moments ago.
