@@ -11,6 +11,7 @@ import (
 
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider"
 
@@ -38,7 +39,8 @@ func (e *env) monthlySpare() (id, instanceType string) {
 	if err := e.p.CloudProvider.Delete(e.ctx, e.claim(first.Name)); !cloudprovider.IsNodeClaimNotFoundError(err) {
 		e.t.Fatalf("Delete of a young monthly server = %v, want NodeClaimNotFound (kept as spare)", err)
 	}
-	if err := e.kube.Delete(e.ctx, node); err != nil {
+	// Keeping the spare deleted its node (Karpenter's termination would have).
+	if err := e.kube.Delete(e.ctx, node); client.IgnoreNotFound(err) != nil {
 		e.t.Fatal(err)
 	}
 	if err := e.kube.Delete(e.ctx, e.claim(first.Name)); err != nil {

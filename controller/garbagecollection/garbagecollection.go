@@ -195,6 +195,16 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 			c.Log.Info("left a server alone: it changed hands since the listing", "server", v.srv.ID, "zone", string(v.srv.Zone), "reason", v.reason, "detail", v.detail)
 		}
 	}
+	// Spares kept while their node may still run (a NodeClaim deleted while
+	// its server booted Talos): rebooted into rescue and their stale Node
+	// deleted once they can be, before anything takes them.
+	for _, s := range srvs {
+		if s.Status != baremetal.ServerStatusDeleting && install.PhaseOf(s) == install.PhaseSpare && spare.RescuePending(s) {
+			if err := c.Spares.Settle(ctx, s.Zone, s.ID); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	interval := c.Interval
 	if interval == 0 {
 		interval = 2 * time.Minute

@@ -1,13 +1,18 @@
 // Package identity tells this cluster's servers from every other's. A name
 // is chosen by people and gets copied (a staging cluster installed from
-// production's values has production's clusterName), so a server is this
-// cluster's only when it carries both the cluster's name
-// (karpenter.sh/managed-by) and its identity (karpenter-scaleway-em/cluster-id:
-// the kube-system namespace's UID unless CLUSTER_ID sets one). A server
-// with the name and another identity is another cluster's: never listed,
-// collected, reused or released, only reported. A server with the name and
-// no identity was ordered before identities existed: it is adopted (the tag
-// added) only when this cluster proves it is its own (adoptionRule).
+// production's values has production's clusterName), so what makes a server
+// this cluster's is its identity (karpenter-scaleway-em/cluster-id: the
+// kube-system namespace's UID unless CLUSTER_ID sets one), next to a name
+// (karpenter.sh/managed-by), which listings filter on. A server with this
+// cluster's identity and another name was ordered before the cluster was
+// renamed (clusterName changed): it stays the cluster's and is retagged
+// with the new name when seen (a sweep of every zone at the first use, then
+// every read). A server with the name and another identity is another
+// cluster's: never listed, collected, reused or released, only reported. A
+// server with the name and no identity was ordered before identities
+// existed: it is adopted (the tag added) only when this cluster proves it
+// is its own (adoptionRule). A changed identity while servers carry the
+// previous one is refused at start (Owner.Start).
 package identity
 
 import (
@@ -47,7 +52,8 @@ type Class int
 const (
 	// Other: not tagged with this cluster's name.
 	Other Class = iota
-	// Owned: this cluster's name and identity.
+	// Owned: this cluster's identity (and a name: this cluster's, or the
+	// one it had before it was renamed).
 	Owned
 	// Legacy: this cluster's name, no identity (ordered by a version
 	// before identities).
@@ -58,10 +64,15 @@ const (
 
 // Classify a server by its tags.
 func (id Identity) Classify(tags []string) Class {
-	if name, _ := scaleway.TagValue(tags, scaleway.TagManagedBy); name != id.Name {
+	name, named := scaleway.TagValue(tags, scaleway.TagManagedBy)
+	got, ok := scaleway.TagValue(tags, scaleway.TagClusterID)
+	if named && ok && got == id.ID {
+		// Whatever the name: a renamed cluster keeps its servers.
+		return Owned
+	}
+	if name != id.Name {
 		return Other
 	}
-	got, ok := scaleway.TagValue(tags, scaleway.TagClusterID)
 	switch {
 	case !ok:
 		return Legacy
@@ -103,9 +114,17 @@ func Resolve(ctx context.Context, kube client.Reader, configured string) (string
 	return string(ns.UID), nil
 }
 
+// Renamed reports whether a server of this cluster (Owned) carries another
+// name: ordered before the cluster was renamed.
+func (id Identity) Renamed(tags []string) bool {
+	name, _ := scaleway.TagValue(tags, scaleway.TagManagedBy)
+	return id.Classify(tags) == Owned && name != id.Name
+}
+
 // API is what the Owner needs of the Scaleway API (*scaleway.Client).
 type API interface {
 	EditTags(ctx context.Context, zone scw.Zone, id string, edit func([]string) ([]string, bool)) (*baremetal.Server, error)
+	ListServers(ctx context.Context, zone scw.Zone, tags []string) ([]*baremetal.Server, error)
 }
 
 // Reasons a server with this cluster's name is left alone (the metric's label).
@@ -152,6 +171,16 @@ func (o *Owner) Mine(ctx context.Context, zone scw.Zone, srvs []*baremetal.Serve
 	for _, s := range srvs {
 		switch o.Classify(s.Tags) {
 		case Owned:
+			if o.Renamed(s.Tags) {
+				renamed, err := o.retagRenamed(ctx, s)
+				if err != nil {
+					return nil, err
+				}
+				if renamed == nil {
+					continue // gone, or no longer this cluster's
+				}
+				s = renamed
+			}
 			out = append(out, s)
 			continue
 		case Other:
@@ -278,6 +307,52 @@ func (o *Owner) adoptIfProven(ctx context.Context, srv *baremetal.Server, claims
 		return updated, nil
 	}
 	return nil, nil
+}
+
+// retagRenamed writes this cluster's name on srv, a server of its identity
+// tagged with the name the cluster had before it was renamed: every
+// listing filters on the name, and without the new one the server would
+// be unlisted, its NodeClaim's Get would answer NotFound, Karpenter would
+// delete the NodeClaim and order a replacement while the server stays
+// billed. nil when the server is gone or no longer this cluster's.
+func (o *Owner) retagRenamed(ctx context.Context, srv *baremetal.Server) (*baremetal.Server, error) {
+	old, _ := scaleway.TagValue(srv.Tags, scaleway.TagManagedBy)
+	var class Class
+	updated, err := o.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
+		// Read again: another writer may have retagged it meanwhile.
+		if class = o.Classify(tags); class != Owned || !o.Renamed(tags) {
+			return tags, false
+		}
+		tags, _ = scaleway.SetTagIn(tags, scaleway.TagManagedBy, o.Name)
+		return tags, true
+	})
+	if scaleway.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("retagging server %s with the cluster's new name %s: %w", srv.ID, scaleway.Tag(scaleway.TagManagedBy, o.Name), err)
+	}
+	if class != Owned {
+		return nil, nil
+	}
+	o.Log.Info("a server of this cluster's identity carried another cluster name (the cluster was renamed): retagged with the new name",
+		"server", srv.ID, "zone", string(srv.Zone), "name", srv.Name, "old", old, "new", o.Name, "identity", o.ID)
+	if o.Metrics != nil {
+		o.Metrics.Renamed.Inc()
+	}
+	return updated, nil
+}
+
+// SweepRenamed lists zone's servers of this cluster's identity and
+// retags those still carrying a name the cluster had before (Mine does):
+// they are invisible to every listing by name until then. It returns the
+// cluster's servers found there.
+func (o *Owner) SweepRenamed(ctx context.Context, zone scw.Zone) ([]*baremetal.Server, error) {
+	srvs, err := o.API.ListServers(ctx, zone, []string{scaleway.Tag(scaleway.TagClusterID, o.ID)})
+	if err != nil {
+		return nil, err
+	}
+	return o.Mine(ctx, zone, srvs, false)
 }
 
 func (o *Owner) leaveAlone(srv *baremetal.Server) {

@@ -23,7 +23,9 @@ func TestClassify(t *testing.T) {
 		{id.Tags(), Owned},
 		{[]string{name}, Legacy},
 		{[]string{name, scaleway.Tag(scaleway.TagClusterID, "uid-2")}, Foreign},
-		{[]string{scaleway.Tag(scaleway.TagManagedBy, "staging"), scaleway.Tag(scaleway.TagClusterID, "uid-1")}, Other},
+		// The identity makes it this cluster's: renamed since it was ordered.
+		{[]string{scaleway.Tag(scaleway.TagManagedBy, "staging"), scaleway.Tag(scaleway.TagClusterID, "uid-1")}, Owned},
+		{[]string{scaleway.Tag(scaleway.TagClusterID, "uid-1")}, Other}, // no name: handed over or hand-made
 		{[]string{"hand-made"}, Other},
 	} {
 		if got := id.Classify(c.tags); got != c.want {

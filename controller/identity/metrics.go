@@ -8,6 +8,8 @@ type Metrics struct {
 	LeftAlone *prometheus.GaugeVec
 	// Adopted is karpenter_scaleway_em_servers_adopted_total.
 	Adopted prometheus.Counter
+	// Renamed is karpenter_scaleway_em_servers_renamed_total.
+	Renamed prometheus.Counter
 }
 
 // NewMetrics registers the metrics with reg (nil: not registered).
@@ -21,13 +23,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "karpenter_scaleway_em_servers_adopted_total",
 			Help: "Servers ordered before cluster identities that were adopted (tagged with this cluster's identity).",
 		}),
+		Renamed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "karpenter_scaleway_em_servers_renamed_total",
+			Help: "Servers of this cluster's identity found with the name the cluster had before it was renamed, retagged with the new name.",
+		}),
 	}
 	// At zero from the start, so that an alert sees the first one.
 	for _, r := range []string{ReasonForeignIdentity, ReasonNoIdentity} {
 		m.LeftAlone.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.LeftAlone, m.Adopted)
+		reg.MustRegister(m.LeftAlone, m.Adopted, m.Renamed)
 	}
 	return m
 }

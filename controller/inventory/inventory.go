@@ -5,7 +5,9 @@
 // from a NodeClass keeps its servers found (a retried Create resumes them),
 // listed (Karpenter does not forget them) and collected (nothing leaks).
 // Every listing goes through the cluster identity rule (package identity):
-// a server with this cluster's name and another identity is never returned.
+// a server with this cluster's name and another identity is never returned,
+// and the sweep retags the cluster's servers that still carry a name it had
+// before it was renamed.
 package inventory
 
 import (
@@ -129,7 +131,14 @@ func (i *Inventory) Sweep(ctx context.Context) {
 			i.Log.V(1).Info("zone sweep: cannot list servers", "zone", z, "error", err.Error())
 			continue
 		}
-		if len(srvs) > 0 {
+		// A server ordered before the cluster was renamed carries the old
+		// name: found by the identity and retagged, or no listing by name
+		// would ever show it again.
+		renamed, err := i.Owner.SweepRenamed(ctx, scw.Zone(z))
+		if err != nil {
+			i.Log.Error(err, "zone sweep: cannot look for servers of this cluster under a previous name", "zone", z)
+		}
+		if len(srvs) > 0 || len(renamed) > 0 {
 			i.Saw(z)
 		}
 	}

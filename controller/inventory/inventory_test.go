@@ -71,3 +71,31 @@ func TestServerOfFindsServersInEveryZoneTheClusterUses(t *testing.T) {
 		t.Fatal("Servers with a zone failing returned a shorter list")
 	}
 }
+
+// Issue 31 item 8: after the cluster is renamed, its servers (tagged with
+// the old name) are found by the inventory's first sweep, in a zone no
+// NodeClass names too, retagged with the new name and listed: Karpenter
+// keeps their NodeClaims and nothing is ordered again.
+func TestRenamedClusterServersAreListedAfterTheFirstSweep(t *testing.T) {
+	inv, api, sim := setup(t)
+	near := order(t, sim, api, "fr-par-2", "near")
+	far := order(t, sim, api, "nl-ams-1", "far")
+	inv.Owner.Name = "c1-renamed"
+	srvs, err := inv.Servers(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for _, s := range srvs {
+		ids[s.ID] = true
+		if !scaleway.HasTags(s.Tags, scaleway.Tag(scaleway.TagManagedBy, "c1-renamed")) {
+			t.Errorf("server %s listed with tags %v, want the new name", s.ID, s.Tags)
+		}
+	}
+	if !ids[near] || !ids[far] || len(srvs) != 2 {
+		t.Fatalf("servers after the rename: %v; want %s and %s", ids, near, far)
+	}
+	if srv, err := inv.ServerOf(context.Background(), "far"); err != nil || srv == nil || srv.ID != far {
+		t.Fatalf("ServerOf after the rename = %v, %v; want %s", srv, err, far)
+	}
+}

@@ -217,11 +217,18 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 	logger.Info("cluster identity", "name", opts.ClusterName, "identity", clusterID)
 	owner := &identity.Owner{Identity: identity.Identity{Name: opts.ClusterName, ID: clusterID}, API: api, Kube: kube,
 		AdoptAll: opts.AdoptServersWithoutIdentity, Log: logger.WithName("identity"), Metrics: identity.NewMetrics(reg)}
+	// Before anything lists servers: a changed CLUSTER_ID while servers
+	// carry the previous one is refused, and servers ordered under a
+	// previous clusterName are retagged with this one.
+	if err := owner.Start(ctx, direct, opts.SystemNamespace, zones); err != nil {
+		return nil, err
+	}
 	inv := &inventory.Inventory{API: api, Kube: kube, Owner: owner, DefaultZone: string(scwCfg.DefaultZone),
 		AllZones: zones, SweepInterval: opts.ZoneSweepInterval, Log: logger.WithName("inventory")}
 	reservations := &reservation.Cache{API: api, Owner: owner, Offers: cat, ManagedBy: opts.ClusterName,
 		Log: logger.WithName("reservation")}
-	spares := &spare.Keeper{API: api, Offers: cat, Rescue: dialer, Owner: owner,
+	// Nodes uncached: a spare's stale Node registered moments ago must be seen.
+	spares := &spare.Keeper{API: api, Offers: cat, Rescue: dialer, Owner: owner, Nodes: direct,
 		Log: logger.WithName("spare"), Changed: reservations.Invalidate}
 	// Read and written directly: the garbage collector must see a record
 	// the finalizer wrote moments ago.

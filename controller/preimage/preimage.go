@@ -116,9 +116,11 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 // Wait waits for the pre-imagings the sweeps started.
 func (c *Controller) Wait() { c.wg.Wait() }
 
-// candidate: a delivered spare, not backing off.
+// candidate: a delivered spare, back in rescue (the keeper's reboot of a
+// spare that may run its old node comes first: spare.RescuePending), not
+// backing off.
 func (c *Controller) candidate(s *baremetal.Server) bool {
-	if install.PhaseOf(s) != install.PhaseSpare || s.Status != baremetal.ServerStatusReady {
+	if install.PhaseOf(s) != install.PhaseSpare || s.Status != baremetal.ServerStatusReady || spare.RescuePending(s) {
 		return false
 	}
 	c.mu.Lock()
@@ -187,7 +189,7 @@ func (c *Controller) ImageSpare(ctx context.Context, srv *baremetal.Server) (boo
 	if err != nil {
 		return false, err
 	}
-	if install.PhaseOf(srv) != install.PhaseSpare || srv.Status != baremetal.ServerStatusReady {
+	if install.PhaseOf(srv) != install.PhaseSpare || srv.Status != baremetal.ServerStatusReady || spare.RescuePending(srv) {
 		return false, nil
 	}
 	nc := &v1alpha1.ScalewayElasticMetalNodeClass{}

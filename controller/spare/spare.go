@@ -22,6 +22,7 @@ import (
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	"github.com/scaleway/scaleway-sdk-go/scw"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
@@ -150,6 +151,9 @@ type Keeper struct {
 	// Changed, when set, hears of every spare of zone this Keeper took,
 	// kept or released (the reserved offerings' cache drops its counts).
 	Changed func(zone scw.Zone)
+	// Nodes, when set, is read and written directly (uncached) to delete
+	// the Node a kept spare left behind before it can be taken (Settle).
+	Nodes client.Client
 
 	// mu serialises takes and keeps in this process: two NodeClaims never
 	// take one spare, and a spare is never taken while being kept.
@@ -220,11 +224,15 @@ func (k *Keeper) hold(id string) (unhold func()) {
 }
 
 // Takeable reports whether spare srv can be given to a NodeClaim: not
-// being deleted, broken, an order never delivered or quarantined (its last
-// install failed because of the server: TagQuarantine). The reserved
+// being deleted, broken, an order never delivered, quarantined (its last
+// install failed because of the server: TagQuarantine) nor possibly still
+// running the node it ran (TagRescuePending). The reserved
 // offerings count the same servers.
 func Takeable(srv *baremetal.Server) bool {
 	if _, q := Quarantined(srv); q {
+		return false
+	}
+	if RescuePending(srv) {
 		return false
 	}
 	switch srv.Status {
@@ -323,6 +331,11 @@ func (k *Keeper) keep(ctx context.Context, srv *baremetal.Server, owner string) 
 			tags, _ = scaleway.RemoveTagIn(tags, key)
 		}
 		tags, _ = scaleway.RemoveTagIn(tags, scaleway.TagReservation)
+		// Not takeable until the node it may run is stopped for sure
+		// (settle); a server still being delivered has run nothing.
+		if !undelivered(srv) {
+			tags, _ = scaleway.SetTagIn(tags, TagRescuePending, rescueDue)
+		}
 		return install.SetPhaseIn(tags, install.PhaseSpare, now), true
 	})
 	if err != nil {
@@ -331,17 +344,14 @@ func (k *Keeper) keep(ctx context.Context, srv *baremetal.Server, owner string) 
 	if lost {
 		return fmt.Errorf("server %s is no longer tagged for nodeclaim %s", srv.ID, owner)
 	}
-	if kept.Status == baremetal.ServerStatusReady {
-		// No SSH key: nothing logs into a spare's rescue (the install that
-		// takes it boots rescue again with the key), so the IAM key is not
-		// registered for the weeks a spare may wait.
-		if _, err := k.Rescue.RebootIntoRescue(ctx, k.API, kept, nil); err != nil {
-			// The tags already say spare; whoever takes it reboots it into rescue anyway.
-			k.Log.Error(err, "rebooting a spare server into rescue", "server", srv.ID)
-		}
+	k.Log.Info("kept monthly server as a spare; it is taken once it is back in rescue", "server", srv.ID, "zone", string(srv.Zone), "offer", srv.OfferName)
+	// The reboot now if the server can take it; otherwise (a reboot into
+	// Talos under way, an API error) the garbage collector's sweeps retry
+	// through Settle, and the tag keeps the spare from being taken.
+	if !RescuePending(kept) {
+		return nil
 	}
-	k.Log.Info("kept monthly server as a spare", "server", srv.ID, "zone", string(srv.Zone), "offer", srv.OfferName)
-	return nil
+	return k.settle(ctx, kept)
 }
 
 // EndSpare ends spare zone/id for good, when its NodeClass is deleted:
@@ -384,7 +394,7 @@ func (k *Keeper) EndSpare(ctx context.Context, zone scw.Zone, id string, handOve
 			return tags, false
 		}
 		for _, key := range append([]string{scaleway.TagManagedBy, scaleway.TagClusterID, scaleway.TagNodeClaim, scaleway.TagNodePool,
-			scaleway.TagPhase, install.TagPhaseSince, scaleway.TagWarmPool, scaleway.TagWarmPoolSlot}, install.InstallTags...) {
+			scaleway.TagPhase, install.TagPhaseSince, scaleway.TagWarmPool, scaleway.TagWarmPoolSlot, TagRescuePending}, install.InstallTags...) {
 			tags, _ = scaleway.RemoveTagIn(tags, key)
 		}
 		tags, _ = scaleway.SetTagIn(tags, scaleway.TagHandedOverBy, k.Owner.Name)

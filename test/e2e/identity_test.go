@@ -181,3 +181,70 @@ func TestNamesakeClusterLeavesServersAlone(t *testing.T) {
 		t.Errorf("production %s = %v (%v), want 0: staging orders nothing", foreign, n, err)
 	}
 }
+
+// Issue 31 item 8: a cluster renamed (clusterName changed in the chart's
+// values) keeps its servers. Before, the restarted controller saw none of
+// them: Get answered NotFound for every NodeClaim, Karpenter deleted them
+// and ordered replacements, and the old servers stayed billed. Now they
+// carry the cluster's identity and are retagged with the new name: the
+// NodeClaims stay, nothing is ordered, nothing is released.
+func TestRenamedClusterKeepsItsServers(t *testing.T) {
+	e := harness.Start(t, harness.Setup{})
+	e.Run("app", 2, "3", "1Gi", true)
+	e.WaitBound("app", 2, harness.WaitLong)
+	claims := map[string]bool{}
+	for _, c := range e.NodeClaims() {
+		claims[c.Name] = true
+	}
+	servers := e.W.Sim.Servers()
+	if len(servers) != 2 || len(claims) != 2 {
+		t.Fatalf("%d servers and %d nodeclaims, want 2 each", len(servers), len(claims))
+	}
+	if err := e.C.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	renamed := e.W.ClusterName + "-renamed"
+	e.C = world.StartController(t, e.W, world.ControllerOptions{LogName: "renamed.log", Env: []string{"CLUSTER_NAME=" + renamed}})
+	hctx, hcancel := context.WithTimeout(e.Ctx, 2*time.Minute)
+	defer hcancel()
+	if err := e.C.WaitHealthy(hctx); err != nil {
+		t.Fatal(err)
+	}
+	e.Eventually("the servers retagged with the new name", harness.WaitLong, func() (bool, string) {
+		for _, s := range servers {
+			now, _ := e.W.Sim.Server(s.ID)
+			if world.TagValue(now.Tags, world.TagManagedBy) != renamed {
+				return false, fmt.Sprintf("server %s tags %v", s.ID, now.Tags)
+			}
+		}
+		return true, ""
+	})
+	// Several garbage collection sweeps of the renamed controller, every
+	// server past the grace period: nothing leaves, nothing is ordered.
+	sweeps := `controller_runtime_reconcile_total{controller="scaleway-em.garbagecollection"`
+	e.Eventually("five garbage collection sweeps after the rename", harness.WaitLong, func() (bool, string) {
+		n, err := metricSum(e.Ctx, e.C, sweeps)
+		return err == nil && n >= 5, fmt.Sprintf("%v sweeps (%v)", n, err)
+	})
+	now := map[string]bool{}
+	for _, c := range e.NodeClaims() {
+		now[c.Name] = c.DeletionTimestamp == nil
+	}
+	for name := range claims {
+		if !now[name] {
+			t.Errorf("nodeclaim %s deleted after the rename", name)
+		}
+	}
+	if got := e.W.Sim.Servers(); len(got) != 2 {
+		t.Errorf("%d servers after the rename, want the same 2", len(got))
+	}
+	for _, s := range e.W.Sim.Servers() {
+		if s.Status == string(baremetal.ServerStatusDeleting) {
+			t.Errorf("server %s released after the rename", s.ID)
+		}
+	}
+	if n := strings.Count(e.C.LogTail(100000), "carried another cluster name (the cluster was renamed)"); n != 2 {
+		t.Errorf("%d rename log lines, want 2 (one per server)", n)
+	}
+	e.WaitBound("app", 2, harness.WaitLong)
+}
