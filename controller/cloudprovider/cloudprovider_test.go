@@ -203,7 +203,10 @@ func TestQuotaEverywhereIsInsufficientCapacity(t *testing.T) {
 // the server.
 func (e *env) assertInstallFailed(claim string, want ...string) {
 	e.t.Helper()
-	e.eventually("the nodeclaim of the failed install deleted", func() bool { return e.claimGone(claim) })
+	// The event comes once the server is given back, after the NodeClaim's deletion.
+	e.eventually("the nodeclaim of the failed install deleted, then its InstallFailed event", func() bool {
+		return e.claimGone(claim) && len(e.events.find(claim, "InstallFailed")) > 0
+	})
 	evs := e.events.find(claim, "InstallFailed")
 	if len(evs) == 0 {
 		e.t.Fatalf("no InstallFailed event on %s", claim)

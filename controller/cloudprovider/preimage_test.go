@@ -308,7 +308,9 @@ func TestPreImagedSpareWithChangedHostKeyIsNotTrusted(t *testing.T) {
 	claim := e.nodeClaim(monthlyReq, karpv1.NodeSelectorRequirementWithMinValues{
 		Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: []string{instanceType}})
 	e.launch(claim)
-	e.eventually("the nodeclaim of the failed install deleted", func() bool { return e.claimGone(claim.Name) })
+	e.eventually("the nodeclaim of the failed install deleted, then its InstallFailed event", func() bool {
+		return e.claimGone(claim.Name) && len(e.events.find(claim.Name, "InstallFailed")) > 0
+	})
 	evs := e.events.find(claim.Name, "InstallFailed")
 	if len(evs) == 0 || !strings.Contains(evs[0].Message, install.ReasonRescueHostKeyChanged) || !strings.Contains(evs[0].Message, "kept as a spare") {
 		t.Fatalf("InstallFailed events %v, want %s and kept as a spare", evs, install.ReasonRescueHostKeyChanged)

@@ -38,7 +38,9 @@ func TestFailedInstallReleasesNothingWhenTheNodeClassCannotBeRead(t *testing.T) 
 	nc := &v1alpha1.ScalewayElasticMetalNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "nc"}}
 	timeout := apierrors.NewTimeoutError("the server was unable to return a response in the time allotted", 1)
 	failing := true
-	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc).
+	claim := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "claim-f", Finalizers: []string{"karpenter.sh/termination"}},
+		Spec: karpv1.NodeClaimSpec{NodeClassRef: &karpv1.NodeClassReference{Group: v1alpha1.SchemeGroupVersion.Group, Kind: "ScalewayElasticMetalNodeClass", Name: nc.Name}}}
+	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc, claim).
 		WithInterceptorFuncs(interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 			if _, ok := obj.(*v1alpha1.ScalewayElasticMetalNodeClass); ok && failing {
 				return timeout
@@ -64,23 +66,70 @@ func TestFailedInstallReleasesNothingWhenTheNodeClassCannotBeRead(t *testing.T) 
 	}
 	w := &worker{name: "claim-f", log: log, c: &Controller{Kube: kube, API: api, Offerings: cat, Log: log,
 		Spares: &spare.Keeper{API: api, Offers: cat, Rescue: &rescue.Dialer{}, Owner: owner, Log: log}}}
-	claim := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "claim-f"},
-		Spec: karpv1.NodeClaimSpec{NodeClassRef: &karpv1.NodeClassReference{Group: v1alpha1.SchemeGroupVersion.Group, Kind: "ScalewayElasticMetalNodeClass", Name: nc.Name}}}
 
-	outcome := w.release(ctx, claim, srv, errors.New("the install failed"))
+	w.fail(ctx, srv, errors.New("the install failed"))
 	s, _ := sim.Server(srv.ID)
 	if s.Status == string(baremetal.ServerStatusDeleting) || !scaleway.HasTags(s.Tags, claimTag) {
-		t.Fatalf("a nodeclass read that timed out released the monthly server (%s): %s %v", outcome, s.Status, s.Tags)
+		t.Fatalf("a nodeclass read that timed out released the monthly server: %s %v", s.Status, s.Tags)
 	}
-	if !strings.Contains(outcome, "left for Delete") {
+	if outcome := w.release(ctx, srv, nil, timeout, ""); !strings.Contains(outcome, "left for Delete") {
 		t.Errorf("outcome %q does not say the server is left for Delete", outcome)
 	}
 
 	failing = false
-	if outcome := w.release(ctx, claim, srv, errors.New("the install failed")); !strings.Contains(outcome, "kept as a spare") {
+	if outcome := w.release(ctx, srv, nc, nil, ""); !strings.Contains(outcome, "kept as a spare") {
 		t.Fatalf("once the nodeclass reads: %q, want the monthly server kept as a spare", outcome)
 	}
 	if s, _ := sim.Server(srv.ID); !scaleway.HasTags(s.Tags, scaleway.Tag(scaleway.TagPhase, string(install.PhaseSpare))) {
 		t.Fatalf("not tagged as a spare: %v", s.Tags)
+	}
+}
+
+// Issue 31, found by the soak (I2, seeds 1 and 19): a failed install deletes
+// its NodeClaim before it gives the server back, so no server is released
+// while its claim lives and is not being deleted.
+func TestFailedInstallDeletesItsNodeClaimBeforeItsServer(t *testing.T) {
+	const zone = scw.Zone("fr-par-2")
+	ctx := context.Background()
+	sim, api, _ := simapi.StartURL(t, zone)
+	nc := &v1alpha1.ScalewayElasticMetalNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "nc"}}
+	claim := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "claim-h", Finalizers: []string{"karpenter.sh/termination"}},
+		Spec: karpv1.NodeClaimSpec{NodeClassRef: &karpv1.NodeClassReference{Group: v1alpha1.SchemeGroupVersion.Group, Kind: "ScalewayElasticMetalNodeClass", Name: nc.Name}}}
+	var srvID, atClaimDeletion string
+	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc, claim).
+		WithInterceptorFuncs(interceptor.Funcs{Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			if _, ok := obj.(*karpv1.NodeClaim); ok {
+				s, _ := sim.Server(srvID)
+				atClaimDeletion = s.Status
+			}
+			return c.Delete(ctx, obj, opts...)
+		}}).Build()
+	log := testlog.New(t)
+	owner := &identity.Owner{Identity: identity.Identity{Name: "c1", ID: "uid-c1"}, API: api, Kube: kube, Log: log}
+	cat := catalog.New(catalog.Options{Client: api.SDK(), Zones: []scw.Zone{zone}})
+	if err := cat.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	offer, ok := cat.Offer(string(zone), "EM-B112X-SSD", catalog.BillingHourly)
+	if !ok {
+		t.Fatal("no hourly EM-B112X-SSD")
+	}
+	claimTag := scaleway.Tag(scaleway.TagNodeClaim, claim.Name)
+	srv, _, err := api.CreateServer(ctx, scaleway.CreateServerRequest{Zone: zone, OfferID: offer.ID, Name: claim.Name,
+		Tags:           append(owner.Tags(), scaleway.Tag(scaleway.TagNodeClass, nc.Name), claimTag, scaleway.Tag(scaleway.TagBilling, string(catalog.BillingHourly))),
+		IdempotencyTag: claimTag})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvID = srv.ID
+	w := &worker{name: claim.Name, log: log, c: &Controller{Kube: kube, API: api, Offerings: cat, Log: log,
+		Spares: &spare.Keeper{API: api, Offers: cat, Rescue: &rescue.Dialer{}, Owner: owner, Log: log}}}
+
+	w.fail(ctx, srv, errors.New("the install failed"))
+	if atClaimDeletion == "" || atClaimDeletion == string(baremetal.ServerStatusDeleting) {
+		t.Fatalf("when the nodeclaim was deleted the server was %q: released first, or the claim never deleted", atClaimDeletion)
+	}
+	if s, _ := sim.Server(srv.ID); s.Status != string(baremetal.ServerStatusDeleting) {
+		t.Fatalf("the hourly server of the failed install is %s, want released (deleting)", s.Status)
 	}
 }

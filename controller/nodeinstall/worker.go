@@ -312,9 +312,14 @@ func (w *worker) annotate(ctx context.Context, kv map[string]string) (*karpv1.No
 	return claim, w.c.Kube.Patch(ctx, claim, client.MergeFrom(stored))
 }
 
-// fail ends an install for good: the server goes back under the spare
-// policy (read fresh), the NodeClaim gets an event and is deleted, so
-// Karpenter replaces it. srv is nil when the server is gone.
+// fail ends an install for good: the NodeClaim is deleted, so that Karpenter
+// replaces it, then the server goes back under the spare policy (read
+// fresh) and the NodeClaim gets an event. srv is nil when the server is gone.
+// The claim goes first: a server released while its claim still lived and
+// was not being deleted is what I2 forbids (the soak saw an hourly server
+// deleted 20 ms before its claim). The failure is counted and a host fault
+// quarantined before, since deleting the claim makes core call Delete,
+// which stops this worker and releases the server itself.
 func (w *worker) fail(ctx context.Context, srv *baremetal.Server, cause error) {
 	c := w.c
 	claim, err := c.getClaim(ctx, w.name)
@@ -323,58 +328,75 @@ func (w *worker) fail(ctx context.Context, srv *baremetal.Server, cause error) {
 	}
 	phase := install.Phase("")
 	outcome := "the server is gone"
-	// Counted before the release: Delete (Karpenter's registration timeout
-	// may come at the same instant) stops this worker, and a release cut
-	// short must not lose the count. The breaker counts a claim once, so
-	// Delete counting it too changes nothing.
+	// Counted first: a release cut short by Delete must not lose the
+	// count. The breaker counts a claim once, so Delete counting it too
+	// changes nothing.
 	w.countFailure(ctx, claim, srv, cause)
+	var nc *v1alpha1.ScalewayElasticMetalNodeClass
+	ncErr := error(nil)
+	quarantined := ""
 	if srv != nil {
 		phase = install.PhaseOf(srv)
-		outcome = w.release(ctx, claim, srv, cause)
+		// nil only when the NodeClass is gone (no policy: release).
+		nc, ncErr = nodeclass.Lookup(ctx, c.Kube, claim.Spec.NodeClassRef)
+		if ncErr == nil {
+			quarantined = w.quarantine(ctx, srv, nc, cause)
+		}
+	}
+	if err := c.Kube.Delete(ctx, claim); client.IgnoreNotFound(err) != nil {
+		w.log.Error(err, "deleting the nodeclaim of a failed install")
+	}
+	if srv != nil {
+		outcome = w.release(ctx, srv, nc, ncErr, quarantined)
 	}
 	var pe *install.PhaseError
 	if errors.As(cause, &pe) {
 		phase, cause = pe.Phase, pe.Err
 	}
-	msg := fmt.Sprintf("install failed in phase %s: %v; %s; deleting the nodeclaim so that Karpenter replaces it", phase, cause, outcome)
+	msg := fmt.Sprintf("install failed in phase %s: %v; the nodeclaim is deleted so that Karpenter replaces it; %s", phase, cause, outcome)
 	w.log.Info("install failed for good", "phase", phase, "error", cause.Error(), "server", outcome)
 	c.publish(claim, corev1.EventTypeWarning, "InstallFailed", truncate(msg, 1000))
 	c.Metrics.finished(phase, "failed")
-	if err := c.Kube.Delete(ctx, claim); client.IgnoreNotFound(err) != nil {
-		w.log.Error(err, "deleting the nodeclaim of a failed install")
-	}
 }
 
-// release gives the server back and says what happened to it. A server
-// that failed for a reason of its own (spare.HostFault) is quarantined
-// first, so that if it is kept, no NodeClaim takes it again before a
-// pre-imaging shows it healthy.
-func (w *worker) release(ctx context.Context, claim *karpv1.NodeClaim, srv *baremetal.Server, cause error) string {
+// quarantine tags a server that failed for a reason of its own
+// (spare.HostFault), so that if it is kept, no NodeClaim takes it again
+// before a pre-imaging shows it healthy. It returns the reason ("" when none
+// or when tagging failed).
+func (w *worker) quarantine(ctx context.Context, srv *baremetal.Server, nc *v1alpha1.ScalewayElasticMetalNodeClass, cause error) string {
+	reason := spare.HostFault(cause, diskSelector(nc))
+	if reason == "" {
+		return ""
+	}
+	ok, err := w.c.Spares.Quarantine(ctx, srv.Zone, srv.ID, w.name, reason)
+	if err != nil {
+		w.log.Error(err, "quarantining the server of a failed install", "server", srv.ID, "reason", reason)
+		return ""
+	}
+	if !ok {
+		return ""
+	}
+	return reason
+}
+
+// release gives the server back under nc's policy and says what happened
+// to it. A failed NodeClass read (ncErr) releases nothing: core's
+// termination calls Delete, which reads it again; so does a release cut
+// short by that Delete.
+func (w *worker) release(ctx context.Context, srv *baremetal.Server, nc *v1alpha1.ScalewayElasticMetalNodeClass, ncErr error, quarantined string) string {
 	c := w.c
 	fresh, err := c.API.GetServer(ctx, srv.Zone, srv.ID)
 	if err == nil && fresh.Status == baremetal.ServerStatusOutOfStock {
 		// Ordered, then never delivered: the next order must go elsewhere.
 		c.Offerings.MarkUnavailable(string(fresh.Zone), fresh.OfferName, spare.Billing(c.Offerings, fresh), catalog.ReasonOutOfStock)
 	}
-	// nil only when the NodeClass is gone (no policy: release). A failed
-	// read releases nothing: core's termination calls Delete, which reads
-	// it again.
-	nc, err := nodeclass.Lookup(ctx, c.Kube, claim.Spec.NodeClassRef)
-	if err != nil {
-		return fmt.Sprintf("server %s left for Delete to release or keep (%v)", srv.ID, err)
-	}
-	quarantined := ""
-	if reason := spare.HostFault(cause, diskSelector(nc)); reason != "" {
-		if ok, err := c.Spares.Quarantine(ctx, srv.Zone, srv.ID, w.name, reason); err != nil {
-			w.log.Error(err, "quarantining the server of a failed install", "server", srv.ID, "reason", reason)
-		} else if ok {
-			quarantined = reason
-		}
+	if ncErr != nil {
+		return fmt.Sprintf("server %s left for Delete to release or keep (%v)", srv.ID, ncErr)
 	}
 	outcome, d, err := c.Spares.Release(ctx, srv.Zone, srv.ID, w.name, nc)
 	if err != nil {
 		// Core's termination calls Delete, which tries again.
-		return fmt.Sprintf("releasing server %s failed (retried on delete): %v", srv.ID, err)
+		return fmt.Sprintf("server %s left for Delete to release or keep: %v", srv.ID, err)
 	}
 	switch outcome {
 	case spare.Kept:
