@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
@@ -168,9 +169,10 @@ func (r *runner) run(ctx context.Context, dir string) (vs []invariants.Violation
 	}
 
 	pollCtx, stopPoll := context.WithCancel(ctx)
-	polled := make(chan struct{})
+	polled, watched := make(chan struct{}), make(chan struct{})
 	go func() { defer close(polled); r.pollClaims(pollCtx) }()
-	defer func() { stopPoll(); <-polled }()
+	go func() { defer close(watched); r.watchDeletions(pollCtx) }()
+	defer func() { stopPoll(); <-polled; <-watched }()
 
 	r.logf("seed %d: playing %d actions", s.Seed, len(s.Actions))
 	if err := r.play(ctx); err != nil {
@@ -432,6 +434,52 @@ func (r *runner) pollClaims(ctx context.Context) {
 		case <-ctx.Done():
 		case <-time.After(200 * time.Millisecond):
 		}
+	}
+}
+
+// watchDeletions records when each NodeClaim's deletion began from a watch:
+// a claim deleted and gone between two polls (core's termination of a claim
+// whose hourly server is released at once takes milliseconds) was seen by
+// the poll only as gone, after its server's release, and I2 flagged the
+// release as made under a live claim. The API server's deletionTimestamp is
+// used (whole seconds, rounded down); a claim deleted without finalizers
+// carries none, and the event's arrival stands in for it.
+func (r *runner) watchDeletions(ctx context.Context) {
+	wc, err := client.NewWithWatch(r.w.Kube.Config, client.Options{Scheme: r.w.Kube.Scheme})
+	if err != nil {
+		r.logf("watching nodeclaims: %v (deletions are seen by the poll only)", err)
+		return
+	}
+	for ctx.Err() == nil {
+		w, err := wc.Watch(ctx, &karpv1.NodeClaimList{})
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+			continue
+		}
+		for ev := range w.ResultChan() {
+			nc, ok := ev.Object.(*karpv1.NodeClaim)
+			if !ok || (nc.DeletionTimestamp == nil && ev.Type != watch.Deleted) {
+				continue
+			}
+			at := time.Now()
+			if nc.DeletionTimestamp != nil {
+				at = nc.DeletionTimestamp.Time
+			}
+			r.mu.Lock()
+			c := r.claims[nc.Name]
+			if c == nil {
+				c = &invariants.Claim{Name: nc.Name, Created: nc.CreationTimestamp.Time}
+				r.claims[nc.Name] = c
+			}
+			if c.Deleting.IsZero() {
+				c.Deleting = at
+			}
+			r.mu.Unlock()
+		}
+		w.Stop()
 	}
 }
 
