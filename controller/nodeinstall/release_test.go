@@ -47,25 +47,8 @@ func TestFailedInstallReleasesNothingWhenTheNodeClassCannotBeRead(t *testing.T) 
 			}
 			return c.Get(ctx, key, obj, opts...)
 		}}).Build()
-	log := testlog.New(t)
-	owner := &identity.Owner{Identity: identity.Identity{Name: "c1", ID: "uid-c1"}, API: api, Kube: kube, Log: log}
-	cat := catalog.New(catalog.Options{Client: api.SDK(), Zones: []scw.Zone{zone}})
-	if err := cat.Refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
-	offer, ok := cat.Offer(string(zone), "EM-B112X-SSD", catalog.BillingMonthly)
-	if !ok {
-		t.Fatal("no monthly EM-B112X-SSD")
-	}
-	claimTag := scaleway.Tag(scaleway.TagNodeClaim, "claim-f")
-	srv, _, err := api.CreateServer(ctx, scaleway.CreateServerRequest{Zone: zone, OfferID: offer.ID, Name: "claim-f",
-		Tags:           append(owner.Tags(), scaleway.Tag(scaleway.TagNodeClass, nc.Name), claimTag),
-		IdempotencyTag: claimTag})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &worker{name: "claim-f", log: log, c: &Controller{Kube: kube, API: api, Offerings: cat, Log: log,
-		Spares: &spare.Keeper{API: api, Offers: cat, Rescue: &rescue.Dialer{}, Owner: owner, Log: log}}}
+	w, srv := failingInstall(t, api, kube, nc.Name, claim.Name, catalog.BillingMonthly)
+	claimTag := scaleway.Tag(scaleway.TagNodeClaim, claim.Name)
 
 	w.fail(ctx, srv, errors.New("the install failed"))
 	s, _ := sim.Server(srv.ID)
@@ -104,26 +87,8 @@ func TestFailedInstallDeletesItsNodeClaimBeforeItsServer(t *testing.T) {
 			}
 			return c.Delete(ctx, obj, opts...)
 		}}).Build()
-	log := testlog.New(t)
-	owner := &identity.Owner{Identity: identity.Identity{Name: "c1", ID: "uid-c1"}, API: api, Kube: kube, Log: log}
-	cat := catalog.New(catalog.Options{Client: api.SDK(), Zones: []scw.Zone{zone}})
-	if err := cat.Refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
-	offer, ok := cat.Offer(string(zone), "EM-B112X-SSD", catalog.BillingHourly)
-	if !ok {
-		t.Fatal("no hourly EM-B112X-SSD")
-	}
-	claimTag := scaleway.Tag(scaleway.TagNodeClaim, claim.Name)
-	srv, _, err := api.CreateServer(ctx, scaleway.CreateServerRequest{Zone: zone, OfferID: offer.ID, Name: claim.Name,
-		Tags:           append(owner.Tags(), scaleway.Tag(scaleway.TagNodeClass, nc.Name), claimTag, scaleway.Tag(scaleway.TagBilling, string(catalog.BillingHourly))),
-		IdempotencyTag: claimTag})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, srv := failingInstall(t, api, kube, nc.Name, claim.Name, catalog.BillingHourly)
 	srvID = srv.ID
-	w := &worker{name: claim.Name, log: log, c: &Controller{Kube: kube, API: api, Offerings: cat, Log: log,
-		Spares: &spare.Keeper{API: api, Offers: cat, Rescue: &rescue.Dialer{}, Owner: owner, Log: log}}}
 
 	w.fail(ctx, srv, errors.New("the install failed"))
 	if atClaimDeletion == "" || atClaimDeletion == string(baremetal.ServerStatusDeleting) {
@@ -132,4 +97,31 @@ func TestFailedInstallDeletesItsNodeClaimBeforeItsServer(t *testing.T) {
 	if s, _ := sim.Server(srv.ID); s.Status != string(baremetal.ServerStatusDeleting) {
 		t.Fatalf("the hourly server of the failed install is %s, want released (deleting)", s.Status)
 	}
+}
+
+// failingInstall orders an EM-B112X-SSD server of billing for the claim of
+// NodeClass nodeClass, and returns the claim's install worker and the server.
+func failingInstall(t *testing.T, api *scaleway.Client, kube client.Client, nodeClass, claim string, billing catalog.BillingPeriod) (*worker, *baremetal.Server) {
+	t.Helper()
+	const zone = scw.Zone("fr-par-2")
+	ctx := context.Background()
+	log := testlog.New(t)
+	owner := &identity.Owner{Identity: identity.Identity{Name: "c1", ID: "uid-c1"}, API: api, Kube: kube, Log: log}
+	cat := catalog.New(catalog.Options{Client: api.SDK(), Zones: []scw.Zone{zone}})
+	if err := cat.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	offer, ok := cat.Offer(string(zone), "EM-B112X-SSD", billing)
+	if !ok {
+		t.Fatalf("no %s EM-B112X-SSD", billing)
+	}
+	claimTag := scaleway.Tag(scaleway.TagNodeClaim, claim)
+	srv, _, err := api.CreateServer(ctx, scaleway.CreateServerRequest{Zone: zone, OfferID: offer.ID, Name: claim,
+		Tags:           append(owner.Tags(), scaleway.Tag(scaleway.TagNodeClass, nodeClass), claimTag, scaleway.Tag(scaleway.TagBilling, string(billing))),
+		IdempotencyTag: claimTag})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &worker{name: claim, log: log, c: &Controller{Kube: kube, API: api, Offerings: cat, Log: log,
+		Spares: &spare.Keeper{API: api, Offers: cat, Rescue: &rescue.Dialer{}, Owner: owner, Log: log}}}, srv
 }
