@@ -15,6 +15,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/e2e/harness"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/world"
@@ -32,10 +33,13 @@ func monthlySetup() harness.Setup {
 }
 
 // spares are the live servers in phase spare.
+// spares are the servers kept as spares and back in rescue without their
+// old Node (no rescue-pending tag): what is offered as reserved capacity.
 func spares(e *harness.Env) []string {
 	var out []string
 	for _, s := range e.W.Sim.Servers() {
-		if world.TagValue(s.Tags, world.TagPhase) == "spare" && s.Status != string(baremetal.ServerStatusDeleting) {
+		if world.TagValue(s.Tags, world.TagPhase) == "spare" && world.TagValue(s.Tags, spare.TagRescuePending) == "" &&
+			s.Status != string(baremetal.ServerStatusDeleting) {
 			out = append(out, s.ID)
 		}
 	}
