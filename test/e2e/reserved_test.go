@@ -15,8 +15,8 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/e2e/harness"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/world"
 )
