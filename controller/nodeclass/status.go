@@ -280,19 +280,25 @@ func joinReason(err error) string {
 // version, so a broken Secret or patch, or a kubelet that could not join,
 // shows on the NodeClass before any server is ordered.
 func (c *StatusController) checkJoinConfig(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass) error {
-	join, err := JoinMaterial(ctx, c.Secrets, nc, c.ControlPlane)
+	// One read of the API server's version serves the default and the check.
+	var cp string
+	var controlPlane kubeversion.ControlPlane
+	if c.ControlPlane != nil {
+		v, err := c.ControlPlane(ctx)
+		if err != nil {
+			return err
+		}
+		cp, controlPlane = v, func(context.Context) (string, error) { return v, nil }
+	}
+	join, err := JoinMaterial(ctx, c.Secrets, nc, controlPlane)
 	if err != nil {
 		return err
 	}
 	if _, err := talosgen.Render(join, sampleNodeClaim(nc), Settings(nc), sampleReport(), talosgen.Network{}); err != nil {
 		return err
 	}
-	if c.ControlPlane == nil || join.Form() == talosgen.FormWorkerConfig {
+	if controlPlane == nil || join.Form() == talosgen.FormWorkerConfig {
 		return nil
-	}
-	cp, err := c.ControlPlane(ctx)
-	if err != nil {
-		return err
 	}
 	talos := nc.Spec.Image.TalosVersion
 	if talos == "" && nc.Status.Image != nil {
