@@ -70,11 +70,12 @@ func (launcher) Delete(context.Context, *karpv1.NodeClaim) error {
 }
 
 // claim creates a NodeClaim and lets core launch it. The fake clock starts
-// again from the real time, which the API server stamps creations with.
+// again from the creation time the API server stamped: set before the create,
+// a slow API server (seconds on a loaded CI machine) stamped the claim after
+// the clock and core's 15 minutes ended later than the test counted.
 func (c *core) claim() *karpv1.NodeClaim {
 	c.t.Helper()
 	c.n++
-	c.clock.SetTime(time.Now())
 	nc := &karpv1.NodeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("claim-%d", c.n)},
 		Spec: karpv1.NodeClaimSpec{
@@ -85,6 +86,7 @@ func (c *core) claim() *karpv1.NodeClaim {
 	if err := c.direct.Create(c.ctx, nc); err != nil {
 		c.t.Fatal(err)
 	}
+	c.clock.SetTime(nc.CreationTimestamp.Time)
 	c.reconcile(nc.Name) // finalizer, launch
 	got := c.reconcile(nc.Name)
 	if !got.StatusConditions().Get(karpv1.ConditionTypeLaunched).IsTrue() || got.Status.ProviderID == "" {
