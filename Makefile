@@ -20,7 +20,7 @@ export TEST_ASSET_KUBE_SCHEDULER := $(BIN)/kube-scheduler
 export TEST_ASSET_VERSITYGW := $(BIN)/versitygw
 export TEST_ASSET_EM_IMAGER := $(BIN)/em-imager
 
-.PHONY: all help build imager-binaries image image-push test fuzz bench bench-nodes demo soak e2e tools deps vet fmt-check tidy-check clean chart-crds docs dashboards catalog-snapshot licenses smoke-live
+.PHONY: all help build imager-binaries image image-push test fuzz bench bench-nodes demo soak e2e tools lint deps vet fmt-check tidy-check clean chart-crds docs dashboards catalog-snapshot licenses smoke-live
 
 all: build
 
@@ -73,6 +73,11 @@ vet: ## go vet ./...
 
 fmt-check: ## fail on files gofmt would change
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+# golangci-lint with .golangci.yml (gocyclo, errorlint, staticcheck, revive, misspell, nolintlint, ...);
+# built into bin/ from test/tools/golangci-lint. .ci/run runs it before `make test`.
+lint: $(BIN)/golangci-lint ## the lint gate (.golangci.yml)
+	$(BIN)/golangci-lint run ./...
 
 tidy-check: ## fail when go mod tidy would change go.mod or go.sum
 	@cp go.mod /tmp/go.mod.bak; cp go.sum /tmp/go.sum.bak; $(GO) mod tidy; \

@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"context"
+	"errors"
 	"math"
 	"net/http"
 	"os"
@@ -661,7 +662,7 @@ func TestBadSnapshotOptionFallsBackToEmbedded(t *testing.T) {
 	if its := mustTypes(t, c, Filter{}); len(its) < 30 {
 		t.Fatalf("fallback to the embedded snapshot gave %d types", len(its))
 	}
-	if err := c.Refresh(context.Background()); err != ErrNoAPI {
+	if err := c.Refresh(context.Background()); !errors.Is(err, ErrNoAPI) {
 		t.Fatalf("Refresh without client: %v", err)
 	}
 }
@@ -716,6 +717,9 @@ func TestRefresh(t *testing.T) {
 		t.Fatal(err)
 	}
 	off := offering(t, find(t, mustTypes(t, e.cat, f), "EM-I220E-NVME"), "fr-par-2", BillingHourly)
+	if got := testutil.ToFloat64(e.cat.metrics.builds); got == builds {
+		t.Errorf("a changed answer did not rebuild instance types (%v builds)", got)
+	}
 	if off.Available || off.Price != 0.6 {
 		t.Fatalf("after refresh: available %v price %v", off.Available, off.Price)
 	}

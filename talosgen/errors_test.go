@@ -61,7 +61,7 @@ func TestParseJoinSecretErrors(t *testing.T) {
 
 	cp := strings.Replace(string(worker), "type: worker", "type: controlplane", 1)
 
-	notCA := strings.Replace(string(bundle.Certs.K8s.Crt), "CERTIFICATE", "PRIVATE KEY", -1)
+	notCA := strings.ReplaceAll(string(bundle.Certs.K8s.Crt), "CERTIFICATE", "PRIVATE KEY")
 
 	with := func(base map[string][]byte, kv ...string) map[string][]byte {
 		out := map[string][]byte{}

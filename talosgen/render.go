@@ -478,7 +478,9 @@ func applyNode(c *v1alpha1.Config, join *JoinMaterial, s *normalized, nc *karpv1
 	}
 
 	if len(s.ExtraKernelArgs) > 0 {
-		inst.InstallExtraKernelArgs = append(inst.InstallExtraKernelArgs, s.ExtraKernelArgs...)
+		// Deprecated upstream in favour of Image Factory schematics; still how
+		// a NodeClass adds kernel arguments to an installed GRUB image.
+		inst.InstallExtraKernelArgs = append(inst.InstallExtraKernelArgs, s.ExtraKernelArgs...) //nolint:staticcheck // SA1019, see above
 		// machinery refuses extraKernelArgs together with grubUseUKICmdline
 		inst.InstallGrubUseUKICmdline = new(false)
 	}

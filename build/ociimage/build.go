@@ -87,7 +87,7 @@ type BuiltPlatform struct {
 
 func (o *Options) defaults() error {
 	if o.Root == "" || o.Out == "" {
-		return errors.New("Root and Out are required")
+		return errors.New("options: Root and Out are required")
 	}
 	var err error
 	if o.Root, err = filepath.Abs(o.Root); err != nil {
@@ -102,7 +102,7 @@ func (o *Options) defaults() error {
 		}
 	}
 	if o.Revision == "" {
-		return errors.New("Revision is required (the git commit; \"unknown\" outside git)")
+		return errors.New("options: Revision is required (the git commit; \"unknown\" outside git)")
 	}
 	if o.SourceDateEpoch < 0 {
 		return fmt.Errorf("SOURCE_DATE_EPOCH %d is negative", o.SourceDateEpoch)

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"debug/elf"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -280,7 +281,7 @@ func extract(t *testing.T, im v1.Image) map[string]*entry {
 	tr := tar.NewReader(rc)
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return files
 		}
 		if err != nil {

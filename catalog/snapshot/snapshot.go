@@ -1,3 +1,6 @@
+// Package snapshot holds the Elastic Metal offer catalogue compiled into the
+// provider (offers.json), so it can plan before its first catalogue refresh;
+// README.md says how it is made and kept current.
 package snapshot
 
 import (

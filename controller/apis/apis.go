@@ -13,6 +13,7 @@ const Group = "karpenter-scaleway-em.io"
 
 //go:generate ../../bin/controller-gen crd object:headerFile="../../hack/boilerplate.go.txt" paths="./..." output:crd:artifacts:config=crds
 var (
+	// NodeClassCRD is the NodeClass CRD as controller-gen wrote it.
 	//go:embed crds/karpenter-scaleway-em.io_scalewayelasticmetalnodeclasses.yaml
 	NodeClassCRD []byte
 	// CRDs are the provider's CRDs, for tests and for the CRD chart.

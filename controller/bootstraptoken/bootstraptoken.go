@@ -76,7 +76,7 @@ func TokenID(claim string) string {
 // SecretName is the name of a NodeClaim's token Secret.
 func SecretName(claim string) string { return "bootstrap-token-" + TokenID(claim) }
 
-// CollisionError: the Secret named for a NodeClaim's token holds another
+// CollisionError says the Secret named for a NodeClaim's token holds another
 // token (one made by someone else, or for another NodeClaim whose name
 // derives the same ID). The NodeClaim's install fails and Karpenter retries
 // with a new NodeClaim, hence a new ID; the other token is left alone.

@@ -112,7 +112,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	if path := strings.TrimSpace(getenv(EnvCABundle)); path != "" {
 		b, err := os.ReadFile(path)
 		if err != nil {
-			return c, fmt.Errorf("%s: %v", EnvCABundle, err)
+			return c, fmt.Errorf("%s: %w", EnvCABundle, err)
 		}
 		c.CABundle = b
 	}
@@ -173,7 +173,7 @@ func (c Config) validate() error {
 	}
 	if len(c.CABundle) > 0 {
 		if _, err := certPool(c.CABundle); err != nil {
-			return fmt.Errorf("%s: %v", EnvCABundle, err)
+			return fmt.Errorf("%s: %w", EnvCABundle, err)
 		}
 	}
 	if c.PublicBaseURL != "" {
@@ -192,7 +192,7 @@ func parseEndpoint(name, s string) (host string, secure bool, err error) {
 	}
 	u, err := url.Parse(s)
 	if err != nil {
-		return "", false, fmt.Errorf("%s: not a URL: %v", name, err)
+		return "", false, fmt.Errorf("%s: not a URL: %w", name, err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return "", false, fmt.Errorf("%s: scheme %q: want http or https", name, u.Scheme)

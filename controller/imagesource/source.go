@@ -50,8 +50,8 @@ type Settings struct {
 	ManifestSHA256 string
 }
 
-// DefaultFormatPreference: zstd decodes several times faster than xz and is
-// usually only slightly larger.
+// DefaultFormatPreference puts zstd first: it decodes several times faster
+// than xz and is usually only slightly larger.
 var DefaultFormatPreference = []string{manifest.FormatZstd, manifest.FormatXZ}
 
 // Image is what em-imager needs to write a node's disk.
@@ -173,7 +173,7 @@ func New(cfg Config) (*Source, error) {
 		if len(cfg.CABundle) > 0 {
 			var err error
 			if roots, err = certPool(cfg.CABundle); err != nil {
-				return nil, fmt.Errorf("%s: %v", EnvCABundle, err)
+				return nil, fmt.Errorf("%s: %w", EnvCABundle, err)
 			}
 		}
 		cfg.HTTPClient = newHTTPClient(roots, cfg.ConnectTimeout, cfg.FetchTimeout)
@@ -442,7 +442,7 @@ func (s *Source) image(ctx context.Context, c cached) (*Image, error) {
 	default:
 		u, err := s.presign.PresignedGetObject(ctx, c.bkt, c.key, s.cfg.URLExpiry, nil)
 		if err != nil {
-			return nil, &Error{Reason: ReasonUnreachable, Key: c.bkt + "/" + c.key, Err: fmt.Errorf("presigning: %v", err)}
+			return nil, &Error{Reason: ReasonUnreachable, Key: c.bkt + "/" + c.key, Err: fmt.Errorf("presigning: %w", err)}
 		}
 		img.URL = u.String()
 		img.Expires = time.Now().Add(s.cfg.URLExpiry)
@@ -506,7 +506,7 @@ func checkObject(where string, f manifest.File, size int64, sha string) error {
 func (s *Source) httpGet(ctx context.Context, u *url.URL) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, &Error{Reason: ReasonInvalidSettings, Err: fmt.Errorf("manifestURL: %v", err)}
+		return nil, &Error{Reason: ReasonInvalidSettings, Err: fmt.Errorf("manifestURL: %w", err)}
 	}
 	resp, err := s.cfg.HTTPClient.Do(req)
 	if err != nil {
@@ -531,7 +531,7 @@ func (s *Source) httpGet(ctx context.Context, u *url.URL) ([]byte, error) {
 // what to configure).
 func httpError(err error) error {
 	if errors.Is(err, manifest.ErrRedirect) {
-		return &Error{Reason: ReasonInvalidSettings, Err: fmt.Errorf("manifestURL: %v; point it at the final location", unwrapURLError(err))}
+		return &Error{Reason: ReasonInvalidSettings, Err: fmt.Errorf("manifestURL: %w; point it at the final location", unwrapURLError(err))}
 	}
 	return &Error{Reason: ReasonUnreachable, Err: fmt.Errorf("%w%s", unwrapURLError(err), tlsHint(err))}
 }
@@ -586,9 +586,9 @@ func classifyS3(err error, missing Reason) error {
 	}
 	var ne net.Error
 	if errors.As(err, &ne) {
-		return &Error{Reason: ReasonUnreachable, Err: fmt.Errorf("S3 endpoint unreachable: %v%s", unwrapURLError(err), tlsHint(err))}
+		return &Error{Reason: ReasonUnreachable, Err: fmt.Errorf("S3 endpoint unreachable: %w%s", unwrapURLError(err), tlsHint(err))}
 	}
-	return &Error{Reason: ReasonUnreachable, Err: fmt.Errorf("S3: %v", unwrapURLError(err))}
+	return &Error{Reason: ReasonUnreachable, Err: fmt.Errorf("S3: %w", unwrapURLError(err))}
 }
 
 // withKey fills in the object an *Error is about.

@@ -531,7 +531,7 @@ func (i *Installer) writeConfig(ctx, pctx context.Context, log logr.Logger, job 
 	return nil
 }
 
-// ErrNoLink: em-imager saw no NIC with a link. The uplink is the server's
+// ErrNoLink is returned when em-imager saw no NIC with a link. The uplink is the server's
 // (a cable, a switch port): the server is quarantined if it is kept.
 var ErrNoLink = errors.New("em-imager found no NIC with a link")
 

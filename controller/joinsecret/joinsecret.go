@@ -50,7 +50,7 @@ func ParseNamespaces(s string) ([]string, error) {
 	return out, nil
 }
 
-// NotAllowedError: a NodeClass names a Secret outside the Scope.
+// NotAllowedError says a NodeClass names a Secret outside the Scope.
 type NotAllowedError struct {
 	Secret     types.NamespacedName
 	Namespaces []string

@@ -246,7 +246,7 @@ const ImagerName = "em-imager"
 // the host is not the one expected (em-imager itself never exits with it).
 const exitImagerMismatch = 86
 
-// ErrImagerDigestMismatch: the em-imager on the rescue host was not the
+// ErrImagerDigestMismatch is returned when the em-imager on the rescue host was not the
 // controller's build when it was about to run, so it was not run.
 var ErrImagerDigestMismatch = errors.New("em-imager on the rescue host does not have the sha256 of the controller's build; it was not run")
 
@@ -385,7 +385,7 @@ func imagerReport(code int, stdout []byte, stderrTail *tailBuffer) (*report.Repo
 		return nil, ErrImagerDigestMismatch
 	}
 	if perr != nil {
-		return nil, fmt.Errorf("em-imager exited %d without a report (%v); stderr: %s", code, perr, stderrTail.String())
+		return nil, fmt.Errorf("em-imager exited %d without a report (%w); stderr: %s", code, perr, stderrTail.String())
 	}
 	if !rep.OK {
 		return rep, rep.Error
@@ -446,7 +446,7 @@ const (
 	maxLine        = 4 << 10 // one stderr line kept for an error message
 )
 
-// ErrOutputTooLong: a command on the rescue host printed more than the
+// ErrOutputTooLong is returned when a command on the rescue host printed more than the
 // controller keeps; it was killed.
 var ErrOutputTooLong = errors.New("the rescue host printed more than the controller keeps")
 

@@ -25,7 +25,7 @@ func IPv4Of(s *baremetal.Server) string {
 	return ""
 }
 
-// NoAddressError: the server reached the awaited state, but the API listed
+// NoAddressError says the server reached the awaited state, but the API listed
 // no IPv4 for it during Waited (Config.SettleWait, or until the caller's
 // deadline). The server is not known to be broken: it may still get its
 // IPs, so this is no reason to release it.

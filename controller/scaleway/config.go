@@ -214,7 +214,7 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("Retry.MaxAttempts must not be negative"))
 	}
 	if c.Retry.BaseBackoff < 0 || c.Retry.MaxBackoff < 0 || c.Retry.MaxRetryAfter < 0 || c.Retry.ThrottleWait < 0 {
-		errs = append(errs, errors.New("Retry backoffs must not be negative"))
+		errs = append(errs, errors.New("retry backoffs must not be negative"))
 	}
 	if c.Retry.BaseBackoff > 0 && c.Retry.MaxBackoff > 0 && c.Retry.BaseBackoff > c.Retry.MaxBackoff {
 		errs = append(errs, errors.New("Retry.BaseBackoff must not exceed Retry.MaxBackoff"))

@@ -333,31 +333,31 @@ func isNetworkError(err error) bool {
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
 }
 
-// IsNotFound: the resource does not exist (typed ResourceNotFound, or the
+// IsNotFound reports whether the resource does not exist (typed ResourceNotFound, or the
 // untyped 404 {"message":"Not Found"} the API returns once a server is gone).
 func IsNotFound(err error) bool { return Classify(err) == ClassNotFound }
 
-// IsOutOfStock: the offer cannot be delivered now; try another offering.
+// IsOutOfStock reports whether the offer cannot be delivered now; try another offering.
 func IsOutOfStock(err error) bool { return Classify(err) == ClassOutOfStock }
 
-// IsQuotaExceeded: the organization's quota forbids another server.
+// IsQuotaExceeded reports whether the organization's quota forbids another server.
 func IsQuotaExceeded(err error) bool { return Classify(err) == ClassQuota }
 
-// IsTransientState: the resource is busy (being delivered, rebooted,
+// IsTransientState reports whether the resource is busy (being delivered, rebooted,
 // locked); the same request may succeed once its state settles.
 func IsTransientState(err error) bool { return Classify(err) == ClassTransient }
 
-// IsPermissionDenied: the credentials are valid but lack a permission.
+// IsPermissionDenied reports whether the credentials are valid but lack a permission.
 func IsPermissionDenied(err error) bool { return Classify(err) == ClassPermission }
 
-// IsUnauthorized: the credentials are missing, wrong or expired.
+// IsUnauthorized reports whether the credentials are missing, wrong or expired.
 func IsUnauthorized(err error) bool { return Classify(err) == ClassUnauthorized }
 
-// IsRefused: the API refused the request itself (a 503 with a specific
+// IsRefused reports whether the API refused the request itself (a 503 with a specific
 // message); retrying the same request cannot succeed.
 func IsRefused(err error) bool { return Classify(err) == ClassRefused }
 
-// IsOrderRefused: a definite refusal of an order that is neither out of
+// IsOrderRefused reports whether a definite refusal of an order that is neither out of
 // stock nor quota, and that retrying the same order cannot fix: a refusal
 // answered 503, a 4xx the API does not type (e.g. a 412 without a body, as
 // an unrecorded out-of-stock answer could be), or the offer unknown in the
@@ -371,7 +371,7 @@ func IsOrderRefused(err error) bool {
 	return false
 }
 
-// IsPrecondition: the API answered 412 (typed precondition_failed, or any
+// IsPrecondition reports whether the API answered 412 (typed precondition_failed, or any
 // untyped 412 that is not out of stock): the resource is not in the state
 // the request needs, e.g. a private network attached before the server's
 // Private Network option is enabled.
@@ -400,12 +400,12 @@ func statusOf(err error) int {
 	return 0
 }
 
-// IsRetryable: the failure is transport-level or server-side (5xx, 429,
+// IsRetryable reports whether the failure is transport-level or server-side (5xx, 429,
 // timeouts, network) and the same request may succeed later. Business errors
 // (4xx) are not retryable.
 func IsRetryable(err error) bool { return isRetryableClass(Classify(err)) }
 
-// IsAmbiguous: a non-idempotent call failed after an attempt that may have
+// IsAmbiguous reports whether a non-idempotent call failed after an attempt that may have
 // been applied by the API; reconcile by reading state before acting again.
 func IsAmbiguous(err error) bool {
 	var e *Error

@@ -85,7 +85,7 @@ func (f *failAfterSend) RoundTrip(r *http.Request) (*http.Response, error) {
 // of the next request with method and a path matching the expression.
 func (s lostShape) start(t *testing.T, mutate func(*scwsim.Options), cfgMutate func(*Config)) (env *simEnv, arm func(method, path string)) {
 	t.Helper()
-	var base http.RoundTripper = http.DefaultTransport
+	base := http.DefaultTransport
 	if s.h2 {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.Protocols = new(http.Protocols)

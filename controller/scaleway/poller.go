@@ -363,7 +363,7 @@ func StatusIs(statuses ...baremetal.ServerStatus) func(*baremetal.Server) (bool,
 // interval and attempts, about a minute and a half of a failing API.
 const maxPollFailures = 5
 
-// ServerStateError: a server reached a terminal bad state while waited on.
+// ServerStateError says a server reached a terminal bad state while waited on.
 type ServerStateError struct {
 	ID     string
 	Zone   scw.Zone

@@ -219,10 +219,10 @@ func (r CreateServerRequest) validate() error {
 		errs = append(errs, errors.New("OfferID is required"))
 	}
 	if r.Name == "" {
-		errs = append(errs, errors.New("Name is required"))
+		errs = append(errs, errors.New("the server Name is required"))
 	}
 	if len(r.Description) > 255 {
-		errs = append(errs, fmt.Errorf("Description is %d characters, the API allows 255", len(r.Description)))
+		errs = append(errs, fmt.Errorf("the server Description is %d characters, the API allows 255", len(r.Description)))
 	}
 	if r.IdempotencyTag == "" {
 		errs = append(errs, errors.New("IdempotencyTag is required (e.g. karpenter.sh/nodeclaim=<name>): without it a retried order could buy two servers"))
@@ -232,7 +232,7 @@ func (r CreateServerRequest) validate() error {
 	return errors.Join(errs...)
 }
 
-// ErrOrderInFlight: an earlier order for the same idempotency tag failed
+// ErrOrderInFlight is returned when an earlier order for the same idempotency tag failed
 // without saying whether the API took it, and the server has not shown in
 // listings yet. CreateServer refuses to order again until Config.OrderSettle
 // has passed since that order; callers retry later (errors.Is).

@@ -265,7 +265,7 @@ func (a Applier) ApplyTo(ctx context.Context, peer Peer, cfg []byte) error {
 		}
 		// The config may or may not have reached the peer: either way the
 		// server cannot be trusted to boot with ours.
-		return fmt.Errorf("talos apply-config on %s: %w: %w", peer.Endpoint, ErrApply, c.classify(err, true))
+		return fmt.Errorf("talos apply-config on %s: %w: %w", peer.Endpoint, ErrApply, c.classify(err, true)) //nolint:errorlint // both are classes callers test: ErrApply and the transport class
 	}
 	return nil
 }

@@ -87,7 +87,7 @@ func run(imager, cache string, size, data int64, runs int) error {
 			t0 := time.Now()
 			fmt.Printf("  %s ...", strings.Join(c, " "))
 			if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
-				return fmt.Errorf("%v: %v: %s", c, err, out)
+				return fmt.Errorf("%v: %w: %s", c, err, out)
 			}
 			fmt.Printf(" %.0fs\n", time.Since(t0).Seconds())
 		}
@@ -185,7 +185,7 @@ func run(imager, cache string, size, data int64, runs int) error {
 			err := cmd.Run()
 			secs := time.Since(t0).Seconds()
 			if err != nil {
-				return fmt.Errorf("%s: %v\n%s%s", c.name, err, out.String(), errb.String())
+				return fmt.Errorf("%s: %w\n%s%s", c.name, err, out.String(), errb.String())
 			}
 			if c.shell == "" {
 				var rep report.Report
@@ -278,7 +278,7 @@ func memoryImages(cache string) (raw, sha string, err error) {
 		fmt.Printf("  xz -%s -T0 ...", level)
 		out, err := exec.Command("bash", "-c", "xz -"+level+" -T0 -c "+raw+" > "+raw+"."+level+".xz").CombinedOutput()
 		if err != nil {
-			return "", "", fmt.Errorf("xz -%s: %v: %s", level, err, out)
+			return "", "", fmt.Errorf("xz -%s: %w: %s", level, err, out)
 		}
 		fmt.Printf(" %.0fs\n", time.Since(t0).Seconds())
 	}

@@ -50,7 +50,7 @@ func sharedBinary(t *testing.T) string {
 		build := exec.Command("go", "build", "-o", binPath, "../cmd/em-imager")
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+			binErr = fmt.Errorf("go build: %w\n%s", err, out)
 		}
 	})
 	if binErr != nil {

@@ -263,7 +263,7 @@ func preflight(ctx context.Context, w *writeFlags, spec *imageSpec, choice block
 	r.Image.RawBytes = o.rawSize
 	head := make([]byte, diskwrite.HeadSize)
 	n, err := io.ReadFull(o.dec, head)
-	if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
 		return "", &report.Error{Code: errorCode(ctx, err), Message: fmt.Sprintf("reading the image's first MiB: %v; nothing was written to the disk", err)}
 	}
 	target, needs, err := diskwrite.Check(head[:n], diskOptions(w, spec, choice, o.rawSize))

@@ -478,7 +478,7 @@ func (d *partitionDisk) read() ([]byte, Volume, error) {
 	// end of a file when a read starts inside a cluster (io.ReadAll does).
 	b := make([]byte, st.Size())
 	if _, err := io.ReadFull(f, b); err != nil && !(err == io.EOF && len(b) == 0) {
-		return nil, v, fmt.Errorf("read config: %v", err)
+		return nil, v, fmt.Errorf("read config: %w", err)
 	}
 	return b, v, nil
 }

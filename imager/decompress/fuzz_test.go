@@ -166,11 +166,11 @@ func checkXZ(in []byte, valid map[string][]byte) error {
 	}
 	code := ReportCode(err)
 	if code != "corrupt_input" && code != "truncated_input" {
-		return fmt.Errorf("error %q has report code %q, want corrupt_input or truncated_input", err, code)
+		return fmt.Errorf("error %w has report code %q, want corrupt_input or truncated_input", err, code)
 	}
 	for name, v := range valid {
 		if len(in) < len(v) && bytes.HasPrefix(v, in) && code != "truncated_input" {
-			return fmt.Errorf("the first %d bytes of seed %s (%d bytes): %q has code %q, want truncated_input", len(in), name, len(v), err, code)
+			return fmt.Errorf("the first %d bytes of seed %s (%d bytes): %w has code %q, want truncated_input", len(in), name, len(v), err, code)
 		}
 	}
 	return nil

@@ -40,7 +40,7 @@ func (g *gzipReader) Read(p []byte) (int, error) {
 		if err == nil {
 			return n, nil
 		}
-		if err != io.EOF {
+		if !errors.Is(err, io.EOF) {
 			g.err = g.classify(err)
 			return n, g.err
 		}

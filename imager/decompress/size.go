@@ -11,7 +11,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 )
 
-// ErrSizeUnknown: the compressed file does not record its decompressed size.
+// ErrSizeUnknown is returned when the compressed file does not record its decompressed size.
 var ErrSizeUnknown = errors.New("decompressed size not recorded")
 
 // RawSize returns the decompressed size of a compressed file of the given

@@ -229,7 +229,7 @@ func (x *xzReader) Read(p []byte) (int, error) {
 
 // finish releases what a fully delivered block still holds.
 func (x *xzReader) finish(j *xzJob) {
-	for j.free != nil && len(j.free) > 0 {
+	for len(j.free) > 0 {
 		chunkBufs.put(<-j.free)
 	}
 	x.budget.release(j.charge)
@@ -371,7 +371,7 @@ func decodeBlock(j *xzJob) ([]byte, error) {
 	// The LZMA2 end marker must come right after the last byte and use up
 	// exactly the compressed size.
 	var one [1]byte
-	if k, err := lr.Read(one[:]); k != 0 || err != io.EOF || !lr.EOS() {
+	if k, err := lr.Read(one[:]); k != 0 || !errors.Is(err, io.EOF) || !lr.EOS() {
 		outBufs.put(out)
 		return nil, fmt.Errorf("%w: %s: LZMA2 data longer than the recorded size", ErrCorrupt, where)
 	}

@@ -38,11 +38,11 @@ func (z *zstdReader) Read(p []byte) (int, error) {
 	}
 	n, err := z.dec.Read(p)
 	z.out += int64(n)
-	if err != nil && err != io.EOF {
+	if err != nil && !errors.Is(err, io.EOF) {
 		z.err = z.classify(err)
 		return n, z.err
 	}
-	if err == io.EOF {
+	if errors.Is(err, io.EOF) {
 		z.err = io.EOF
 	}
 	return n, err

@@ -224,7 +224,7 @@ func Write(ctx context.Context, r io.Reader, o Options) (res Result, err error) 
 	// written last; it also says what the image needs from the disk.
 	head := alignedBuf(HeadSize)
 	headLen, err := io.ReadFull(r, head)
-	if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
 		return res, err
 	}
 	if err := checkImage(head[:headLen], o.ImageSize, t.sector, t.capacity); err != nil {
@@ -673,12 +673,12 @@ func imageNeeds(head []byte, imageSize int64, diskSector int, capacity int64) (N
 func RereadPartitions(fd int) error {
 	var err error
 	for i := 0; i < 5; i++ {
-		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.BLKRRPART, 0); e == 0 {
+		_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.BLKRRPART, 0)
+		if e == 0 {
 			return nil
-		} else {
-			err = e
 		}
-		if err != unix.EBUSY {
+		err = e
+		if !errors.Is(err, unix.EBUSY) {
 			return err
 		}
 		time.Sleep(200 * time.Millisecond) // udev may still hold the disk briefly

@@ -40,7 +40,7 @@ const (
 	maxCmdline = 64 << 10
 )
 
-// ErrNotFound: the image has no EFI system partition with a UKI.
+// ErrNotFound is returned when the image has no EFI system partition with a UKI.
 var ErrNotFound = errors.New("no unified kernel image found")
 
 // Param is one kernel parameter; Value is "" for a bare flag.

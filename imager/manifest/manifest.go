@@ -286,7 +286,7 @@ func (m *Manifest) Validate() error {
 	if len(errs) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
+	return fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...)) //nolint:errorlint // ErrInvalid and every field error, for errors.Is on each
 }
 
 // File returns the entry for format, or false.

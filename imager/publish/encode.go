@@ -250,7 +250,7 @@ func (x *xzExternal) Close() error {
 		return err
 	}
 	if err := x.cmd.Wait(); err != nil {
-		return fmt.Errorf("xz: %v: %s", err, strings.TrimSpace(x.stderr.String()))
+		return fmt.Errorf("xz: %w: %s", err, strings.TrimSpace(x.stderr.String()))
 	}
 	return nil
 }

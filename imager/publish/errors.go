@@ -89,10 +89,10 @@ func s3Error(what string, err error) error {
 	var ne net.Error
 	var oe *net.OpError
 	if errors.As(err, &oe) || errors.As(err, &ne) {
-		return &Error{Code: CodeS3Unreachable, Err: fmt.Errorf("%s: S3 endpoint unreachable: %v", what, err)}
+		return &Error{Code: CodeS3Unreachable, Err: fmt.Errorf("%s: S3 endpoint unreachable: %w", what, err)}
 	}
 	if resp.StatusCode == 401 || resp.StatusCode == 403 {
 		return &Error{Code: CodeS3AccessDenied, Err: fmt.Errorf("%s: access denied by the S3 server (HTTP %d %s)", what, resp.StatusCode, resp.Code)}
 	}
-	return &Error{Code: CodeS3Error, Err: fmt.Errorf("%s: %v", what, err)}
+	return &Error{Code: CodeS3Error, Err: fmt.Errorf("%s: %w", what, err)}
 }

@@ -71,7 +71,7 @@ func openInput(ctx context.Context, in string, client *http.Client, log *slog.Lo
 			return nil, &Error{Code: CodeInterrupted, Err: ctx.Err()}
 		}
 		// source's errors never carry a URL query.
-		return nil, &Error{Code: CodeInputUnreachable, Err: fmt.Errorf("input %s: %v", source.RedactURL(in), err)}
+		return nil, &Error{Code: CodeInputUnreachable, Err: fmt.Errorf("input %s: %w", source.RedactURL(in), err)}
 	}
 	return r, nil
 }
@@ -90,7 +90,7 @@ func prepare(ctx context.Context, o *Options, log *slog.Logger, workdir string) 
 	br := bufio.NewReaderSize(in, 1<<20)
 	head, err := br.Peek(decompress.HeaderLen)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, &Error{Code: CodeInputUnreachable, Err: fmt.Errorf("input: %v", err)}
+		return nil, &Error{Code: CodeInputUnreachable, Err: fmt.Errorf("input: %w", err)}
 	}
 	if len(head) == 0 {
 		return nil, &Error{Code: CodeCorruptInput, Err: errors.New("input is empty")}
@@ -165,7 +165,7 @@ func prepare(ctx context.Context, o *Options, log *slog.Logger, workdir string) 
 		if err != nil {
 			f.Close()
 			abortAll()
-			return nil, &Error{Code: CodeInternal, Err: fmt.Errorf("%s encoder: %v", format, err)}
+			return nil, &Error{Code: CodeInternal, Err: fmt.Errorf("%s encoder: %w", format, err)}
 		}
 		encs = append(encs, &enc{format: format, e: e, f: f, c: c})
 		rawWriters = append(rawWriters, e)
@@ -227,7 +227,7 @@ func prepare(ctx context.Context, o *Options, log *slog.Logger, workdir string) 
 				rest.f.Close()
 			}
 			e.f.Close()
-			return nil, &Error{Code: CodeInternal, Err: fmt.Errorf("%s encoder: %v", e.format, err)}
+			return nil, &Error{Code: CodeInternal, Err: fmt.Errorf("%s encoder: %w", e.format, err)}
 		}
 		if err := e.f.Close(); err != nil {
 			return nil, &Error{Code: CodeInternal, Err: err}
@@ -276,7 +276,7 @@ func inputError(err error) error {
 	case errors.Is(err, decompress.ErrUnsupported):
 		return &Error{Code: CodeUnsupportedInput, Err: err}
 	}
-	return &Error{Code: CodeInputUnreachable, Err: fmt.Errorf("reading input: %v", err)}
+	return &Error{Code: CodeInputUnreachable, Err: fmt.Errorf("reading input: %w", err)}
 }
 
 // bootSignature watches bytes 510-511 of the raw stream.

@@ -125,7 +125,7 @@ func mainEnv(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 		s, err = Run(ctx, o, log)
 		if err != nil && ctx.Err() != nil {
 			// Whatever failed, the cause is the interruption (SIGINT/SIGTERM).
-			err = &Error{Code: CodeInterrupted, Err: fmt.Errorf("interrupted: %v", err)}
+			err = &Error{Code: CodeInterrupted, Err: fmt.Errorf("interrupted: %w", err)}
 		}
 		if s != nil {
 			sum = s
@@ -223,7 +223,7 @@ Flags:
 		}
 		c, err := manifest.NormalizeFormat(f)
 		if err != nil {
-			return nil, &Error{Code: CodeInvalidArgument, Err: fmt.Errorf("--formats: %v", err)}
+			return nil, &Error{Code: CodeInvalidArgument, Err: fmt.Errorf("--formats: %w", err)}
 		}
 		if !contains(o.Formats, c) {
 			o.Formats = append(o.Formats, c)
@@ -231,7 +231,7 @@ Flags:
 	}
 	bs, err := parseSize(blockSize)
 	if err != nil {
-		return nil, &Error{Code: CodeInvalidArgument, Err: fmt.Errorf("--block-size: %v", err)}
+		return nil, &Error{Code: CodeInvalidArgument, Err: fmt.Errorf("--block-size: %w", err)}
 	}
 	o.BlockSize = bs
 	return o, nil
@@ -332,7 +332,7 @@ func Run(ctx context.Context, o *Options, log *slog.Logger) (*Summary, error) {
 
 	workdir, err := os.MkdirTemp(o.WorkDir, "em-imager-publish-")
 	if err != nil {
-		return sum, &Error{Code: CodeInternal, Err: fmt.Errorf("work dir: %v", err)}
+		return sum, &Error{Code: CodeInternal, Err: fmt.Errorf("work dir: %w", err)}
 	}
 	defer os.RemoveAll(workdir)
 

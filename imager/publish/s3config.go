@@ -77,7 +77,7 @@ func parseEndpoint(s string) (host string, secure bool, err error) {
 	}
 	u, err := url.Parse(s)
 	if err != nil {
-		return "", false, fmt.Errorf("%s: %q is not a URL: %v", EnvEndpoint, s, err)
+		return "", false, fmt.Errorf("%s: %q is not a URL: %w", EnvEndpoint, s, err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return "", false, fmt.Errorf("%s: scheme %q: want http or https", EnvEndpoint, u.Scheme)

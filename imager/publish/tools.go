@@ -56,7 +56,7 @@ func ToolKey(prefix, arch string) string {
 func checkImagerBinary(p string) (Tool, error) {
 	bi, err := buildinfo.ReadFile(p)
 	if err != nil {
-		return Tool{}, fmt.Errorf("--imager-binary %s: not a Go binary: %v", p, err)
+		return Tool{}, fmt.Errorf("--imager-binary %s: not a Go binary: %w", p, err)
 	}
 	if bi.Path != imagerPackage {
 		return Tool{}, fmt.Errorf("--imager-binary %s: built from %s, not em-imager (%s)", p, bi.Path, imagerPackage)
@@ -76,7 +76,7 @@ func checkImagerBinary(p string) (Tool, error) {
 	}
 	f, err := elf.Open(p)
 	if err != nil {
-		return Tool{}, fmt.Errorf("--imager-binary %s: %v", p, err)
+		return Tool{}, fmt.Errorf("--imager-binary %s: %w", p, err)
 	}
 	defer f.Close()
 	for _, prog := range f.Progs {
@@ -92,7 +92,7 @@ func checkImagerBinary(p string) (Tool, error) {
 	defer r.Close()
 	h := sha256.New()
 	if t.Size, err = io.Copy(h, r); err != nil {
-		return Tool{}, fmt.Errorf("--imager-binary %s: %v", p, err)
+		return Tool{}, fmt.Errorf("--imager-binary %s: %w", p, err)
 	}
 	t.SHA256 = hex.EncodeToString(h.Sum(nil))
 	return t, nil

@@ -394,7 +394,7 @@ func (r *Reader) Read(p []byte) (int, error) {
 			return n, nil
 		}
 		complete := r.size >= 0 && r.offset == r.size
-		if err == io.EOF && (complete || r.size < 0) {
+		if errors.Is(err, io.EOF) && (complete || r.size < 0) {
 			r.closeBody()
 			r.err = io.EOF
 			return n, io.EOF

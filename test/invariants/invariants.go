@@ -175,7 +175,7 @@ func serversByClaim(ledger []scwsim.LedgerEntry) (map[string][]string, []string,
 	return servers, claims, lines
 }
 
-// I1: no NodeClaim ever had more than one server ordered or taken for it.
+// I1 checks that no NodeClaim ever had more than one server ordered or taken for it.
 func I1(ledger []scwsim.LedgerEntry, _ Facts) []Violation {
 	servers, claims, lines := serversByClaim(ledger)
 	var out []Violation
@@ -189,7 +189,7 @@ func I1(ledger []scwsim.LedgerEntry, _ Facts) []Violation {
 	return out
 }
 
-// I2: no server deleted, untagged or rebooted while a live NodeClaim that
+// I2 checks that no server deleted, untagged or rebooted while a live NodeClaim that
 // was not being deleted owned it. Reboots before the NodeClaim's node
 // registered are its install's.
 func I2(ledger []scwsim.LedgerEntry, f Facts) []Violation {
@@ -260,7 +260,7 @@ func isSpare(tags []string) bool {
 	return scwsim.TagValue(tags, tagNodeClaim) == "" && scwsim.TagValue(tags, tagNodeClass) != "" && scwsim.TagValue(tags, tagPoolSlot) == ""
 }
 
-// I3: a monthly server is released only in the last RenewalMargin (+ Sweep)
+// I3 checks that a monthly server is released only in the last RenewalMargin (+ Sweep)
 // of a paid period, and no idle spare is carried into a new period by the
 // controller's lateness, unless excused.
 func I3(ledger []scwsim.LedgerEntry, f Facts) []Violation {
@@ -307,7 +307,7 @@ func I3(ledger []scwsim.LedgerEntry, f Facts) []Violation {
 	return out
 }
 
-// I4: no server billed longer than Grace + Sweep without an owner: a live
+// I4 checks that no server billed longer than Grace + Sweep without an owner: a live
 // NodeClaim named by its tag, a spare, a warm-pool slot.
 func I4(ledger []scwsim.LedgerEntry, f Facts) []Violation {
 	if f.End.IsZero() {
@@ -379,7 +379,7 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
-// I5: at every order, the NodeClass's hourly spend and its commitment for
+// I5 checks that at every order, the NodeClass's hourly spend and its commitment for
 // the calendar month stay within its limits.
 func I5(ledger []scwsim.LedgerEntry, f Facts) []Violation {
 	if len(f.Limits) == 0 {
@@ -439,7 +439,7 @@ func I5(ledger []scwsim.LedgerEntry, f Facts) []Violation {
 	return out
 }
 
-// I6: every NodeClaim that became Ready had exactly one server, and no pod
+// I6 checks that every NodeClaim that became Ready had exactly one server, and no pod
 // that fits was left unbound.
 func I6(ledger []scwsim.LedgerEntry, f Facts) []Violation {
 	var out []Violation
@@ -455,7 +455,7 @@ func I6(ledger []scwsim.LedgerEntry, f Facts) []Violation {
 	return out
 }
 
-// I7: the servers of the cluster the ledger shows alive at the end are the
+// I7 checks that the servers of the cluster the ledger shows alive at the end are the
 // ones the controller accounts for, no more, no fewer.
 func I7(ledger []scwsim.LedgerEntry, f Facts) []Violation {
 	if f.ControllerView == nil {
@@ -495,7 +495,7 @@ func I7(ledger []scwsim.LedgerEntry, f Facts) []Violation {
 	return out
 }
 
-// I8: in no hour did a NodeClass with a breaker budget order more servers
+// I8 checks that in no hour did a NodeClass with a breaker budget order more servers
 // than the budget.
 func I8(ledger []scwsim.LedgerEntry, f Facts) []Violation {
 	var out []Violation

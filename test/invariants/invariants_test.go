@@ -85,8 +85,6 @@ func claimOf(name string, created, registered, deleting, gone time.Duration) Cla
 	return c
 }
 
-const never = -1
-
 // expect runs one invariant over b and checks it found want violations.
 func expect(t *testing.T, name string, check func([]scwsim.LedgerEntry, Facts) []Violation, b *book, f Facts, want int) {
 	t.Helper()

@@ -46,7 +46,7 @@ func Modules(ctx context.Context, dir string) ([]Module, error) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("go list in %s: %v: %s", dir, err, stderr.String())
+		return nil, fmt.Errorf("go list in %s: %w: %s", dir, err, stderr.String())
 	}
 	type listed struct {
 		Module *struct {
@@ -62,7 +62,7 @@ func Modules(ctx context.Context, dir string) ([]Module, error) {
 		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
-			return nil, fmt.Errorf("go list output: %v", err)
+			return nil, fmt.Errorf("go list output: %w", err)
 		}
 		m := p.Module
 		if m == nil || m.Main {
@@ -96,7 +96,7 @@ func Identify(c *classifier.Classifier, m *Module) error {
 	}
 	entries, err := os.ReadDir(m.Dir)
 	if err != nil {
-		return fmt.Errorf("%s@%s: %v", m.Path, m.Version, err)
+		return fmt.Errorf("%s@%s: %w", m.Path, m.Version, err)
 	}
 	names := map[string]bool{}
 	for _, e := range entries {
@@ -218,7 +218,7 @@ func repoFiles(root string) ([]string, error) {
 		cmd.Dir = root
 		out, err := cmd.Output()
 		if err != nil {
-			return nil, fmt.Errorf("git ls-files in %s: %v", root, err)
+			return nil, fmt.Errorf("git ls-files in %s: %w", root, err)
 		}
 		var files []string
 		for _, f := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {

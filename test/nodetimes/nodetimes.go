@@ -211,7 +211,7 @@ func Kinds(calls []scwsim.Call) string {
 	return strings.Join(parts, ", ")
 }
 
-// WaitsString: "delivery 4m31s, reboot 2m29s, reboot 2m31s".
+// WaitsString formats them as "delivery 4m31s, reboot 2m29s, reboot 2m31s".
 func (l Life) WaitsString(scale float64) string {
 	parts := make([]string, len(l.Waits))
 	for i, w := range l.Waits {
@@ -220,7 +220,7 @@ func (l Life) WaitsString(scale float64) string {
 	return strings.Join(parts, ", ")
 }
 
-// GapsString: "after delivery 7.2s, after reboot 9.8s".
+// GapsString formats them as "after delivery 7.2s, after reboot 9.8s".
 func (l Life) GapsString() string {
 	parts := make([]string, len(l.Gaps))
 	for i, g := range l.Gaps {

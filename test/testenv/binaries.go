@@ -37,7 +37,7 @@ func FindBinaryBuiltBy(name, target string) (string, error) {
 	} else {
 		root, err := RepoRoot()
 		if err != nil {
-			return "", fmt.Errorf("bin/%s missing: run \"%s\" (%s, KUBEBUILDER_ASSETS unset and %v)", name, target, assetEnv(name), err)
+			return "", fmt.Errorf("bin/%s missing: run \"%s\" (%s, KUBEBUILDER_ASSETS unset and %w)", name, target, assetEnv(name), err)
 		}
 		path, via = filepath.Join(root, "bin", name), "repository bin/"
 	}

@@ -61,7 +61,7 @@ func (p *process) waitReady(ctx context.Context, ready func(context.Context) err
 		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("%s exited before it was ready (%v); last log lines:\n%s", p.name, p.waitErr, p.logTail(30))
+			return fmt.Errorf("%s exited before it was ready (%w); last log lines:\n%s", p.name, p.waitErr, p.logTail(30))
 		case <-ctx.Done():
 			return fmt.Errorf("%s not ready: %w (last check: %v); last log lines:\n%s", p.name, ctx.Err(), last, p.logTail(30))
 		case <-tick.C:

@@ -98,7 +98,7 @@ func (s *Scheduler) start(ctx context.Context, bin string, k *Kube, dir string, 
 	}
 	// The serving certificate is self-signed by the scheduler at start, so
 	// there is nothing to verify it against; this only probes readiness.
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the test scheduler serves a self-signed certificate on localhost
 	url := fmt.Sprintf("https://%s/readyz", hostPort(port))
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -59,3 +59,7 @@ $(BIN)/etcd: $(TOOLS_DIR)/etcd/go.mod $(TOOLS_DIR)/etcd/go.sum $(TOOLS_DIR)/etcd
 
 $(BIN)/controller-gen: $(TOOLS_DIR)/controller-gen/go.mod $(TOOLS_DIR)/controller-gen/go.sum
 	$(call tool_build,controller-gen,sigs.k8s.io/controller-tools/cmd/controller-gen,)
+
+# The lint gate's linter (`make lint`); not a test tool, so not in `tools`.
+$(BIN)/golangci-lint: $(TOOLS_DIR)/golangci-lint/go.mod $(TOOLS_DIR)/golangci-lint/go.sum
+	$(call tool_build,golangci-lint,github.com/golangci/golangci-lint/v2/cmd/golangci-lint,)

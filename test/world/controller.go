@@ -331,7 +331,7 @@ func (c *Controller) WaitHealthy(ctx context.Context) error {
 		c.mu.Unlock()
 		select {
 		case <-done:
-			return fmt.Errorf("controller exited: %v; log tail:\n%s", c.ExitErr(), c.LogTail(40))
+			return fmt.Errorf("controller exited: %w; log tail:\n%s", c.ExitErr(), c.LogTail(40))
 		default:
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

@@ -230,7 +230,7 @@ func (c *Controller) WaitLeading(ctx context.Context, timeout time.Duration) (ti
 			return at, nil
 		}
 		if !c.Running() {
-			return time.Time{}, fmt.Errorf("controller %s exited before leading: %v; log tail:\n%s", c.LogPath, c.ExitErr(), c.LogTail(40))
+			return time.Time{}, fmt.Errorf("controller %s exited before leading: %w; log tail:\n%s", c.LogPath, c.ExitErr(), c.LogTail(40))
 		}
 		select {
 		case <-ctx.Done():

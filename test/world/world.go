@@ -2,7 +2,6 @@ package world
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -299,7 +298,7 @@ func New(ctx context.Context, opts Options) (w *World, err error) {
 	w.onStop(machines.Close)
 	w.Sim.SetHost(machines)
 	if w.SimURL, err = w.Sim.Start(); err != nil {
-		return w, fmt.Errorf("Scaleway API simulator: %w", err)
+		return w, fmt.Errorf("the Scaleway API simulator: %w", err)
 	}
 	logf("world: Scaleway API simulator at %s (profile %s)", w.SimURL, opts.Profile)
 	return w, nil
@@ -348,10 +347,4 @@ func (w *World) createNamespace(ctx context.Context, name string) error {
 		return fmt.Errorf("namespace %s: %w", name, err)
 	}
 	return nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

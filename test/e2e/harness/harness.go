@@ -42,6 +42,7 @@ type Env struct {
 	Track *world.Tracker
 }
 
+// Setup is what a test asks of its world and controller.
 type Setup struct {
 	World      world.Options
 	Controller world.ControllerOptions
@@ -352,7 +353,7 @@ func (e *Env) AssertNoMaintenanceAPI() {
 	}
 }
 
-// AssertNothingLeaked: every server still in the API backs a live NodeClaim.
+// AssertNothingLeaked checks that every server still in the API backs a live NodeClaim.
 func (e *Env) AssertNothingLeaked() {
 	e.T.Helper()
 	live := map[string]bool{}

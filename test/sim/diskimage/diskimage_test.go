@@ -79,7 +79,7 @@ func TestImageIsDeterministic(t *testing.T) {
 		}
 		return [32]byte(h.Sum(nil))
 	}
-	if digest() != digest() {
+	if first, second := digest(), digest(); first != second {
 		t.Fatal("same size and version gave different images")
 	}
 	if digest(WithTalosVersion("v1.12.0")) == digest(WithTalosVersion("v1.12.1")) {

@@ -65,7 +65,7 @@ func TestDrivenByEMAPISimulator(t *testing.T) {
 		waitFor(t, "phase "+string(want), func() (bool, error) {
 			s, err := h.Status(srv.ID)
 			st = s
-			return err == nil && s.Phase == want, fmt.Errorf("phase %s, err %v", s.Phase, err)
+			return err == nil && s.Phase == want, fmt.Errorf("phase %s, err %w", s.Phase, err)
 		})
 		return st
 	}

@@ -109,7 +109,7 @@ func TestMaintenanceCodesForInsecureCallers(t *testing.T) {
 	c := talosClient(t, m.Addr())
 	for name, call := range map[string]func() error{
 		"Version":   func() error { _, err := c.Version(ctx); return err },
-		"Upgrade":   func() error { _, err := c.MachineClient.Upgrade(ctx, &machine.UpgradeRequest{}); return err },
+		"Upgrade":   func() error { _, err := c.MachineClient.Upgrade(ctx, &machine.UpgradeRequest{}); return err }, //nolint:staticcheck // SA1019: deprecated, still served; the test checks it is refused
 		"Reset":     func() error { _, err := c.MachineClient.Reset(ctx, &machine.ResetRequest{}); return err },
 		"MetaWrite": func() error { _, err := c.MachineClient.MetaWrite(ctx, &machine.MetaWriteRequest{}); return err },
 	} {

@@ -32,18 +32,28 @@ import (
 // for on bare metal: install instructions are required.
 type MetalMode struct{}
 
-func (MetalMode) String() string        { return "metal" }
+// String names the mode as Talos does.
+func (MetalMode) String() string { return "metal" }
+
+// RequiresInstall is true: a metal config must say where to install.
 func (MetalMode) RequiresInstall() bool { return true }
-func (MetalMode) InContainer() bool     { return false }
+
+// InContainer is false: bare metal.
+func (MetalMode) InContainer() bool { return false }
 
 // InstalledMode validates a config read back from STATE at boot, as
 // Talos's acquire controller does (validationModeDiskConfig): install
 // instructions are no longer required.
 type InstalledMode struct{}
 
-func (InstalledMode) String() string        { return "diskConfig" }
+// String names the mode as Talos does.
+func (InstalledMode) String() string { return "diskConfig" }
+
+// RequiresInstall is false: the node is installed already.
 func (InstalledMode) RequiresInstall() bool { return false }
-func (InstalledMode) InContainer() bool     { return false }
+
+// InContainer is false: bare metal.
+func (InstalledMode) InContainer() bool { return false }
 
 // ApplyFunc receives a config the maintenance API accepted (validated for
 // metal) and its raw bytes. An error is returned to the client as is.
@@ -333,24 +343,28 @@ func (m *Maintenance) Version(context.Context, *emptypb.Empty) (*machine.Version
 	return nil, status.Error(codes.Unimplemented, MsgNotInMaintenance)
 }
 
-// Upgrade, Reset, MetaWrite and MetaDelete check the admin role first, as
-// Version does; insecure callers never get further.
+// Upgrade checks the admin role first, as Version does; insecure callers
+// never get further. So do Reset, MetaWrite and MetaDelete.
 func (m *Maintenance) Upgrade(context.Context, *machine.UpgradeRequest) (*machine.UpgradeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, MsgNotInMaintenance)
 }
 
+// Reset is refused like Upgrade.
 func (m *Maintenance) Reset(context.Context, *machine.ResetRequest) (*machine.ResetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, MsgNotInMaintenance)
 }
 
+// MetaWrite is refused like Upgrade.
 func (m *Maintenance) MetaWrite(context.Context, *machine.MetaWriteRequest) (*machine.MetaWriteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, MsgNotInMaintenance)
 }
 
+// MetaDelete is refused like Upgrade.
 func (m *Maintenance) MetaDelete(context.Context, *machine.MetaDeleteRequest) (*machine.MetaDeleteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, MsgNotInMaintenance)
 }
 
+// GenerateClientConfiguration is refused with the message real maintenance mode gives.
 func (m *Maintenance) GenerateClientConfiguration(context.Context, *machine.GenerateClientConfigurationRequest) (*machine.GenerateClientConfigurationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "client configuration (talosconfig) can't be generated in the maintenance mode")
 }

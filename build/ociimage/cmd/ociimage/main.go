@@ -44,7 +44,7 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("missing command\n" + usage)
+		return errors.New("missing command: " + strings.TrimSpace(usage))
 	}
 	fs := flag.NewFlagSet("ociimage "+args[0], flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), usage) }

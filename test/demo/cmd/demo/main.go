@@ -616,32 +616,6 @@ func (d *demo) waitLaunched(ctx context.Context, min int, timeout time.Duration)
 	}
 }
 
-func (d *demo) waitReleased(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		var ncs karpv1.NodeClaimList
-		if err := d.w.Kube.Client.List(ctx, &ncs); err != nil {
-			return err
-		}
-		nodes, err := d.w.Clientset.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return err
-		}
-		servers := d.w.Sim.Servers()
-		if len(servers) == 0 && len(ncs.Items) == 0 && len(nodes.Items) == 0 && len(d.w.Machines.Alive()) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("after %s: %d servers, %d NodeClaims, %d nodes remain", timeout, len(servers), len(ncs.Items), len(nodes.Items))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
-
 var phases = []string{"ordered", "rescue", "imaging", "booting"}
 
 // summary prints one row per node (a spare taken by wave 2 is a second node
