@@ -217,10 +217,7 @@ func TestDefaults(t *testing.T) {
 		if o.GetKind() != "ClusterRole" && o.GetKind() != "Role" {
 			continue
 		}
-		for _, verb := range []string{"list", "watch", "update", "patch", "delete"} {
-			if verb == "delete" && o.GetName() == releaseName+"-bootstrap-tokens" && o.GetNamespace() == "kube-system" {
-				continue // per-NodeClaim tokens (the default) are deleted by name once their node registered
-			}
+		for _, verb := range []string{"list", "watch", "update", "patch", "delete", "deletecollection"} {
 			if grants(t, o, "", "secrets", verb, "any") {
 				t.Errorf("%s %s grants %s on secrets", o.GetKind(), o.GetName(), verb)
 			}
