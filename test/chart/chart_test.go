@@ -236,6 +236,21 @@ func TestDefaults(t *testing.T) {
 	if grants(t, provider, "karpenter-scaleway-em.io", "scalewayelasticmetalnodeclasses", "delete", "x") {
 		t.Error("provider ClusterRole may delete NodeClasses")
 	}
+	// Creating NodeClasses is a cluster-admin right (docs/security.md): the
+	// rules that allow it aggregate into admin, never into edit or view.
+	for _, o := range objs {
+		if o.GetKind() != "ClusterRole" {
+			continue
+		}
+		labels := o.GetLabels()
+		writes := grants(t, o, "karpenter-scaleway-em.io", "scalewayelasticmetalnodeclasses", "create", "")
+		if writes && (labels["rbac.authorization.k8s.io/aggregate-to-edit"] != "" || labels["rbac.authorization.k8s.io/aggregate-to-view"] != "") {
+			t.Errorf("ClusterRole %s may create NodeClasses and aggregates into edit or view", o.GetName())
+		}
+		if o.GetName() == releaseName+"-admin" && (!writes || labels["rbac.authorization.k8s.io/aggregate-to-admin"] != "true") {
+			t.Errorf("ClusterRole %s does not aggregate NodeClass writes into admin", o.GetName())
+		}
+	}
 }
 
 func TestRepresentativeValues(t *testing.T) {
