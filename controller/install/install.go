@@ -264,6 +264,12 @@ func (j *Job) keyHolder() string {
 // for its boot.
 const ReasonRescueHostKeyChanged = "RescueHostKeyChanged"
 
+// ReasonRescueSudoRefused starts the error of an install given up because
+// the rescue user could not run em-imager as root: sudo wants a password
+// and refused the one the API shows for the rescue boot, or the API shows
+// none.
+const ReasonRescueSudoRefused = "RescueSudoRefused"
+
 // PhaseError is a failure in one phase. Release means the server cannot go
 // on (a timeout, an error state, a bad image) and should be given back.
 type PhaseError struct {
