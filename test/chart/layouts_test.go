@@ -10,6 +10,8 @@ import (
 	"time"
 
 	helmchart "helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -441,3 +443,33 @@ func TestLayoutHostedControlPlane(t *testing.T) {
 func helmRenderNS(c *helmchart.Chart, values, ns string) ([]*unstructured.Unstructured, error) {
 	return helmrender.Render(c, []byte(values), helmrender.Release{Name: releaseName, Namespace: ns, KubeVersion: kubeVersion})
 }
+
+// TestLayoutNotes renders NOTES.txt (which helm prints after an install and
+// helmrender leaves out) in each layout: each says where things are.
+func TestLayoutNotes(t *testing.T) {
+	c := loadChart(t, controllerChart)
+	for name, tc := range map[string]struct{ values, ns, want string }{
+		"static workers":      {minimalValues, releaseNS, "is installed in karpenter for cluster \"prod-1\""},
+		"control plane only":  {minimalValues + controlPlaneValues, releaseNS, "Logs: kubectl -n karpenter logs deploy/karpenter-scaleway-em"},
+		"hosted, management":  {minimalValues + hostedValues, mgmtNS, "It manages the tenant cluster of Secret tenant-a-karpenter-kubeconfig"},
+		"hosted, tenant side": {minimalValues + strings.Replace(hostedValues, "tenant:\n", "tenant:\n  rbacOnly: true\n", 1), tenantNS, "(token Secret karpenter-scaleway-em-token)"},
+	} {
+		vals, err := chartutil.ReadValues([]byte(tc.values))
+		if err != nil {
+			t.Fatal(err)
+		}
+		top, err := chartutil.ToRenderValues(c, vals, chartutil.ReleaseOptions{Name: releaseName, Namespace: tc.ns, IsInstall: true, Revision: 1}, chartutil.DefaultCapabilities)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files, err := engine.Render(c, top)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if notes := files[controllerChartName+"/templates/NOTES.txt"]; !strings.Contains(notes, tc.want) {
+			t.Errorf("%s: NOTES.txt lacks %q:\n%s", name, tc.want, notes)
+		}
+	}
+}
+
+const controllerChartName = "karpenter-scaleway-em"
