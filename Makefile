@@ -20,7 +20,7 @@ export TEST_ASSET_KUBE_SCHEDULER := $(BIN)/kube-scheduler
 export TEST_ASSET_VERSITYGW := $(BIN)/versitygw
 export TEST_ASSET_EM_IMAGER := $(BIN)/em-imager
 
-.PHONY: all help build imager-binaries image image-push test fuzz bench bench-nodes demo soak e2e tools lint deps vet fmt-check tidy-check clean chart-crds docs dashboards catalog-snapshot licenses smoke-live
+.PHONY: all help build imager-binaries image image-push test fuzz bench bench-nodes demo soak e2e tools lint deps vet fmt-check tidy-check clean chart-crds chart-package docs dashboards catalog-snapshot licenses smoke-live
 
 all: build
 
@@ -92,13 +92,14 @@ tidy-check: ## fail when go mod tidy would change go.mod or go.sum
 # devices em-imager's tests write, as root; mkfs.xfs, mkfs.vfat, mkswap and sfdisk make the earlier installs
 # imager/diskprobe must recognise and lay out the disks --wipe-other-disks erases, blkid and wipefs check them; tmux is
 # the real terminal em-imager's terminal tests type into; prometheus gives promtool, which checks and unit-tests the
-# chart's alerts, and the Prometheus that scrapes the controller in test/monitoring) and make image uses
+# chart's alerts, and the Prometheus that scrapes the controller in test/monitoring; kubectl runs the token cleanup line
+# docs/security.md gives) and make image uses
 # (ca-certificates' certificates go into the images).
 deps: ## install the Debian packages the tests and make image use
 	@missing=""; for c in xz:xz-utils zstd:zstd curl:curl sgdisk:gdisk mtype:mtools fsck.fat:dosfstools objdump:binutils \
 		qemu-aarch64:qemu-user qemu-x86_64:qemu-user losetup:mount partx:util-linux unshare:util-linux mkfs.ext4:e2fsprogs \
 		mkfs.xfs:xfsprogs mkfs.vfat:dosfstools mkswap:util-linux sfdisk:fdisk blkid:util-linux wipefs:util-linux \
-		tmux:tmux sha256sum:coreutils prometheus:prometheus promtool:prometheus; do \
+		tmux:tmux sha256sum:coreutils prometheus:prometheus promtool:prometheus kubectl:kubernetes-client; do \
 		command -v $${c%%:*} >/dev/null || missing="$$missing $${c##*:}"; done; \
 	[ -d /usr/share/ca-certificates/mozilla ] || missing="$$missing ca-certificates"; \
 	missing=$$(printf '%s\n' $$missing | sort -u | xargs); \
@@ -176,14 +177,29 @@ e2e: deps build tools ## the end-to-end suite alone
 
 # chart-crds copies the provider's CRD and Karpenter core's CRDs (from the
 # pinned module in the module cache) into the CRD chart and the controller
-# chart's crds/ (test/chart checks they stay in sync).
+# chart's crds/ (test/chart checks they stay in sync). The controller chart's
+# copies carry Helm's ownership metadata for the CRD chart's documented release
+# (karpenter-scaleway-em-crd in namespace karpenter): Helm creates crds/ files
+# as they are, so a CRD chart installed after the controller chart adopts them
+# instead of failing on "invalid ownership metadata" (TestCRDChartAdoptsControllerChartCRDs).
 KARPENTER_CRDS = $(shell $(GO) list -m -f '{{.Dir}}' sigs.k8s.io/karpenter)/pkg/apis/crds
 CHART_CRD_DIRS := charts/karpenter-scaleway-em-crd/templates charts/karpenter-scaleway-em/crds
+CRD_RELEASE := karpenter-scaleway-em-crd
+CRD_RELEASE_NAMESPACE := karpenter
 chart-crds: ## copy the provider's and Karpenter's CRDs into both charts
 	@test -d "$(KARPENTER_CRDS)" || { echo "sigs.k8s.io/karpenter not in the module cache: run go mod download"; exit 1; }
 	@for d in $(CHART_CRD_DIRS); do \
 		mkdir -p $$d && rm -f $$d/*.yaml && \
 		install -m 0644 controller/apis/crds/*.yaml $(KARPENTER_CRDS)/*.yaml $$d/ && echo "synced $$d"; done
+	@sed -i '0,/^  annotations:$$/s//  labels:\n    app.kubernetes.io\/managed-by: Helm\n  annotations:\n    meta.helm.sh\/release-name: $(CRD_RELEASE)\n    meta.helm.sh\/release-namespace: $(CRD_RELEASE_NAMESPACE)/' \
+		charts/karpenter-scaleway-em/crds/*.yaml
+
+# Both charts as archives in bin/charts (<name>-<version>.tgz from each Chart.yaml; the charts share one version),
+# as `helm package` makes them (build/chartpkg, Helm's Go SDK: no helm binary needed). Push them to an OCI
+# registry with `helm push bin/charts/<name>-<version>.tgz oci://<registry>/<namespace>` (docs/install.md).
+CHART_OUT ?= bin/charts
+chart-package: ## both charts as versioned archives in bin/charts, ready for `helm push` to an OCI registry
+	$(GO) run ./build/chartpkg/cmd/chartpkg -out $(CHART_OUT) charts/karpenter-scaleway-em-crd charts/karpenter-scaleway-em
 
 # docs regenerates what is generated from the code: docs/nodeclass-reference.md from the NodeClass CRD's
 # schema, docs/settings.md from the flags and environment variables, docs/instance-type-labels.md from the

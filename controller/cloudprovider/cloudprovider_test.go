@@ -438,14 +438,16 @@ func TestNodeClassNotReadyReasons(t *testing.T) {
 	}
 }
 
-// PerNodeClaim: the node joins with its own token, which the garbage
-// collection deletes once the NodeClaim registered.
+// PerNodeClaim: the node joins with its own token, which expires at the
+// end of the install window; the controller never deletes it (it may only
+// create kube-system Secrets), neither before nor after the node registered.
 func TestPerNodeClaimBootstrapToken(t *testing.T) {
 	e := startEnv(t, nil)
 	e.updateNodeClass(func(nc *v1alpha1.ScalewayElasticMetalNodeClass) {
 		nc.Spec.Talos.BootstrapToken = v1alpha1.BootstrapTokenPerNodeClaim
 	})
 	claim := e.nodeClaim()
+	before := time.Now().Add(-time.Second)
 	got := e.launch(claim)
 	e.waitNode(got.Status.ProviderID)
 	tokens := func() []corev1.Secret {
@@ -456,23 +458,22 @@ func TestPerNodeClaimBootstrapToken(t *testing.T) {
 		return list.Items
 	}
 	list := tokens()
-	if len(list) != 1 || list[0].Type != corev1.SecretTypeBootstrapToken || len(list[0].Data["expiration"]) == 0 {
+	if len(list) != 1 || list[0].Type != corev1.SecretTypeBootstrapToken {
 		t.Fatalf("bootstrap token secrets of %s: %+v", claim.Name, list)
 	}
-	// Not registered yet: the sweep keeps it.
+	// Its expiration ends it: its creation plus the token TTL.
+	ttl := e.p.Installer.Timeouts.TokenTTL()
+	exp, err := time.Parse(time.RFC3339, string(list[0].Data["expiration"]))
+	if err != nil || exp.Before(before.Add(ttl)) || exp.After(time.Now().Add(ttl)) {
+		t.Fatalf("token expiration %q (%v), want its creation plus %s", list[0].Data["expiration"], err, ttl)
+	}
+	e.register(claim.Name)
 	e.p.GarbageCollection.Clock = clock.RealClock{}
 	if _, err := e.p.GarbageCollection.Reconcile(e.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if len(tokens()) != 1 {
-		t.Fatal("token deleted before the node registered")
-	}
-	e.register(claim.Name)
-	if _, err := e.p.GarbageCollection.Reconcile(e.ctx); err != nil {
-		t.Fatal(err)
-	}
-	if n := len(tokens()); n != 0 {
-		t.Fatalf("%d tokens left after the node registered", n)
+	if n := len(tokens()); n != 1 {
+		t.Fatalf("%d tokens after the node registered, want the one left to expire", n)
 	}
 }
 

@@ -28,7 +28,6 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/bootstraptoken"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/inventory"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
@@ -72,9 +71,6 @@ type Controller struct {
 	// it that the finalizer's listing missed is handed over as that policy
 	// says, never released. Unset or no record: released.
 	KeptOnDeletion func(ctx context.Context, nodeClass string) (bool, error)
-	// Tokens, when set, also sweeps the bootstrap tokens of registered or
-	// gone NodeClaims whose NodeClass uses per-NodeClaim tokens.
-	Tokens *bootstraptoken.Manager
 	// RescueKeys, when set, is removed from IAM when no server of the
 	// cluster is in a phase that logs into rescue (*rescuekey.Store); the
 	// first sweep runs at start, so a key a crashed controller left
@@ -153,11 +149,6 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 		byName[claims.Items[i].Name] = &claims.Items[i]
 	}
 	var errs []error
-	if c.Tokens != nil {
-		if err := c.Tokens.Sweep(ctx, byName, c.perNodeClaimTokens(ctx)); err != nil {
-			errs = append(errs, err)
-		}
-	}
 	if c.RescueKeys != nil && listing.Complete() {
 		if err := c.unregisterRescueKey(ctx, srvs); err != nil {
 			errs = append(errs, err)
@@ -285,27 +276,6 @@ func (c *Controller) unregisterRescueKey(ctx context.Context, srvs []*baremetal.
 		c.Log.Info("removed the rescue SSH key from IAM: no install logs into rescue")
 	}
 	return err
-}
-
-// perNodeClaimTokens says whether a claim's NodeClass uses per-NodeClaim
-// bootstrap tokens: only those claims may have a token Secret, and a cluster
-// without any never touches kube-system Secrets (nor needs the RBAC for it).
-func (c *Controller) perNodeClaimTokens(ctx context.Context) func(*karpv1.NodeClaim) bool {
-	perNode := map[string]bool{}
-	return func(claim *karpv1.NodeClaim) bool {
-		ref := claim.Spec.NodeClassRef
-		if ref == nil {
-			return false
-		}
-		uses, seen := perNode[ref.Name]
-		if !seen {
-			nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
-			uses = c.Kube.Get(ctx, types.NamespacedName{Name: ref.Name}, nc) == nil &&
-				nc.Spec.Talos.PerNodeClaimTokens()
-			perNode[ref.Name] = uses
-		}
-		return uses
-	}
 }
 
 type victim struct {

@@ -84,6 +84,24 @@ var DefaultTimeouts = Timeouts{
 // Total is the worst case of one install.
 func (t Timeouts) Total() time.Duration { return t.Delivery + t.Rescue + t.Imaging + t.Boot }
 
+// TokenClockSkew is the margin TokenTTL gives for the controller's and the
+// API server's clocks disagreeing: the API server judges the expiration by
+// its own clock.
+const TokenClockSkew = 5 * time.Minute
+
+// TokenTTL is the lifetime of a per-NodeClaim bootstrap token, counted from
+// the render of the machine config that carries it. A config is rendered in
+// the imaging phase (Disk delivery: write-config) or the booting phase
+// (MaintenanceAPI delivery), never before. The imaging phase's deadline is
+// at most Imaging after the render (the render happens after the phase
+// started), and the booting phase, which starts no later than that
+// deadline, ends within Boot: a node that has not registered by then is
+// released and its token is of no use to anyone. The kubelet needs the
+// token only until its client certificate is issued, which comes before
+// its Node registers. Hence Imaging + Boot, plus the clock skew margin
+// (40 minutes with DefaultTimeouts, where the whole install may take 80).
+func (t Timeouts) TokenTTL() time.Duration { return t.Imaging + t.Boot + TokenClockSkew }
+
 // Of is the timeout of phase p (0 for a phase that has none).
 func (t Timeouts) Of(p Phase) time.Duration {
 	switch p {
@@ -245,6 +263,12 @@ func (j *Job) keyHolder() string {
 // because a rescue system presented another host key than the one pinned
 // for its boot.
 const ReasonRescueHostKeyChanged = "RescueHostKeyChanged"
+
+// ReasonRescueSudoRefused starts the error of an install given up because
+// the rescue user could not run em-imager as root: sudo wants a password
+// and refused the one the API shows for the rescue boot, or the API shows
+// none.
+const ReasonRescueSudoRefused = "RescueSudoRefused"
 
 // PhaseError is a failure in one phase. Release means the server cannot go
 // on (a timeout, an error state, a bad image) and should be given back.

@@ -69,6 +69,23 @@ func TestTimeoutsTotalCoversEveryPhase(t *testing.T) {
 	}
 }
 
+// A per-NodeClaim token outlives every deadline a node can still join
+// before, counted from the earliest render (the imaging phase's start), and
+// no more than the clock skew margin beyond: it does not last the whole
+// install window.
+func TestTokenTTLCoversRenderToBootDeadline(t *testing.T) {
+	imagingStart := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
+	render := imagingStart // write-config at the earliest
+	bootDeadline := imagingStart.Add(DefaultTimeouts.Imaging).Add(DefaultTimeouts.Boot)
+	exp := render.Add(DefaultTimeouts.TokenTTL())
+	if exp.Before(bootDeadline.Add(TokenClockSkew)) || exp.After(bootDeadline.Add(TokenClockSkew)) {
+		t.Fatalf("token expires %s after the boot deadline, want %s", exp.Sub(bootDeadline), TokenClockSkew)
+	}
+	if DefaultTimeouts.TokenTTL() != 40*time.Minute || DefaultTimeouts.TokenTTL() >= DefaultTimeouts.Total() {
+		t.Fatalf("TokenTTL %s with the default timeouts (install %s)", DefaultTimeouts.TokenTTL(), DefaultTimeouts.Total())
+	}
+}
+
 // A phase's start survives in the tags, so its deadline does across restarts.
 func TestPhaseDeadlineComesFromTheTags(t *testing.T) {
 	created := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)

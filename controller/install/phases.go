@@ -98,7 +98,7 @@ func (i *Installer) enterRescue(ctx, pctx context.Context, job *Job, srv *bareme
 		if err := i.loadHostKeyPin(ctx, srv, host); err != nil {
 			return srv, "", &PhaseError{Phase: p, Err: err}
 		}
-		sess, err := i.probeRescue(pctx, host)
+		sess, err := i.probeRescue(pctx, host, i.Dialer.LoginFor(srv))
 		if err == nil {
 			_ = sess.Close()
 			return srv, sess.HostKey, nil
@@ -116,7 +116,7 @@ func (i *Installer) enterRescue(ctx, pctx context.Context, job *Job, srv *bareme
 		return srv, "", err
 	}
 	i.progress(job, p, "waiting for rescue SSH on "+host)
-	sess, err := i.Dialer.WaitDial(pctx, host, i.retryInterval())
+	sess, err := i.Dialer.WaitDialAs(pctx, host, i.Dialer.LoginFor(srv), i.retryInterval())
 	if err != nil {
 		return srv, "", waitError(ctx, p, "rescue SSH", err)
 	}
@@ -125,11 +125,11 @@ func (i *Installer) enterRescue(ctx, pctx context.Context, job *Job, srv *bareme
 }
 
 // probeRescue dials a rescue system that answered before (or whose tags say
-// it should): a short wait tells whether it is still there.
-func (i *Installer) probeRescue(pctx context.Context, host string) (*rescue.Session, error) {
+// it should) as login: a short wait tells whether it is still there.
+func (i *Installer) probeRescue(pctx context.Context, host string, login rescue.Login) (*rescue.Session, error) {
 	dctx, cancel := context.WithTimeout(pctx, max(20*i.retryInterval(), 10*time.Second))
 	defer cancel()
-	return i.Dialer.WaitDial(dctx, host, i.retryInterval())
+	return i.Dialer.WaitDialAs(dctx, host, login, i.retryInterval())
 }
 
 // rescueGone tells whether err, from probeRescue, means booting rescue again
@@ -338,8 +338,9 @@ func (i *Installer) inRescue(ctx, pctx context.Context, log logr.Logger, job *Jo
 	if err := i.loadHostKeyPin(ctx, srv, host); err != nil {
 		return srv, &PhaseError{Phase: PhaseImaging, Err: err}
 	}
-	// Rescue answered SSH when this phase began.
-	sess, err := i.probeRescue(pctx, host)
+	// Rescue answered SSH when this phase began. The login is the one the
+	// API shows for the boot (its user and sudo password), if it shows one.
+	sess, err := i.probeRescue(pctx, host, i.Dialer.LoginFor(srv))
 	if err != nil {
 		// Rescue went away (a reboot by hand, a restart after a failed boot):
 		// boot it again, within this phase's deadline.
@@ -350,7 +351,7 @@ func (i *Installer) inRescue(ctx, pctx context.Context, log logr.Logger, job *Jo
 		if srv, err = i.rebootIntoRescue(ctx, pctx, job, srv, PhaseImaging); err != nil {
 			return srv, err
 		}
-		if sess, err = i.Dialer.WaitDial(pctx, host, i.retryInterval()); err != nil {
+		if sess, err = i.Dialer.WaitDialAs(pctx, host, i.Dialer.LoginFor(srv), i.retryInterval()); err != nil {
 			return srv, waitError(ctx, PhaseImaging, "rescue SSH after a reboot into rescue", err)
 		}
 	}
@@ -540,7 +541,12 @@ var ErrNoLink = errors.New("em-imager found no NIC with a link")
 // release the server; anything else is retried.
 func (i *Installer) imagerError(ctx, pctx context.Context, what string, err error) error {
 	var re *report.Error
+	var refused *rescue.SudoRefusedError
 	switch {
+	case errors.As(err, &refused):
+		// The rescue user may not become root with what the API gave for
+		// this boot: retrying the same boot would be refused the same way.
+		return &PhaseError{Phase: PhaseImaging, Release: true, Err: fmt.Errorf("%s: %w", ReasonRescueSudoRefused, err)}
 	case errors.As(err, &re):
 		// A bad image or an unsuitable disk will not get better by retrying on this server.
 		return &PhaseError{Phase: PhaseImaging, Release: !report.Retryable(re.Code), Err: fmt.Errorf("%s: %w", what, re)}

@@ -233,7 +233,8 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 	// Read and written directly: the garbage collector must see a record
 	// the finalizer wrote moments ago.
 	removals := &removal.Records{Kube: direct, Namespace: opts.SystemNamespace}
-	tokens := &bootstraptoken.Manager{Kube: direct, Namespace: "kube-system", TTL: installer.Timeouts.Total() + 15*time.Minute}
+	// Create only: the token's expiration ends it (install.Timeouts.TokenTTL).
+	tokens := &bootstraptoken.Manager{Kube: direct, Namespace: "kube-system", TTL: installer.Timeouts.TokenTTL()}
 	// Direct reads: a status written on a stale cached copy would conflict.
 	breakers := &breaker.Store{Kube: direct, Secrets: joinSecrets, Offerings: cat, Recorder: recorder, Metrics: breaker.NewMetrics(reg),
 		Policy: breaker.Policy{Threshold: int32(opts.BreakerThreshold), Window: opts.BreakerWindow,
@@ -269,7 +270,7 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 			GracePeriod: opts.GCGracePeriod, Interval: opts.GCInterval,
 			Log: logger.WithName("garbagecollection"), Collected: garbagecollection.NewCollectedCounter(reg),
 			Unlisted: garbagecollection.NewUnlistedCounter(reg), KeptOnDeletion: removals.Kept,
-			Tokens: tokens, RescueKeys: keys,
+			RescueKeys: keys,
 		},
 		// Every GC interval: the same listing cadence, so the gauges lag
 		// the servers by no more than a GC sweep does.

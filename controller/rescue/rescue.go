@@ -48,9 +48,19 @@ type Dialer struct {
 	hostKeys map[string]HostKeyPin // host -> pin of its current boot
 }
 
-// Dial opens one SSH connection to host. A host key other than the one
-// pinned for host's boot fails with a *HostKeyChangedError.
+// Dial opens one SSH connection to host as d.User (no sudo password). A
+// host key other than the one pinned for host's boot fails with a
+// *HostKeyChangedError.
 func (d *Dialer) Dial(ctx context.Context, host string) (*Session, error) {
+	return d.DialAs(ctx, host, Login{User: d.User})
+}
+
+// DialAs is Dial as login.User; the session runs em-imager with sudo and,
+// when sudo wants one, login.Password (LoginFor gives the boot's login).
+func (d *Dialer) DialAs(ctx context.Context, host string, login Login) (*Session, error) {
+	if login.User == "" {
+		login.User = d.User
+	}
 	timeout := d.Timeout
 	if timeout == 0 {
 		timeout = 15 * time.Second
@@ -58,7 +68,7 @@ func (d *Dialer) Dial(ctx context.Context, host string) (*Session, error) {
 	addr := net.JoinHostPort(host, strconv.Itoa(d.Port))
 	var seen HostKeyPin
 	cfg := &ssh.ClientConfig{
-		User:            d.User,
+		User:            login.User,
 		Auth:            []ssh.AuthMethod{ssh.PublicKeysCallback(d.Signers)},
 		HostKeyCallback: d.hostKeyCallback(host, &seen),
 		Timeout:         timeout,
@@ -76,15 +86,20 @@ func (d *Dialer) Dial(ctx context.Context, host string) (*Session, error) {
 		return nil, err
 	}
 	_ = conn.SetDeadline(time.Time{})
-	return &Session{client: ssh.NewClient(c, chans, reqs), HostKey: seen}, nil
+	return &Session{client: ssh.NewClient(c, chans, reqs), HostKey: seen, login: login}, nil
 }
 
 // WaitDial retries Dial every interval until it succeeds or ctx ends. A
 // changed host key ends it at once: waiting would not make the key right.
 func (d *Dialer) WaitDial(ctx context.Context, host string, interval time.Duration) (*Session, error) {
+	return d.WaitDialAs(ctx, host, Login{User: d.User}, interval)
+}
+
+// WaitDialAs is WaitDial as login (DialAs).
+func (d *Dialer) WaitDialAs(ctx context.Context, host string, login Login, interval time.Duration) (*Session, error) {
 	var last error
 	for {
-		s, err := d.Dial(ctx, host)
+		s, err := d.DialAs(ctx, host, login)
 		if err == nil {
 			return s, nil
 		}
@@ -105,6 +120,9 @@ type Session struct {
 	client *ssh.Client
 	// HostKey is the pin of the host key the rescue system presented.
 	HostKey HostKeyPin
+
+	login Login    // the password goes to sudo on stdin only
+	sudo  sudoMode // probeSudo's answer for this session
 }
 
 // Close ends the connection (and, with it, anything still running in it).
@@ -256,6 +274,12 @@ var ErrImagerDigestMismatch = errors.New("em-imager on the rescue host does not 
 // shell, so what runs as root is the controller's build. Arguments are
 // single-quoted for the shell.
 func ImagerCommand(binarySHA256 string, args ...string) string {
+	return imagerCommand("$SUDO ", binarySHA256, args...)
+}
+
+// imagerCommand is ImagerCommand with sudo (a prefix of the final exec,
+// "$SUDO " for the choice by user ID) as the way to root.
+func imagerCommand(sudo, binarySHA256 string, args ...string) string {
 	quoted := make([]string, 0, len(args)+1)
 	quoted = append(quoted, shellQuote("./"+ImagerName))
 	for _, a := range args {
@@ -265,11 +289,16 @@ func ImagerCommand(binarySHA256 string, args ...string) string {
 	return `if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO="sudo -n"; fi; ` +
 		`printf '%s\n' ` + check + ` | sha256sum --check --status - || ` +
 		`{ echo 'em-imager: sha256 mismatch, not running it' >&2; exit ` + strconv.Itoa(exitImagerMismatch) + `; }; ` +
-		`exec $SUDO ` + strings.Join(quoted, " ")
+		`exec ` + sudo + strings.Join(quoted, " ")
 }
 
 // WriteCommand is the shell command of one `em-imager write` (ImagerCommand).
 func WriteCommand(a ImagerArgs) string {
+	return ImagerCommand(sha256Hex(a.Binary), writeArgs(a)...)
+}
+
+// writeArgs are the arguments of one `em-imager write`.
+func writeArgs(a ImagerArgs) []string {
 	args := []string{"write",
 		"--image", a.ImageURL, "--sha256", a.SHA256,
 		"--disk", orDefault(a.Disk, "auto"), "--format", orDefault(a.Format, "auto"),
@@ -283,7 +312,7 @@ func WriteCommand(a ImagerArgs) string {
 	if a.WipeOtherDisks {
 		args = append(args, "--wipe-other-disks")
 	}
-	return ImagerCommand(sha256Hex(a.Binary), args...)
+	return args
 }
 
 // RunImager uploads em-imager (unless the same build is already there), runs
@@ -316,7 +345,13 @@ func RunImager(ctx context.Context, s *Session, a ImagerArgs, onProgress func(re
 		}
 		_, _ = io.Copy(io.Discard, pr)
 	}()
-	code, err := s.Run(ctx, WriteCommand(a), &stdout, pw)
+	cmd, stdin, err := s.imagerRun(ctx, sha256Hex(a.Binary), nil, writeArgs(a)...)
+	if err != nil {
+		_ = pw.Close()
+		<-progressDone
+		return nil, err
+	}
+	code, err := s.RunInput(ctx, cmd, stdin, &stdout, pw)
 	_ = pw.Close()
 	<-progressDone
 	if err != nil {
@@ -370,7 +405,11 @@ func runReporting(ctx context.Context, s *Session, binary []byte, stdin io.Reade
 	stdout := cappedBuffer{max: maxReport}
 	var tail tailBuffer
 	stderr := lineWriter{add: tail.add}
-	code, err := s.RunInput(ctx, ImagerCommand(sha256Hex(binary), args...), stdin, &stdout, &stderr)
+	cmd, stdin, err := s.imagerRun(ctx, sha256Hex(binary), stdin, args...)
+	if err != nil {
+		return nil, err
+	}
+	code, err := s.RunInput(ctx, cmd, stdin, &stdout, &stderr)
 	if err != nil {
 		return nil, fmt.Errorf("running em-imager %s: %w", args[0], err)
 	}

@@ -27,6 +27,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -207,7 +208,7 @@ func Write(ctx context.Context, path string, config []byte, o Options) (res Resu
 	// BLKRRPART, else per-partition BLKPG (no-op on regular files), from
 	// the table as read back: go-diskfs knows a partition's sector size
 	// only for partitions it read.
-	if d.Table, err = gpt.Read(d.Backend, ss, ss); err != nil {
+	if d.Table, err = d.readGPT(); err != nil {
 		return res, fmt.Errorf("%w: reading the partition table back: %v", ErrWrite, err)
 	}
 	if err := d.ReReadPartitionTable(); err != nil {
@@ -345,8 +346,7 @@ func (d *partitionDisk) table() (*gpt.Table, error) {
 	if _, err := d.f.ReadAt(mbr, 0); err != nil || mbr[510] != 0x55 || mbr[511] != 0xAA {
 		return nil, fmt.Errorf("%w: no boot signature in the MBR", ErrNotImaged)
 	}
-	ss := int(d.LogicalBlocksize)
-	t, err := gpt.Read(d.Backend, ss, ss)
+	t, err := d.readGPT()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotImaged, err)
 	}
@@ -355,6 +355,33 @@ func (d *partitionDisk) table() (*gpt.Table, error) {
 	}
 	d.Table = t
 	return t, nil
+}
+
+// maxGPTEntryBytes bounds a GPT's partition entry array: every tool writes
+// 128 entries of 128 bytes (16 KiB); UEFI allows more, nothing needs 1 MiB.
+const maxGPTEntryBytes = 1 << 20
+
+// readGPT reads the disk's GPT with go-diskfs once the headers it may parse
+// (the primary at LBA 1, and the backup at the last LBA, which it falls
+// back to when the primary is damaged) have sane entry arrays: go-diskfs
+// v1.9.4 allocates the array a header declares before checking anything
+// (FuzzRead found 28 TB from a 60 KB disk), and loops forever on entries
+// of size 0.
+func (d *partitionDisk) readGPT() (*gpt.Table, error) {
+	ss := int64(d.LogicalBlocksize)
+	for _, lba := range []int64{1, d.Size/ss - 1} {
+		hdr := make([]byte, 92)
+		if _, err := d.f.ReadAt(hdr, lba*ss); err != nil || string(hdr[:8]) != "EFI PART" {
+			continue // go-diskfs refuses it before reading any entry
+		}
+		entries := binary.LittleEndian.Uint32(hdr[80:84])
+		size := binary.LittleEndian.Uint32(hdr[84:88])
+		// Entries are 128 bytes times a power of two (UEFI 2.10, 5.3.2).
+		if size < 128 || size > 4096 || size&(size-1) != 0 || uint64(entries)*uint64(size) > maxGPTEntryBytes {
+			return nil, fmt.Errorf("the GPT header at LBA %d declares %d partition entries of %d bytes", lba, entries, size)
+		}
+	}
+	return gpt.Read(d.Backend, int(ss), int(ss))
 }
 
 func freeIndex(t *gpt.Table) int {
@@ -434,7 +461,7 @@ func (d *partitionDisk) wipeStaleBackup(t *gpt.Table, lba uint64) error {
 // A partition named metal-iso comes first; else a FAT volume labelled so.
 func (d *partitionDisk) read() ([]byte, Volume, error) {
 	ss := int(d.LogicalBlocksize)
-	t, err := gpt.Read(d.Backend, ss, ss)
+	t, err := d.readGPT()
 	if err != nil {
 		return nil, Volume{}, fmt.Errorf("%w: no readable GPT: %v", ErrNotFound, err)
 	}
@@ -483,6 +510,21 @@ func (d *partitionDisk) read() ([]byte, Volume, error) {
 	return b, v, nil
 }
 
+// maxFATBytes bounds one file allocation table: the metal-iso volume's is
+// under 400 KiB; 16 MiB is a FAT32 of 4 million clusters.
+const maxFATBytes = 16 << 20
+
 func readFAT(b backend.Storage, p *gpt.Partition, ss int) (*fat32.FileSystem, error) {
-	return fat32.Read(b, int64(p.End-p.Start+1)*int64(ss), int64(p.Start)*int64(ss), int64(ss))
+	size, start := int64(p.End-p.Start+1)*int64(ss), int64(p.Start)*int64(ss)
+	// go-diskfs v1.9.4 allocates the FAT the boot sector declares (up to
+	// 4 GiB, twice) before checking it against anything.
+	bs := make([]byte, 512)
+	if _, err := b.ReadAt(bs, start); err != nil {
+		return nil, fmt.Errorf("reading the boot sector: %w", err)
+	}
+	fat := uint64(binary.LittleEndian.Uint32(bs[36:40])) * uint64(binary.LittleEndian.Uint16(bs[11:13]))
+	if fat > maxFATBytes || fat > uint64(size) {
+		return nil, fmt.Errorf("the boot sector declares a FAT of %d bytes in a partition of %d", fat, size)
+	}
+	return fat32.Read(b, size, start, int64(ss))
 }

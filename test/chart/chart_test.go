@@ -61,6 +61,9 @@ func TestCRDsInSync(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if dir == controllerChart+"/crds" {
+				want = helmOwnedCRD(want)
+			}
 			if !bytes.Equal(b, want) {
 				t.Errorf("%s/%s differs from its source: run `make chart-crds`", dir, filepath.Base(e))
 			}
@@ -217,10 +220,7 @@ func TestDefaults(t *testing.T) {
 		if o.GetKind() != "ClusterRole" && o.GetKind() != "Role" {
 			continue
 		}
-		for _, verb := range []string{"list", "watch", "update", "patch", "delete"} {
-			if verb == "delete" && o.GetName() == releaseName+"-bootstrap-tokens" && o.GetNamespace() == "kube-system" {
-				continue // per-NodeClaim tokens (the default) are deleted by name once their node registered
-			}
+		for _, verb := range []string{"list", "watch", "update", "patch", "delete", "deletecollection"} {
 			if grants(t, o, "", "secrets", verb, "any") {
 				t.Errorf("%s %s grants %s on secrets", o.GetKind(), o.GetName(), verb)
 			}
@@ -238,6 +238,21 @@ func TestDefaults(t *testing.T) {
 	}
 	if grants(t, provider, "karpenter-scaleway-em.io", "scalewayelasticmetalnodeclasses", "delete", "x") {
 		t.Error("provider ClusterRole may delete NodeClasses")
+	}
+	// Creating NodeClasses is a cluster-admin right (docs/security.md): the
+	// rules that allow it aggregate into admin, never into edit or view.
+	for _, o := range objs {
+		if o.GetKind() != "ClusterRole" {
+			continue
+		}
+		labels := o.GetLabels()
+		writes := grants(t, o, "karpenter-scaleway-em.io", "scalewayelasticmetalnodeclasses", "create", "")
+		if writes && (labels["rbac.authorization.k8s.io/aggregate-to-edit"] != "" || labels["rbac.authorization.k8s.io/aggregate-to-view"] != "") {
+			t.Errorf("ClusterRole %s may create NodeClasses and aggregates into edit or view", o.GetName())
+		}
+		if o.GetName() == releaseName+"-admin" && (!writes || labels["rbac.authorization.k8s.io/aggregate-to-admin"] != "true") {
+			t.Errorf("ClusterRole %s does not aggregate NodeClass writes into admin", o.GetName())
+		}
 	}
 }
 

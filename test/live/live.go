@@ -91,6 +91,7 @@ func Run(ctx context.Context, c *scaleway.Client, o Options) *Report {
 	for _, zone := range o.Zones {
 		checkOffers(ctx, c, zone, r, ids)
 		checkServers(ctx, c, zone, o.Cluster, r)
+		checkRescueLogins(ctx, c, zone, r)
 	}
 	shared, split := 0, []string{}
 	for name, set := range ids {
@@ -237,6 +238,52 @@ func checkServers(ctx context.Context, c *scaleway.Client, zone scw.Zone, cluste
 	default:
 		r.add(OK, where, "0 servers tagged %s", handed)
 	}
+}
+
+// checkRescueLogins tells which rescue login the zone's rescue systems have,
+// from every server of the project shown in rescue: the user the API shows
+// for the boot, and whether it shows a password (never the password).
+func checkRescueLogins(ctx context.Context, c *scaleway.Client, zone scw.Zone, r *Report) {
+	where := string(zone)
+	servers, err := c.ListServers(ctx, zone, nil)
+	if err != nil {
+		r.add(Fail, where, "listing the project's servers for their rescue login: %v", err)
+		return
+	}
+	seen := 0
+	for _, s := range servers {
+		if line, ok := RescueLogin(s); ok {
+			r.add(OK, where, "%s", line)
+			seen++
+		}
+	}
+	if seen == 0 {
+		r.add(OK, where, "no server in rescue: which rescue login this zone has shows once one runs rescue (docs/security.md#rescue)")
+	}
+}
+
+// RescueLogin describes the rescue login the API shows for s, when s runs
+// rescue: the user and whether a password is given (never its value),
+// and which of the known kinds that is. ok is false for a server not in
+// rescue.
+func RescueLogin(s *baremetal.Server) (line string, ok bool) {
+	if s == nil || s.BootType != baremetal.ServerBootTypeRescue {
+		return "", false
+	}
+	rs := s.RescueServer
+	if rs == nil || rs.User == "" {
+		return fmt.Sprintf("server %s runs rescue (status %s) but the API shows no rescue user: the controller logs in as RESCUE_SSH_USER", s.ID, s.Status), true
+	}
+	password := "no password given"
+	if rs.Password != "" {
+		password = "a password given"
+	}
+	kind := "the per-server kind: the controller logs in as this user and, if sudo asks, gives it the API's password on stdin"
+	if rs.User == "rescue" {
+		kind = "the key-only kind: the controller logs in as rescue and runs sudo -n (the password, if sudo asks, on stdin)"
+	}
+	// The user is the API's string: quoted, so that a strange one shows as is.
+	return fmt.Sprintf("server %s runs rescue: user %q, %s; %s", s.ID, rs.User, password, kind), true
 }
 
 func checkKeys(ctx context.Context, c *scaleway.Client, cluster string, r *Report) {

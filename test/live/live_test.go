@@ -3,8 +3,11 @@ package live
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -138,4 +141,114 @@ func mustURL(t *testing.T, s string) *url.URL {
 		t.Fatal(err)
 	}
 	return u
+}
+
+// recordedServer is exchange 32 of the recordings: a real GET of a ready
+// server (rescue_server null, boot_type normal).
+func recordedServer(t *testing.T) map[string]any {
+	t.Helper()
+	data, err := os.ReadFile("../fixtures/scaleway/baremetal-api-recordings.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		Exchanges []struct {
+			Method, Path string
+			Response     json.RawMessage
+		}
+	}
+	if err := json.Unmarshal(data, &rec); err != nil {
+		t.Fatal(err)
+	}
+	x := rec.Exchanges[32]
+	var body map[string]any
+	if err := json.Unmarshal(x.Response, &body); err != nil || x.Method != http.MethodGet || body["status"] != "ready" {
+		t.Fatalf("exchange 32 is %s %s (%v), want the GET of a ready server", x.Method, x.Path, err)
+	}
+	return body
+}
+
+// smoke-live tells which rescue login a server in rescue has, from the
+// API's answer as the SDK reads it: the user and whether a password is
+// given, never the password.
+func TestRescueLoginIsReportedWithoutThePassword(t *testing.T) {
+	const password = "Zq8vN3pLw0rdX7"
+	for _, tc := range []struct {
+		name   string
+		rescue any
+		want   []string
+	}{
+		{"key-only", map[string]string{"user": "rescue", "password": password}, []string{`user "rescue"`, "a password given", "key-only kind"}},
+		{"per-server", map[string]string{"user": "em-k3x9q", "password": password}, []string{`user "em-k3x9q"`, "a password given", "per-server kind"}},
+		{"per-server, no password", map[string]string{"user": "em-k3x9q", "password": ""}, []string{`user "em-k3x9q"`, "no password given"}},
+		{"no rescue_server", nil, []string{"shows no rescue user", "RESCUE_SSH_USER"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := recordedServer(t)
+			body["boot_type"], body["rescue_server"] = "rescue", tc.rescue
+			raw, _ := json.Marshal(body)
+			var s baremetal.Server
+			if err := json.Unmarshal(raw, &s); err != nil {
+				t.Fatal(err)
+			}
+			line, ok := RescueLogin(&s)
+			if !ok {
+				t.Fatal("a server in rescue is not reported")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(line, w) {
+					t.Errorf("%q does not say %q", line, w)
+				}
+			}
+			if strings.Contains(line, password) {
+				t.Errorf("the password is printed: %s", line)
+			}
+		})
+	}
+	body := recordedServer(t)
+	raw, _ := json.Marshal(body)
+	var normal baremetal.Server
+	if err := json.Unmarshal(raw, &normal); err != nil {
+		t.Fatal(err)
+	}
+	if line, ok := RescueLogin(&normal); ok {
+		t.Errorf("a server in normal boot is reported: %s", line)
+	}
+}
+
+// On the simulator: a project's server in rescue (any server, not only the
+// cluster's) shows in the run's report with its login kind, and the
+// printed report does not hold the boot's password.
+func TestRescueLoginOfAServerInRescueIsInTheRun(t *testing.T) {
+	sim, url := startSim(t, func(o *scwsim.Options) { o.RescueUser = scwsim.RescueUserPerServer })
+	writer := client(t, sim, url, false)
+	offer, _ := sim.OfferID("fr-par-2", "EM-B112X-SSD", "hourly")
+	srv, _, err := writer.CreateServer(context.Background(), scaleway.CreateServerRequest{Zone: scw.ZoneFrPar2, OfferID: offer, Name: "by-hand",
+		Tags: []string{"by-hand=1"}, IdempotencyTag: "by-hand=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReady := func() {
+		for s, _ := sim.Server(srv.ID); s.Status != string(baremetal.ServerStatusReady); s, _ = sim.Server(srv.ID) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitReady()
+	if _, err := writer.RebootServer(context.Background(), scw.ZoneFrPar2, srv.ID, baremetal.ServerBootTypeRescue, nil); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	waitReady()
+	r := Run(context.Background(), client(t, sim, url, true), Options{Zones: []scw.Zone{scw.ZoneFrPar2}})
+	var out bytes.Buffer
+	r.Print(&out)
+	t.Log("\n" + out.String())
+	if !regexp.MustCompile(`server ` + srv.ID + ` runs rescue: user "em-[a-z0-9]{5}", a password given; the per-server kind`).MatchString(out.String()) {
+		t.Errorf("the report does not tell the server's rescue login:\n%s", out.String())
+	}
+	for _, pw := range sim.RescuePasswords() {
+		if strings.Contains(out.String(), pw) {
+			t.Errorf("the report prints a rescue password")
+		}
+	}
 }

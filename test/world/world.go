@@ -21,6 +21,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/manifest"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/diskimage"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/machine"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testenv"
 )
@@ -79,8 +80,43 @@ type Options struct {
 	ImageFormats []string
 	// Host tunes the simulated machines.
 	Host HostOptions
+	// RescueLogin is how the simulated rescue systems let the controller
+	// in (default RescueLoginKey).
+	RescueLogin RescueLogin
 	// Logf receives progress lines (nil: discarded; Start uses t.Logf).
 	Logf func(format string, args ...any)
+}
+
+// RescueLogin is one of the rescue logins Scaleway's rescue systems are
+// reported to have; the API shows each boot's user and password
+// (rescue_server) in all of them.
+type RescueLogin string
+
+const (
+	// RescueLoginKey (default): the key-only user "rescue", whose sudo
+	// needs no password.
+	RescueLoginKey RescueLogin = "key"
+	// RescueLoginPassword: a per-server user em-XXXXX whose sudo wants the
+	// password the API shows for the boot.
+	RescueLoginPassword RescueLogin = "password"
+	// RescueLoginRefused: as RescueLoginPassword, but sudo refuses the
+	// API's password: every install fails in imaging (RescueSudoRefused).
+	RescueLoginRefused RescueLogin = "refused-password"
+)
+
+// rescueLogin sets the simulator and machines up for login.
+func rescueLogin(login RescueLogin, sim *scwsim.Options) (machine.SudoPolicy, error) {
+	switch login {
+	case "", RescueLoginKey:
+		return machine.SudoPasswordless, nil
+	case RescueLoginPassword:
+		sim.RescueUser = scwsim.RescueUserPerServer
+		return machine.SudoAPIPassword, nil
+	case RescueLoginRefused:
+		sim.RescueUser = scwsim.RescueUserPerServer
+		return machine.SudoRefusesAPIPassword, nil
+	}
+	return "", fmt.Errorf("world: RescueLogin %q is not one of %q", login, []RescueLogin{RescueLoginKey, RescueLoginPassword, RescueLoginRefused})
 }
 
 // World is a running simulated Scaleway world with a Kubernetes control plane.
@@ -269,6 +305,10 @@ func New(ctx context.Context, opts Options) (w *World, err error) {
 		return w, fmt.Errorf("join Secret: %w", err)
 	}
 
+	sudo, err := rescueLogin(opts.RescueLogin, &simOpts)
+	if err != nil {
+		return w, err
+	}
 	if opts.Sim != nil {
 		opts.Sim(&simOpts)
 	}
@@ -290,7 +330,7 @@ func New(ctx context.Context, opts Options) (w *World, err error) {
 	}
 	w.Sim = scwsim.New(simOpts)
 	w.onStop(func() error { w.Sim.Close(); return nil })
-	machines, err := newMachines(w, join, opts.Host)
+	machines, err := newMachines(w, join, opts.Host, sudo)
 	if err != nil {
 		return w, fmt.Errorf("machines: %w", err)
 	}

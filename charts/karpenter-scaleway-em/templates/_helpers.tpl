@@ -79,9 +79,29 @@ annotations:
 {{- end }}
 {{- end }}
 
-{{/* Namespaces where the controller reads join Secrets: the listed ones, else the release namespace. */}}
+{{/*
+Namespace of the controller's own state (leader election Lease, rescue SSH key
+Secret, records) in the cluster it manages: the release namespace, except with a
+hosted control plane, where that cluster is the tenant and tenant.namespace may
+name another one.
+*/}}
+{{- define "kse.systemNamespace" -}}
+{{- default .Release.Namespace .Values.tenant.namespace }}
+{{- end }}
+
+{{/* "true" when the controller runs here (management cluster) and manages the tenant named by tenant.kubeconfigSecret. */}}
+{{- define "kse.remote" -}}
+{{- if and .Values.tenant.kubeconfigSecret.name (not .Values.tenant.rbacOnly) }}true{{ end }}
+{{- end }}
+
+{{/* "true" when this release holds the RBAC of the managed cluster: every layout but the management side of a hosted control plane. */}}
+{{- define "kse.rbac" -}}
+{{- if not (include "kse.remote" .) }}true{{ end }}
+{{- end }}
+
+{{/* Namespaces where the controller reads join Secrets: the listed ones, else its system namespace. */}}
 {{- define "kse.joinSecretNamespaces" -}}
-{{- default (list .Release.Namespace) .Values.rbac.joinSecretNamespaces | uniq | join "," }}
+{{- default (list (include "kse.systemNamespace" .)) .Values.rbac.joinSecretNamespaces | uniq | join "," }}
 {{- end }}
 
 {{/* Whether the controller gets bucket credentials at all (else anonymous reads). */}}
@@ -94,6 +114,10 @@ Cross-field checks the schema cannot say clearly. Each message names the value
 and how to fix it.
 */}}
 {{- define "kse.validate" -}}
+{{- if and .Values.tenant.namespace (not (or .Values.tenant.kubeconfigSecret.name .Values.tenant.rbacOnly)) }}
+{{- fail "tenant.namespace is for a hosted control plane only: set tenant.kubeconfigSecret.name (management cluster) or tenant.rbacOnly (tenant cluster), or leave tenant.namespace empty" }}
+{{- end }}
+{{- if not .Values.tenant.rbacOnly }}
 {{- $c := .Values.scaleway.credentials }}
 {{- if not $c.existingSecret }}
 {{- if not (and $c.accessKey $c.secretKey) }}
@@ -118,5 +142,6 @@ and how to fix it.
 {{- end }}
 {{- if and .Values.podDisruptionBudget.enabled (lt (int .Values.replicas) 2) }}
 {{- fail "podDisruptionBudget.enabled needs replicas >= 2 (with one replica the budget would block node drains); set podDisruptionBudget.enabled=false" }}
+{{- end }}
 {{- end }}
 {{- end }}

@@ -192,9 +192,9 @@ type TalosSpec struct {
 	// AllowValidationWarnings accepts configs that machinery validates with warnings. Off: a warning is an error.
 	// +optional
 	AllowValidationWarnings bool `json:"allowValidationWarnings,omitempty" hash:"ignore"`
-	// BootstrapToken is PerNodeClaim (a short-lived token per node, deleted once it registered, so the copy of
-	// the config left on the node's disk expires; needs a kube-apiserver that accepts bootstrap tokens) or
-	// Shared (the token of the join Secret, which never expires).
+	// BootstrapToken is PerNodeClaim (a token per node that expires at the end of its install window, so the
+	// copy of the config left on the node's disk expires; needs a kube-apiserver that accepts bootstrap tokens)
+	// or Shared (the token of the join Secret, which never expires).
 	// +kubebuilder:validation:Enum:={Shared,PerNodeClaim}
 	// +kubebuilder:default:=PerNodeClaim
 	// +optional

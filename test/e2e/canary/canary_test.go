@@ -100,9 +100,14 @@ func (o *observer) done() {
 // its digest), then looks for every secret the controller handled in all it
 // showed: none may appear. The same scan over the same artefacts with one
 // secret written into the log must find it. Once no install is left, the
-// rescue SSH key is gone from IAM.
+// rescue SSH key is gone from IAM. The rescue systems are the per-server
+// kind whose sudo wants the API's rescue password, so that it is among the
+// secrets handled.
 func TestSecretCanary(t *testing.T) {
-	e := harness.Start(t, harness.Setup{World: world.Options{Sim: func(o *scwsim.Options) { o.SecretKey = scwCanary }}})
+	// The per-server rescue login: the controller hands sudo the API's
+	// rescue password of each boot, which must show nowhere either.
+	e := harness.Start(t, harness.Setup{World: world.Options{RescueLogin: world.RescueLoginPassword,
+		Sim: func(o *scwsim.Options) { o.SecretKey = scwCanary }}})
 	obs := observe(e)
 	var metrics []string
 	scrape := func() {
@@ -265,6 +270,14 @@ func knownSecrets(t *testing.T, e *harness.Env, obs *observer) []Secret {
 	seed := priv.Seed()
 	out = append(out, Secret{"rescue SSH key seed (hex)", hex.EncodeToString(seed)}, Secret{"rescue SSH key seed (base64)", base64.StdEncoding.EncodeToString(seed)})
 	out = append(out, pemSecrets("rescue SSH private key", key.Data[rescuekey.SecretKey])...)
+	// The rescue passwords the API showed for each rescue boot.
+	passwords := e.W.Sim.RescuePasswords()
+	if len(passwords) == 0 {
+		t.Error("the simulated API showed no rescue password: the canary misses them")
+	}
+	for i, pw := range passwords {
+		out = append(out, Secret{fmt.Sprintf("rescue password %d", i), pw})
+	}
 	// The presigned URLs' signatures, from the commands the rescue hosts ran.
 	log, err := os.ReadFile(filepath.Join(e.W.Dir, "machines", "machines.log"))
 	if err != nil {

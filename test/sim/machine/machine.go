@@ -111,8 +111,26 @@ type Options struct {
 	// Hardware, when set, adjusts a machine's hardware before each boot
 	// (e.g. add a mount to make a disk busy, mark a disk removable).
 	Hardware func(m scwsim.Machine, spec *hardware.Spec)
-	Logger   *slog.Logger
+	// RescueSudo is what sudo wants from the rescue user (default
+	// SudoPasswordless). The user itself is the one the API shows for the
+	// boot (scwsim.Options.RescueUser).
+	RescueSudo SudoPolicy
+	Logger     *slog.Logger
 }
+
+// SudoPolicy is what sudo wants from the rescue user in rescue boots.
+type SudoPolicy string
+
+const (
+	// SudoPasswordless: sudo -n works (the key-only "rescue" user).
+	SudoPasswordless SudoPolicy = ""
+	// SudoAPIPassword: sudo wants the password the API shows for the boot
+	// (rescue_server.password), as the per-server em-XXXXX users' does.
+	SudoAPIPassword SudoPolicy = "api-password"
+	// SudoRefusesAPIPassword: sudo wants a password and refuses the one
+	// the API shows (an API and a rescue system that disagree).
+	SudoRefusesAPIPassword SudoPolicy = "refuses-api-password"
+)
 
 // Phase is what a machine is doing.
 type Phase string
@@ -326,8 +344,17 @@ func (h *Hosts) bootRescue(x *host, keys []string, log *slog.Logger) error {
 	if err := os.RemoveAll(home); err != nil {
 		return err
 	}
+	var sudoPassword string
+	switch h.opts.RescueSudo {
+	case SudoAPIPassword:
+		sudoPassword = x.m.RescuePassword
+	case SudoRefusesAPIPassword:
+		sudoPassword = "not-" + x.m.RescuePassword
+	}
 	srv, err := rescue.Start(rescue.Options{
 		Addr:           net.JoinHostPort(x.m.IPv4, strconv.Itoa(h.opts.SSHPort)),
+		User:           x.m.RescueUser,
+		SudoPassword:   sudoPassword,
 		AuthorizedKeys: keys,
 		Home:           home,
 		BinDir:         filepath.Join(x.dir, "bin"),

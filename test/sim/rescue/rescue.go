@@ -1,14 +1,17 @@
 // Package rescue plays Scaleway's rescue system for one simulated server: a
-// real SSH server (golang.org/x/crypto/ssh) that lets in only user "rescue"
-// with the public keys given at reboot, serves SFTP (github.com/pkg/sftp)
+// real SSH server (golang.org/x/crypto/ssh) that lets in only its user
+// (Options.User, "rescue" by default) with the public keys given at reboot, serves SFTP (github.com/pkg/sftp)
 // confined to the machine's home directory, and runs exec requests for real
 // with /bin/sh.
 //
 // Exec requests run `/bin/sh -c <command>` with:
 //
 //	cwd   = Options.Home
-//	PATH  = Options.BinDir:/usr/bin:/bin (BinDir holds a `sudo` that drops its
-//	        options and runs the rest: the rescue user is root already)
+//	PATH  = Options.BinDir:/usr/bin:/bin (BinDir holds a `sudo` that plays
+//	        sudo's password policy (Options.SudoPassword), then drops its
+//	        options and runs the rest: the process is root already; and an
+//	        `id` that answers as the rescue user, uid 1000, so that clients
+//	        go through sudo as on Scaleway)
 //	HOME  = Options.Home, plus Options.Env (EM_IMAGER_SYSROOT=...)
 //
 // stdout and stderr stream back on the channel, the exit status is sent as
@@ -51,13 +54,21 @@ import (
 	"golang.org/x/crypto/ssh"
 )
 
-// User is the only login the rescue system accepts.
+// User is the login the rescue system accepts when Options.User is empty.
 const User = "rescue"
 
 // Options configure one rescue SSH server.
 type Options struct {
 	// Addr to listen on, host:port (the machine's IPv4 and the SSH port).
 	Addr string
+	// User is the only login accepted (User when empty): "rescue" or a
+	// per-server em-XXXXX, as the API shows for the boot.
+	User string
+	// SudoPassword, when set, is the password sudo asks for, as the
+	// per-server rescue users' sudo does: sudo -n answers "a password is
+	// required", sudo -S reads one line of stdin and compares. Empty:
+	// sudo needs no password (the key-only "rescue" user).
+	SudoPassword string
 	// AuthorizedKeys are authorized_keys lines; only these keys may log in.
 	AuthorizedKeys []string
 	// Home is the rescue user's home: cwd of commands and SFTP's root.
@@ -94,17 +105,52 @@ type Server struct {
 }
 
 const sudoShim = `#!/bin/sh
-# sudo of the simulated rescue system: the rescue user is root already, so
-# drop sudo's options and run the command with the same environment.
+# sudo of the simulated rescue system. When sudo-password sits beside this
+# script, play sudo's password policy as the per-server rescue users' sudo
+# does: -n fails with sudo's words, -S reads one line of stdin (the shell's
+# read takes one byte at a time from a pipe, as sudo does, so the command
+# reads on from the byte after it) and compares. Then, the process being
+# root already, drop sudo's options and run the command with the same
+# environment.
+nonint= stdin=
 while [ $# -gt 0 ]; do
   case "$1" in
     -u|-g|-C|-D|-h|-p|-r|-t|-U) shift 2 ;;
+    -n) nonint=1; shift ;;
+    -S) stdin=1; shift ;;
     --) shift; break ;;
     -*) shift ;;
     *) break ;;
   esac
 done
+pwfile="$(dirname "$0")/sudo-password"
+if [ -f "$pwfile" ]; then
+  if [ -n "$nonint" ]; then
+    echo "sudo: a password is required" >&2
+    exit 1
+  fi
+  if [ -z "$stdin" ]; then
+    echo "sudo: a terminal is required to read the password; either use the -S option to read from standard input or configure an askpass helper" >&2
+    exit 1
+  fi
+  IFS= read -r pw || true
+  if [ "$pw" != "$(cat "$pwfile")" ]; then
+    echo "Sorry, try again." >&2
+    echo "sudo: 1 incorrect password attempt" >&2
+    exit 1
+  fi
+fi
 exec "$@"
+`
+
+// idShim answers "id -u" and "id -un" as the rescue user (uid 1000, not
+// root, as Scaleway's rescue users are) and leaves the rest to id.
+const idShim = `#!/bin/sh
+case "$*" in
+  -u) echo 1000 ;;
+  -un|"-u -n"|"-n -u") cat "$(dirname "$0")/id-user" ;;
+  *) exec /usr/bin/id "$@" ;;
+esac
 `
 
 // Start listens on opts.Addr and serves in the background.
@@ -114,6 +160,12 @@ func Start(opts Options) (*Server, error) {
 	}
 	if opts.Home == "" {
 		return nil, errors.New("rescue: Home is empty")
+	}
+	if opts.User == "" {
+		opts.User = User
+	}
+	if opts.SudoPassword != "" && opts.BinDir == "" {
+		return nil, errors.New("rescue: SudoPassword needs BinDir (where sudo is)")
 	}
 	var keys [][]byte
 	for i, line := range opts.AuthorizedKeys {
@@ -137,6 +189,22 @@ func Start(opts Options) (*Server, error) {
 		if err := os.WriteFile(filepath.Join(opts.BinDir, "sudo"), []byte(sudoShim), 0o755); err != nil {
 			return nil, err
 		}
+		if err := os.WriteFile(filepath.Join(opts.BinDir, "id"), []byte(idShim), 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(opts.BinDir, "id-user"), []byte(opts.User+"\n"), 0o644); err != nil {
+			return nil, err
+		}
+		// Outside Home, so SFTP cannot read it; rewritten at each boot (a
+		// new password per rescue boot).
+		pwfile := filepath.Join(opts.BinDir, "sudo-password")
+		if opts.SudoPassword == "" {
+			if err := os.Remove(pwfile); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return nil, err
+			}
+		} else if err := os.WriteFile(pwfile, []byte(opts.SudoPassword), 0o600); err != nil {
+			return nil, err
+		}
 	}
 	hostKey := opts.HostKey
 	if hostKey == nil {
@@ -154,7 +222,7 @@ func Start(opts Options) (*Server, error) {
 	}
 	s.config = &ssh.ServerConfig{
 		PublicKeyCallback: func(c ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
-			if c.User() != User {
+			if c.User() != opts.User {
 				return nil, fmt.Errorf("user %q not allowed", c.User())
 			}
 			m := key.Marshal()
@@ -355,7 +423,7 @@ func (s *Server) run(ch ssh.Channel, reqs <-chan *ssh.Request, shell bool, comma
 	if s.opts.BinDir != "" {
 		path = s.opts.BinDir + ":" + path
 	}
-	cmd.Env = append([]string{"PATH=" + path, "HOME=" + s.opts.Home, "USER=" + User, "LOGNAME=" + User, "SHELL=/bin/sh"}, env...)
+	cmd.Env = append([]string{"PATH=" + path, "HOME=" + s.opts.Home, "USER=" + s.opts.User, "LOGNAME=" + s.opts.User, "SHELL=/bin/sh"}, env...)
 	cmd.Env = append(cmd.Env, s.opts.Env...)
 	cmd.Stdout = ch
 	cmd.Stderr = ch.Stderr()

@@ -11,7 +11,7 @@ import (
 type BootMode string
 
 const (
-	// BootRescue: Scaleway's rescue system; SSH as rescue@<ipv4> with the keys given at reboot.
+	// BootRescue: Scaleway's rescue system; SSH as Machine.RescueUser@<ipv4> with the keys given at reboot.
 	BootRescue BootMode = "rescue"
 	// BootNormal: boot from the server's disk (Talos, if em-imager wrote a verified image).
 	BootNormal BootMode = "normal"
@@ -34,6 +34,9 @@ type Machine struct {
 	MACs []string
 	// Tags are the server's tags when the Host call was queued.
 	Tags []string
+	// RescueUser and RescuePassword are the rescue_server the API shows
+	// for the boot (rescue boots only): the login and sudo password.
+	RescueUser, RescuePassword string
 }
 
 // Host plays the machine side of a simulated server. The EM API simulator

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -414,5 +416,48 @@ func TestReadyWithoutIPs(t *testing.T) {
 				t.Fatalf("ReadyIPsNever listed %v", s.IPs)
 			}
 		}
+	}
+}
+
+// Like the real API, each rescue boot shows its own credentials in
+// rescue_server: the user (shared "rescue", or the server's em-XXXXX) and a
+// password new at every rescue boot, which the host is told as well.
+func TestRescueLoginIsShownPerRescueBoot(t *testing.T) {
+	for _, mode := range []RescueUserMode{RescueUserShared, RescueUserPerServer} {
+		t.Run(string(mode), func(t *testing.T) {
+			e := newEnv(t, func(o *Options) { o.RescueUser = mode })
+			key := newSSHKey(t, e, "controller")
+			srv := e.create(t, offerB112)
+			e.waitStatus(t, srv.ID, baremetal.ServerStatusReady)
+			var seen []baremetal.ServerRescueServer
+			for boot := range 2 {
+				if _, err := e.bm.RebootServer(&baremetal.RebootServerRequest{ServerID: srv.ID, BootType: baremetal.ServerBootTypeRescue,
+					SSHKeyIDs: []string{key.ID}}); err != nil {
+					t.Fatal(err)
+				}
+				ready := e.waitStatus(t, srv.ID, baremetal.ServerStatusReady)
+				if ready.RescueServer == nil || ready.RescueServer.Password == "" {
+					t.Fatalf("rescue boot %d shows %+v, want a user and a password", boot, ready.RescueServer)
+				}
+				seen = append(seen, *ready.RescueServer)
+				ev := e.host.waitEvents(t, srv.ID, 3+2*boot)
+				if m := ev[len(ev)-1].Machine; m.RescueUser != ready.RescueServer.User || m.RescuePassword != ready.RescueServer.Password {
+					t.Errorf("the host was told %q, the API shows %q", m.RescueUser, ready.RescueServer.User)
+				}
+			}
+			want := regexp.MustCompile(`^rescue$`)
+			if mode == RescueUserPerServer {
+				want = regexp.MustCompile(`^em-[a-z0-9]{5}$`)
+			}
+			if !want.MatchString(seen[0].User) || seen[1].User != seen[0].User {
+				t.Errorf("rescue users %q, %q: want one user matching %s", seen[0].User, seen[1].User, want)
+			}
+			if seen[0].Password == seen[1].Password {
+				t.Error("two rescue boots show the same password, want a new one per boot")
+			}
+			if pws := e.sim.RescuePasswords(); !slices.Contains(pws, seen[0].Password) || !slices.Contains(pws, seen[1].Password) {
+				t.Errorf("RescuePasswords does not list the boots' passwords")
+			}
+		})
 	}
 }

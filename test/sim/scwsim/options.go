@@ -163,6 +163,9 @@ type Options struct {
 	// Unrecorded: the shape of the answers no recording shows (default
 	// UnrecordedTyped, the SDK's typed errors).
 	Unrecorded UnrecordedShape
+	// RescueUser: the user rescue boots show in rescue_server (default
+	// RescueUserShared, "rescue").
+	RescueUser RescueUserMode
 }
 
 // DefaultSecretKey is the key used when Options.SecretKey is empty.

@@ -51,7 +51,8 @@ type server struct {
 	options                     []*serverOption
 	protected                   bool
 	userData                    json.RawMessage
-	rescuePassword              string
+	rescueUser                  string // rescue_server.user of its rescue boots (Options.RescueUser)
+	rescuePassword              string // of the current (or last) rescue boot: new at each
 	machine                     Machine
 	ipIDs                       [2]string
 	gen                         int    // bumped by every action: stale timers do nothing
@@ -74,6 +75,36 @@ type serverOption struct {
 	id     string
 	raw    map[string]json.RawMessage // id, name, manageable and the kind object
 	status string
+}
+
+// newRescuePassword is the password of one rescue boot, kept for
+// RescuePasswords. Caller holds mu.
+func (s *Sim) newRescuePassword() string {
+	pw := strings.ReplaceAll(newUUID(), "-", "")[:16]
+	s.rescuePasswords = append(s.rescuePasswords, pw)
+	return pw
+}
+
+// RescuePasswords returns every rescue password the simulator handed out,
+// for tests that check none of them shows where it must not.
+func (s *Sim) RescuePasswords() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.rescuePasswords...)
+}
+
+// rescueUser is the rescue user of a new server (Options.RescueUser).
+// Caller holds mu (the seeded generator).
+func (s *Sim) rescueUser() string {
+	if s.opts.RescueUser != RescueUserPerServer {
+		return "rescue"
+	}
+	const chars = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := []byte("em-")
+	for range 5 {
+		b = append(b, chars[s.rng.IntN(len(chars))])
+	}
+	return string(b)
 }
 
 func newUUID() string {
@@ -148,7 +179,7 @@ func (s *Sim) render(sv *server) map[string]any {
 	}
 	var rescue any
 	if sv.bootType == string(BootRescue) {
-		rescue = map[string]string{"user": "rescue", "password": sv.rescuePassword}
+		rescue = map[string]string{"user": sv.rescueUser, "password": sv.rescuePassword}
 	}
 	var userData any
 	if sv.userData != nil {
@@ -480,7 +511,7 @@ func (s *Sim) createServer(rec *statusRecorder, r *http.Request) (any, *apiError
 		orgID: org, tags: orEmpty(append([]string(nil), req.Tags...)), offer: o, bootType: string(BootNormal),
 		ping: "ping_status_unknown", createdAt: now, updatedAt: now, order: s.order, install: install,
 		protected: req.Protected, userData: req.UserData, ipIDs: [2]string{newUUID(), newUUID()},
-		rescuePassword: strings.ReplaceAll(newUUID(), "-", "")[:16]}
+		rescueUser: s.rescueUser(), rescuePassword: s.newRescuePassword()}
 	if string(sv.userData) == "null" {
 		sv.userData = nil
 	}
@@ -692,6 +723,9 @@ func (s *Sim) boot(sv *server, mode BootMode, keys []string) {
 	sv.powered = true
 	m := sv.machine
 	m.Tags = append([]string(nil), sv.tags...)
+	if mode == BootRescue {
+		m.RescueUser, m.RescuePassword = sv.rescueUser, sv.rescuePassword
+	}
 	gen := sv.gen
 	host, ctx := s.opts.Host, s.ctx
 	s.logf("server %s: host boot %s", sv.id, mode)
@@ -939,6 +973,10 @@ func (s *Sim) bootAction(rec *statusRecorder, r *http.Request, refuse, msg strin
 	s.record(sv, LedgerReboot, sv.tags, string(mode), sv.status)
 	s.act(sv)
 	sv.bootType = string(mode)
+	if mode == BootRescue {
+		// Each rescue boot has its own password, shown from the answer on.
+		sv.rescuePassword = s.newRescuePassword()
+	}
 	begin(sv, mode, keys)
 	return s.render(sv), nil
 }
@@ -1132,6 +1170,9 @@ type ServerState struct {
 func (s *Sim) snapshot(sv *server) ServerState {
 	m := sv.machine
 	m.Tags = append([]string(nil), sv.tags...)
+	if sv.bootType == string(BootRescue) {
+		m.RescueUser, m.RescuePassword = sv.rescueUser, sv.rescuePassword
+	}
 	return ServerState{ID: sv.id, Zone: sv.zone, Name: sv.name, ProjectID: sv.projectID, OfferID: sv.offer.ID,
 		OfferName: sv.offer.Name, Status: sv.status, BootType: sv.bootType, Tags: m.Tags, Machine: m,
 		CreatedAt: sv.createdAt}

@@ -44,10 +44,12 @@ type Sim struct {
 	versions  map[string]*serverVersions // past views of servers, for stale reads (stale.go)
 	timers    map[*time.Timer]struct{}
 	rng       *rand.Rand // jitter
-	tokens    float64    // rate limit bucket
-	tokensAt  time.Time  // last refill
-	closed    bool
-	hostWG    sync.WaitGroup
+	// rescuePasswords: every one handed out (RescuePasswords).
+	rescuePasswords []string
+	tokens          float64   // rate limit bucket
+	tokensAt        time.Time // last refill
+	closed          bool
+	hostWG          sync.WaitGroup
 
 	srv *http.Server
 }

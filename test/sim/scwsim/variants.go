@@ -87,6 +87,22 @@ const (
 	UnrecordedText UnrecordedShape = "text"
 )
 
+// RescueUserMode is the user a rescue boot shows in rescue_server.user (and
+// lets in over SSH). No recording shows a server in rescue (every recorded
+// rescue_server is null) and public accounts differ by zone; the password
+// is new at each rescue boot either way.
+type RescueUserMode string
+
+const (
+	// RescueUserShared (default): "rescue" on every server, the user the
+	// "use rescue mode" documentation logs in as with a key.
+	RescueUserShared RescueUserMode = "shared"
+	// RescueUserPerServer: a user of the server's own, em-XXXXX (five
+	// lowercase letters and digits), as a public provisioning script for
+	// Elastic Metal reports in some zones; its sudo wants the password.
+	RescueUserPerServer RescueUserMode = "per-server"
+)
+
 // Under every shape but UnrecordedTyped, a reboot also shows late: its
 // answer and the reads for Delays.RebootStop keep the status "ready" (with
 // the new boot_type) instead of "stopping", then "starting" follows. How
@@ -101,6 +117,7 @@ func (o Options) validateVariants() error {
 		{"PrivateNetworkAttach", string(o.PrivateNetworkAttach), []string{"", string(AttachWhileEnabling), string(AttachOnceEnabled)}},
 		{"RateLimited", string(o.RateLimited), []string{"", string(RateLimitedBare), string(RateLimitedJSON)}},
 		{"Unrecorded", string(o.Unrecorded), []string{"", string(UnrecordedTyped), string(UnrecordedMessage), string(UnrecordedEmpty), string(UnrecordedText)}},
+		{"RescueUser", string(o.RescueUser), []string{"", string(RescueUserShared), string(RescueUserPerServer)}},
 	} {
 		ok := false
 		for _, a := range v.allowed {
@@ -125,6 +142,9 @@ func (o Options) variantDefaults() Options {
 	}
 	if o.Unrecorded == "" {
 		o.Unrecorded = UnrecordedTyped
+	}
+	if o.RescueUser == "" {
+		o.RescueUser = RescueUserShared
 	}
 	return o
 }
