@@ -32,6 +32,7 @@ func (l Login) String() string {
 	return "rescue login " + l.User + " (password given)"
 }
 
+// GoString keeps %#v from printing the password too.
 func (l Login) GoString() string { return l.String() }
 
 // LoginFor is the login of srv's current rescue boot: the user and password
@@ -45,7 +46,7 @@ func (d *Dialer) LoginFor(srv *baremetal.Server) Login {
 	return Login{User: d.User}
 }
 
-// SudoRefusedError: the rescue user may not run em-imager as root, with the
+// SudoRefusedError says the rescue user may not run em-imager as root, with the
 // password the API gave for the boot (or without one, when it gave none).
 // Retrying the same boot will not help.
 type SudoRefusedError struct {
