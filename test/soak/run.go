@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"sync"
@@ -115,8 +116,17 @@ type runner struct {
 	s    Schedule
 	logf func(string, ...any)
 	w    *world.World
-	c    *world.Controller
 	apps map[string]*world.Workload
+
+	// opMu serializes what is done to the replicas (kill, pause, resume,
+	// restart): the schedule's steps and the background restarts of leader
+	// changes both act on them.
+	opMu     sync.Mutex
+	replicas []*replica
+	// bgCtx and bg: the goroutines a step leaves behind (waiting for a
+	// takeover, restarting an old leader once the other one leads).
+	bgCtx context.Context
+	bg    sync.WaitGroup
 
 	mu     sync.Mutex
 	claims map[string]*invariants.Claim
@@ -142,26 +152,16 @@ type lifetimeAt struct {
 func (r *runner) run(ctx context.Context, dir string) (vs []invariants.Violation, err error) {
 	s := r.s
 	w, err := world.New(ctx, world.Options{Profile: scwsim.ProfileFast, Dir: dir, ClusterName: "soak",
-		Sim: func(o *scwsim.Options) { o.ListLag, o.Seed = s.ListLag, s.Seed }})
+		Sim: func(o *scwsim.Options) {
+			o.ListLag, o.StaleLag, o.StaleReadsByID, o.Seed = s.ListLag, s.StaleLag, s.StaleReadsByID, s.Seed
+		}})
 	if err != nil {
 		return nil, fmt.Errorf("world: %w", err)
 	}
 	r.w = w
 	defer func() { err = errors.Join(err, w.Stop()) }()
-	// An order whose answer was lost is looked for this long before the
-	// NodeClaim orders again: scaled to the fast profile as the world scales
-	// the collector's grace, and three times the longest listing lag, so
-	// that a lost order shows before it ends (I1 would catch one that did not).
-	c, err := w.NewController(world.ControllerOptions{Env: []string{"KARPENTER_SCALEWAY_EM_ORDER_SETTLE=30s"}})
-	if err != nil {
-		return nil, err
-	}
-	r.c = c
-	defer func() { _ = c.Stop() }()
-	hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	err = c.WaitHealthy(hctx)
-	cancel()
-	if err != nil {
+	defer r.stopReplicas()
+	if err := r.startReplicas(ctx); err != nil {
 		return nil, err
 	}
 	if err := r.setup(ctx); err != nil {
@@ -172,7 +172,8 @@ func (r *runner) run(ctx context.Context, dir string) (vs []invariants.Violation
 	polled, watched := make(chan struct{}), make(chan struct{})
 	go func() { defer close(polled); r.pollClaims(pollCtx) }()
 	go func() { defer close(watched); r.watchDeletions(pollCtx) }()
-	defer func() { stopPoll(); <-polled; <-watched }()
+	r.bgCtx = pollCtx
+	defer func() { stopPoll(); <-polled; <-watched; r.bg.Wait() }()
 
 	r.logf("seed %d: playing %d actions", s.Seed, len(s.Actions))
 	if err := r.play(ctx); err != nil {
@@ -320,38 +321,289 @@ func (r *runner) steps(a Action) []step {
 			return w.Sim.SetQuota("", a.Offer, n)
 		}}, {at: a.At + a.For, do: func(context.Context) error { return w.Sim.SetQuota("", a.Offer, -1) }}}
 	case KindKill:
-		var down time.Time
+		i := -1
 		return []step{{at: a.At, do: func(context.Context) error {
-			if !r.c.Running() {
-				return nil // an earlier kill's outage
+			if i = r.leader(); i < 0 {
+				// A takeover under way: the replica about to lead dies.
+				if i = r.standby(); i < 0 {
+					return nil
+				}
 			}
-			down = time.Now()
-			return r.c.Kill()
+			return r.kill(i)
 		}}, {at: a.At + a.For, do: func(ctx context.Context) error {
-			if down.IsZero() || r.c.Running() {
+			if i < 0 {
 				return nil
 			}
-			return r.restart(ctx, down)
+			return r.restart(ctx, i)
 		}}}
+	case KindLeaderChange:
+		return r.leaderChange(a)
 	}
 	return one(func(context.Context) error { return fmt.Errorf("soak: the world cannot play a %s action yet", a.Kind) })
 }
 
-// restart starts the controller after a kill and waits until it is
-// healthy; the outage counts from the kill.
-func (r *runner) restart(ctx context.Context, down time.Time) error {
-	if err := r.c.Restart(); err != nil {
+// replica is one controller process of the two the soak runs.
+type replica struct {
+	c      *world.Controller
+	paused bool
+	// The acquisition of the Lease by start #leadStart (Leading reads the
+	// log; a found one is kept, so the log is read again only while the
+	// replica waits to lead).
+	leadStart int
+	leadAt    time.Time
+}
+
+// startReplicas starts the two replicas with leader election, each behind
+// its own recording proxy (HoldAnswers), and waits until one leads and
+// the other is healthy.
+func (r *runner) startReplicas(ctx context.Context) error {
+	for i := 1; i <= Replicas; i++ {
+		// An order whose answer was lost is looked for this long before
+		// the NodeClaim orders again: scaled to the fast profile as the
+		// world scales the collector's grace, and over three times the
+		// longest listing lag, so that a lost order shows before it ends
+		// (I1 would catch one that did not).
+		c, err := r.w.NewController(world.ControllerOptions{LeaderElection: true, RecordAPICalls: true,
+			LogName: fmt.Sprintf("replica-%d.log", i), Env: []string{"KARPENTER_SCALEWAY_EM_ORDER_SETTLE=30s"}})
+		if err != nil {
+			return err
+		}
+		r.replicas = append(r.replicas, &replica{c: c})
+		hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		if i == 1 {
+			_, err = c.WaitLeading(hctx, 2*time.Minute)
+		} else {
+			err = c.WaitHealthy(hctx)
+		}
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stopReplicas ends every replica (a frozen one with SIGKILL: SIGTERM
+// would wait for it to wake up).
+func (r *runner) stopReplicas() {
+	r.opMu.Lock()
+	defer r.opMu.Unlock()
+	for _, rp := range r.replicas {
+		if rp.paused {
+			_ = rp.c.Kill()
+			continue
+		}
+		_ = rp.c.Stop()
+	}
+}
+
+// leader is the index of the replica that leads, -1 if none does: of the
+// running replicas not frozen, the one that acquired the Lease last (a
+// frozen one still believes it leads; the Lease is the other's once it
+// expired).
+func (r *runner) leader() int {
+	r.opMu.Lock()
+	defer r.opMu.Unlock()
+	best, at := -1, time.Time{}
+	for i, rp := range r.replicas {
+		if rp.paused || !rp.c.Running() {
+			continue
+		}
+		if start := rp.c.Starts(); rp.leadStart != start || rp.leadAt.IsZero() {
+			if t, ok := rp.c.Leading(); ok {
+				rp.leadStart, rp.leadAt = start, t
+			} else {
+				continue
+			}
+		}
+		if best < 0 || rp.leadAt.After(at) {
+			best, at = i, rp.leadAt
+		}
+	}
+	return best
+}
+
+// standby is the index of a running replica that is not frozen, -1 if
+// none is.
+func (r *runner) standby() int {
+	r.opMu.Lock()
+	defer r.opMu.Unlock()
+	for i, rp := range r.replicas {
+		if !rp.paused && rp.c.Running() {
+			return i
+		}
+	}
+	return -1
+}
+
+// kill ends replica i with SIGKILL (its Lease is not released) and
+// watches for the takeover.
+func (r *runner) kill(i int) error {
+	r.opMu.Lock()
+	rp := r.replicas[i]
+	if !rp.c.Running() {
+		r.opMu.Unlock()
+		return nil
+	}
+	down := time.Now()
+	err := rp.c.Kill()
+	rp.paused = false
+	r.opMu.Unlock()
+	r.watchTakeover(down)
+	return err
+}
+
+// watchTakeover records, in the background, how long the world goes
+// without a leader from down: the longest such outage stretches the sweep
+// I4 allows.
+func (r *runner) watchTakeover(down time.Time) {
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		for r.bgCtx.Err() == nil {
+			if r.leader() >= 0 {
+				r.mu.Lock()
+				r.outage = max(r.outage, time.Since(down))
+				r.mu.Unlock()
+				return
+			}
+			select {
+			case <-r.bgCtx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}()
+}
+
+// restart starts replica i again if it is not running (a new pod after a
+// kill) and waits until it is healthy: it leads, or stands by.
+func (r *runner) restart(ctx context.Context, i int) error {
+	r.opMu.Lock()
+	rp := r.replicas[i]
+	if rp.c.Running() {
+		r.opMu.Unlock()
+		return nil
+	}
+	err := rp.c.Restart()
+	rp.paused = false
+	r.opMu.Unlock()
+	if err != nil {
 		return err
 	}
 	hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if err := r.c.WaitHealthy(hctx); err != nil {
+	return rp.c.WaitHealthy(hctx)
+}
+
+// leaderChange plays a KindLeaderChange: the leader's answers held (Hold)
+// for HoldFor, then the leader killed or frozen; the standby takes over
+// once the Lease expires. A killed leader comes back as the standby once
+// the other leads and For has passed; a frozen one is woken after For,
+// must stop on its own (it may have lost its Lease: the controller's
+// leader fence), and is started again.
+func (r *runner) leaderChange(a Action) []step {
+	i := -1
+	var held <-chan world.APICall
+	begin := step{at: a.At, do: func(context.Context) error {
+		if i = r.leader(); i < 0 {
+			r.logf("seed %d: %s: no replica leads (a takeover under way), nothing changed", r.s.Seed, a)
+			return nil
+		}
+		if h, ok := Holds[a.Hold]; ok {
+			method, path := h.Method, regexp.MustCompile(h.Path)
+			held = r.replicas[i].c.HoldAnswers(func(c world.APICall) bool { return c.Method == method && path.MatchString(c.Path) })
+		}
+		return nil
+	}}
+	var down time.Time
+	leave := step{at: a.At + a.HoldFor, do: func(context.Context) error {
+		if i < 0 {
+			return nil
+		}
+		rp := r.replicas[i]
+		n := 0
+		for held != nil && len(held) > 0 {
+			<-held
+			n++
+		}
+		r.logf("seed %d: leader change: replica-%d goes (%s, %d %s answers held)", r.s.Seed, i+1, a.Shape, n, a.Hold)
+		if a.Shape == LeaderKill {
+			err := r.kill(i)
+			if held != nil {
+				rp.c.HoldAnswers(nil)
+			}
+			// Back as the standby once the other leads (else it could
+			// take the Lease back), and not before For.
+			back := time.Now().Add(a.For)
+			r.bg.Add(1)
+			go func() {
+				defer r.bg.Done()
+				for r.bgCtx.Err() == nil {
+					if l := r.leader(); l >= 0 && l != i && time.Now().After(back) {
+						break
+					}
+					select {
+					case <-r.bgCtx.Done():
+						return
+					case <-time.After(250 * time.Millisecond):
+					}
+				}
+				if err := r.restart(r.bgCtx, i); err != nil && r.bgCtx.Err() == nil {
+					r.logf("seed %d: restarting replica-%d after a leader change: %v", r.s.Seed, i+1, err)
+				}
+			}()
+			return err
+		}
+		r.opMu.Lock()
+		down = time.Now()
+		err := rp.c.Pause()
+		rp.paused = err == nil
+		r.opMu.Unlock()
+		if held != nil {
+			rp.c.HoldAnswers(nil)
+		}
+		r.watchTakeover(down)
 		return err
+	}}
+	if a.Shape == LeaderKill {
+		return []step{begin, leave}
 	}
-	r.mu.Lock()
-	r.outage = max(r.outage, time.Since(down))
-	r.mu.Unlock()
-	return nil
+	wake := step{at: a.At + a.HoldFor + a.For, do: func(context.Context) error {
+		if i < 0 || down.IsZero() {
+			return nil
+		}
+		r.opMu.Lock()
+		rp := r.replicas[i]
+		if !rp.paused {
+			r.opMu.Unlock()
+			return nil
+		}
+		err := rp.c.Resume()
+		rp.paused = false
+		r.opMu.Unlock()
+		if err != nil {
+			return err
+		}
+		// The woken process stalled past its Lease: it must exit by
+		// itself, writing nothing. It is started again as the standby.
+		r.bg.Add(1)
+		go func() {
+			defer r.bg.Done()
+			deadline := time.Now().Add(20 * time.Second)
+			for rp.c.Running() && time.Now().Before(deadline) && r.bgCtx.Err() == nil {
+				time.Sleep(100 * time.Millisecond)
+			}
+			if rp.c.Running() {
+				r.logf("seed %d: replica-%d, frozen %s, did not stop after waking up", r.s.Seed, i+1, a.For)
+				return
+			}
+			if err := r.restart(r.bgCtx, i); err != nil && r.bgCtx.Err() == nil {
+				r.logf("seed %d: restarting replica-%d after it woke up: %v", r.s.Seed, i+1, err)
+			}
+		}()
+		return nil
+	}}
+	return []step{begin, leave, wake}
 }
 
 // editMain changes the main NodeClass's spec (retrying on conflicts with the
@@ -494,9 +746,30 @@ func (r *runner) settle(ctx context.Context) error {
 			_ = r.w.Sim.SetStock(Zone, o, 100)
 		}
 	}
-	if !r.c.Running() {
-		if err := r.restart(ctx, time.Now()); err != nil {
+	// Every replica up: a frozen one is replaced (woken, it would stop
+	// by itself), a killed one started again; then one must lead.
+	r.opMu.Lock()
+	for _, rp := range r.replicas {
+		if rp.paused {
+			_ = rp.c.Kill()
+			rp.paused = false
+		}
+	}
+	r.opMu.Unlock()
+	for i := range r.replicas {
+		if err := r.restart(ctx, i); err != nil {
 			return err
+		}
+	}
+	lead := time.Now().Add(time.Minute)
+	for r.leader() < 0 {
+		if time.Now().After(lead) {
+			return errors.New("no replica leads a minute after the schedule")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
 		}
 	}
 	if err := r.setLimits(ctx, "", ""); err != nil {
