@@ -495,89 +495,61 @@ func (r *runner) restart(ctx context.Context, i int) error {
 	return rp.c.WaitHealthy(hctx)
 }
 
-// leaderChange plays a KindLeaderChange: the leader's answers held (Hold)
-// for HoldFor, then the leader killed or frozen; the standby takes over
-// once the Lease expires. A killed leader comes back as the standby once
-// the other leads and For has passed; a frozen one is woken after For,
-// must stop on its own (it may have lost its Lease: the controller's
-// leader fence), and is started again.
+// leaderChange plays a KindLeaderChange: the leader's answers to the
+// calls Hold names held from it until the first one is held (or HoldFor
+// passed), then the leader killed or frozen; the standby takes over once
+// the Lease expires. A killed leader comes back as the standby once the
+// other leads and For has passed; a frozen one is woken after For, must
+// stop on its own (it may have lost its Lease: the controller's leader
+// fence), and is started again.
 func (r *runner) leaderChange(a Action) []step {
-	i := -1
-	var held <-chan world.APICall
+	// i and frozen are set by the begin step or its goroutine and read by
+	// the wake step: under opMu.
+	i, frozen := -1, false
 	begin := step{at: a.At, do: func(context.Context) error {
-		if i = r.leader(); i < 0 {
+		l := r.leader()
+		if l < 0 {
 			r.logf("seed %d: %s: no replica leads (a takeover under way), nothing changed", r.s.Seed, a)
 			return nil
 		}
-		if h, ok := Holds[a.Hold]; ok {
-			method, path := h.Method, regexp.MustCompile(h.Path)
-			held = r.replicas[i].c.HoldAnswers(func(c world.APICall) bool { return c.Method == method && path.MatchString(c.Path) })
+		r.opMu.Lock()
+		i = l
+		r.opMu.Unlock()
+		h, ok := Holds[a.Hold]
+		if !ok {
+			return r.leave(a, l, 0, &frozen)
 		}
+		path := regexp.MustCompile(h.Path)
+		held := r.replicas[l].c.HoldAnswers(func(c world.APICall) bool { return c.Method == h.Method && path.MatchString(c.Path) })
+		// The leader goes as soon as the API acted on a call whose
+		// answer it will never get, or after HoldFor.
+		r.bg.Add(1)
+		go func() {
+			defer r.bg.Done()
+			n := 0
+			select {
+			case <-held:
+				n = 1
+			case <-time.After(a.HoldFor):
+			case <-r.bgCtx.Done():
+				return
+			}
+			if err := r.leave(a, l, n, &frozen); err != nil {
+				r.logf("seed %d: %s: %v", r.s.Seed, a, err)
+			}
+		}()
 		return nil
 	}}
-	var down time.Time
-	leave := step{at: a.At + a.HoldFor, do: func(context.Context) error {
-		if i < 0 {
-			return nil
-		}
-		rp := r.replicas[i]
-		n := 0
-		for held != nil && len(held) > 0 {
-			<-held
-			n++
-		}
-		r.logf("seed %d: leader change: replica-%d goes (%s, %d %s answers held)", r.s.Seed, i+1, a.Shape, n, a.Hold)
-		if a.Shape == LeaderKill {
-			err := r.kill(i)
-			if held != nil {
-				rp.c.HoldAnswers(nil)
-			}
-			// Back as the standby once the other leads (else it could
-			// take the Lease back), and not before For.
-			back := time.Now().Add(a.For)
-			r.bg.Add(1)
-			go func() {
-				defer r.bg.Done()
-				for r.bgCtx.Err() == nil {
-					if l := r.leader(); l >= 0 && l != i && time.Now().After(back) {
-						break
-					}
-					select {
-					case <-r.bgCtx.Done():
-						return
-					case <-time.After(250 * time.Millisecond):
-					}
-				}
-				if err := r.restart(r.bgCtx, i); err != nil && r.bgCtx.Err() == nil {
-					r.logf("seed %d: restarting replica-%d after a leader change: %v", r.s.Seed, i+1, err)
-				}
-			}()
-			return err
-		}
-		r.opMu.Lock()
-		down = time.Now()
-		err := rp.c.Pause()
-		rp.paused = err == nil
-		r.opMu.Unlock()
-		if held != nil {
-			rp.c.HoldAnswers(nil)
-		}
-		r.watchTakeover(down)
-		return err
-	}}
 	if a.Shape == LeaderKill {
-		return []step{begin, leave}
+		return []step{begin}
 	}
 	wake := step{at: a.At + a.HoldFor + a.For, do: func(context.Context) error {
-		if i < 0 || down.IsZero() {
-			return nil
-		}
 		r.opMu.Lock()
-		rp := r.replicas[i]
-		if !rp.paused {
+		if i < 0 || !frozen || !r.replicas[i].paused {
 			r.opMu.Unlock()
 			return nil
 		}
+		rp := r.replicas[i]
 		err := rp.c.Resume()
 		rp.paused = false
 		r.opMu.Unlock()
@@ -597,13 +569,70 @@ func (r *runner) leaderChange(a Action) []step {
 				r.logf("seed %d: replica-%d, frozen %s, did not stop after waking up", r.s.Seed, i+1, a.For)
 				return
 			}
+			r.logf("seed %d: replica-%d stopped after waking up (%v), starting it again", r.s.Seed, i+1, rp.c.ExitErr())
 			if err := r.restart(r.bgCtx, i); err != nil && r.bgCtx.Err() == nil {
 				r.logf("seed %d: restarting replica-%d after it woke up: %v", r.s.Seed, i+1, err)
 			}
 		}()
 		return nil
 	}}
-	return []step{begin, leave, wake}
+	return []step{begin, wake}
+}
+
+// leave makes replica l, the leader at the leader change a, go: killed
+// (and back as the standby once the other leads and a.For passed) or
+// frozen (*frozen set; the wake step wakes it). held: the answers held
+// from it. A replica an earlier action already killed or froze stays as it is.
+func (r *runner) leave(a Action, l, held int, frozen *bool) error {
+	rp := r.replicas[l]
+	defer func() {
+		if a.Hold != "" {
+			rp.c.HoldAnswers(nil)
+		}
+	}()
+	r.opMu.Lock()
+	if rp.paused || !rp.c.Running() {
+		r.opMu.Unlock()
+		return nil
+	}
+	r.opMu.Unlock()
+	how := a.Shape
+	if a.Hold != "" {
+		how += fmt.Sprintf(", %d %s answer held", held, a.Hold)
+	}
+	r.logf("seed %d: leader change: replica-%d goes (%s)", r.s.Seed, l+1, how)
+	if a.Shape == LeaderKill {
+		err := r.kill(l)
+		// Back as the standby once the other leads (else it could take
+		// the Lease back), and not before For.
+		back := time.Now().Add(a.For)
+		r.bg.Add(1)
+		go func() {
+			defer r.bg.Done()
+			for r.bgCtx.Err() == nil {
+				if o := r.leader(); o >= 0 && o != l && time.Now().After(back) {
+					break
+				}
+				select {
+				case <-r.bgCtx.Done():
+					return
+				case <-time.After(250 * time.Millisecond):
+				}
+			}
+			if err := r.restart(r.bgCtx, l); err != nil && r.bgCtx.Err() == nil {
+				r.logf("seed %d: restarting replica-%d after a leader change: %v", r.s.Seed, l+1, err)
+			}
+		}()
+		return err
+	}
+	r.opMu.Lock()
+	down := time.Now()
+	err := rp.c.Pause()
+	rp.paused = err == nil
+	*frozen = rp.paused
+	r.opMu.Unlock()
+	r.watchTakeover(down)
+	return err
 }
 
 // editMain changes the main NodeClass's spec (retrying on conflicts with the
@@ -746,16 +775,29 @@ func (r *runner) settle(ctx context.Context) error {
 			_ = r.w.Sim.SetStock(Zone, o, 100)
 		}
 	}
-	// Every replica up: a frozen one is replaced (woken, it would stop
-	// by itself), a killed one started again; then one must lead.
+	// Every replica up: a frozen one is woken (it must stop by itself,
+	// as in the wake step of its leader change), a stopped one started
+	// again; then one must lead.
+	var woken []*replica
 	r.opMu.Lock()
 	for _, rp := range r.replicas {
 		if rp.paused {
-			_ = rp.c.Kill()
+			if err := rp.c.Resume(); err == nil {
+				woken = append(woken, rp)
+			}
 			rp.paused = false
 		}
 	}
 	r.opMu.Unlock()
+	for _, rp := range woken {
+		deadline := time.Now().Add(20 * time.Second)
+		for rp.c.Running() && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if rp.c.Running() {
+			r.logf("seed %d: %s did not stop after waking up in the settle", r.s.Seed, rp.c.LogPath)
+		}
+	}
 	for i := range r.replicas {
 		if err := r.restart(ctx, i); err != nil {
 			return err

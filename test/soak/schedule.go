@@ -47,8 +47,9 @@ const (
 	// Shape: the leader is killed (LeaderKill) or frozen (LeaderPause) and
 	// the standby takes over once the Lease expires; with Hold set, the
 	// leader's answers to the calls Hold names are held from it first
-	// (the API acts, the leader never learns it did), HoldFor before it is
-	// killed or frozen, as in test/e2e's leader tests. For: how long the
+	// (the API acts, the leader never learns it did), and it is killed or
+	// frozen as soon as one is held, or after HoldFor, as in test/e2e's
+	// leader tests. For: how long the
 	// old leader stays down (killed) or frozen (paused) before it comes
 	// back as the standby (a frozen one wakes up, must stop on its own,
 	// and is started again).
@@ -110,7 +111,7 @@ type Action struct {
 	// leader stays down or frozen.
 	For time.Duration
 	// KindLeaderChange: LeaderKill or LeaderPause; Hold ("" or a key of
-	// Holds) and how long answers are held before the leader goes.
+	// Holds) and how long answers are held at most before the leader goes.
 	Shape   string
 	Hold    string
 	HoldFor time.Duration
@@ -144,7 +145,7 @@ func (a Action) String() string {
 	case KindLeaderChange:
 		s := fmt.Sprintf("%s leader change: %s", at, a.Shape)
 		if a.Hold != "" {
-			s += fmt.Sprintf(" after holding %s answers %s", a.Hold, a.HoldFor)
+			s += fmt.Sprintf(" after holding a %s answer (at most %s)", a.Hold, a.HoldFor)
 		}
 		if a.Shape == LeaderPause {
 			return s + fmt.Sprintf(", frozen %s", a.For)
@@ -282,7 +283,7 @@ func unkind(seed uint64, s *Schedule) []Action {
 		a.Shape = []string{LeaderKill, LeaderPause}[r.IntN(2)]
 		if r.IntN(3) > 0 {
 			a.Hold = holdNames[r.IntN(len(holdNames))]
-			a.HoldFor = time.Duration(1+r.IntN(4)) * time.Second
+			a.HoldFor = time.Duration(2+r.IntN(7)) * time.Second
 		}
 		if a.Shape == LeaderPause {
 			// Longer than the Lease (15s) and its retry: the standby
