@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -127,6 +128,9 @@ type runner struct {
 	// takeover, restarting an old leader once the other one leads).
 	bgCtx context.Context
 	bg    sync.WaitGroup
+	// settling: the schedule is over; a leader change still waiting for
+	// a leader changes nothing any more.
+	settling atomic.Bool
 
 	mu     sync.Mutex
 	claims map[string]*invariants.Claim
@@ -495,88 +499,102 @@ func (r *runner) restart(ctx context.Context, i int) error {
 	return rp.c.WaitHealthy(hctx)
 }
 
-// leaderChange plays a KindLeaderChange: the leader's answers to the
-// calls Hold names held from it until the first one is held (or HoldFor
-// passed), then the leader killed or frozen; the standby takes over once
-// the Lease expires. A killed leader comes back as the standby once the
-// other leads and For has passed; a frozen one is woken after For, must
-// stop on its own (it may have lost its Lease: the controller's leader
-// fence), and is started again.
+// leaderChange plays a KindLeaderChange in the background, from its
+// instant on: it waits for a leader (a kill just before may have left
+// none: the change then follows the takeover), holds the leader's answers
+// to the calls Hold names until the first one is held (or HoldFor passed),
+// then kills or freezes the leader; the standby takes over once the Lease
+// expires. A killed leader comes back as the standby once the other leads
+// and For has passed; a frozen one is woken after For, must stop on its
+// own (it may have lost its Lease: the controller's leader fence), and is
+// started again.
 func (r *runner) leaderChange(a Action) []step {
-	// i and frozen are set by the begin step or its goroutine and read by
-	// the wake step: under opMu.
-	i, frozen := -1, false
-	begin := step{at: a.At, do: func(context.Context) error {
-		l := r.leader()
-		if l < 0 {
-			r.logf("seed %d: %s: no replica leads (a takeover under way), nothing changed", r.s.Seed, a)
-			return nil
-		}
-		r.opMu.Lock()
-		i = l
-		r.opMu.Unlock()
-		h, ok := Holds[a.Hold]
-		if !ok {
-			return r.leave(a, l, 0, &frozen)
-		}
-		path := regexp.MustCompile(h.Path)
-		held := r.replicas[l].c.HoldAnswers(func(c world.APICall) bool { return c.Method == h.Method && path.MatchString(c.Path) })
-		// The leader goes as soon as the API acted on a call whose
-		// answer it will never get, or after HoldFor.
+	return []step{{at: a.At, do: func(context.Context) error {
 		r.bg.Add(1)
 		go func() {
 			defer r.bg.Done()
-			n := 0
-			select {
-			case <-held:
-				n = 1
-			case <-time.After(a.HoldFor):
-			case <-r.bgCtx.Done():
-				return
-			}
-			if err := r.leave(a, l, n, &frozen); err != nil {
+			if err := r.changeLeader(a); err != nil && r.bgCtx.Err() == nil {
 				r.logf("seed %d: %s: %v", r.s.Seed, a, err)
 			}
 		}()
 		return nil
-	}}
-	if a.Shape == LeaderKill {
-		return []step{begin}
+	}}}
+}
+
+// sleep waits d or until the run ends (false).
+func (r *runner) sleep(d time.Duration) bool {
+	select {
+	case <-r.bgCtx.Done():
+		return false
+	case <-time.After(d):
+		return true
 	}
-	wake := step{at: a.At + a.HoldFor + a.For, do: func(context.Context) error {
-		r.opMu.Lock()
-		if i < 0 || !frozen || !r.replicas[i].paused {
-			r.opMu.Unlock()
+}
+
+func (r *runner) changeLeader(a Action) error {
+	l := r.leader()
+	for wait := time.Now().Add(30 * time.Second); l < 0; l = r.leader() {
+		if time.Now().After(wait) {
+			r.logf("seed %d: %s: no replica leads after 30s, nothing changed", r.s.Seed, a)
 			return nil
 		}
-		rp := r.replicas[i]
-		err := rp.c.Resume()
-		rp.paused = false
-		r.opMu.Unlock()
-		if err != nil {
-			return err
+		if !r.sleep(250 * time.Millisecond) {
+			return nil
 		}
-		// The woken process stalled past its Lease: it must exit by
-		// itself, writing nothing. It is started again as the standby.
-		r.bg.Add(1)
-		go func() {
-			defer r.bg.Done()
-			deadline := time.Now().Add(20 * time.Second)
-			for rp.c.Running() && time.Now().Before(deadline) && r.bgCtx.Err() == nil {
-				time.Sleep(100 * time.Millisecond)
-			}
-			if rp.c.Running() {
-				r.logf("seed %d: replica-%d, frozen %s, did not stop after waking up", r.s.Seed, i+1, a.For)
-				return
-			}
-			r.logf("seed %d: replica-%d stopped after waking up (%v), starting it again", r.s.Seed, i+1, rp.c.ExitErr())
-			if err := r.restart(r.bgCtx, i); err != nil && r.bgCtx.Err() == nil {
-				r.logf("seed %d: restarting replica-%d after it woke up: %v", r.s.Seed, i+1, err)
-			}
-		}()
+	}
+	held := 0
+	if h, ok := Holds[a.Hold]; ok {
+		path := regexp.MustCompile(h.Path)
+		ch := r.replicas[l].c.HoldAnswers(func(c world.APICall) bool { return c.Method == h.Method && path.MatchString(c.Path) })
+		// The leader goes as soon as the API acted on a call whose
+		// answer it will never get, or after HoldFor.
+		select {
+		case <-ch:
+			held = 1
+		case <-time.After(a.HoldFor):
+		case <-r.bgCtx.Done():
+			return nil
+		}
+	}
+	if r.settling.Load() {
+		r.logf("seed %d: %s: the schedule ended before a replica led, nothing changed", r.s.Seed, a)
+		if a.Hold != "" {
+			r.replicas[l].c.HoldAnswers(nil)
+		}
 		return nil
-	}}
-	return []step{begin, wake}
+	}
+	frozen := false
+	if err := r.leave(a, l, held, &frozen); err != nil || !frozen {
+		return err
+	}
+	if !r.sleep(a.For) {
+		return nil
+	}
+	r.opMu.Lock()
+	rp := r.replicas[l]
+	if !rp.paused {
+		r.opMu.Unlock()
+		return nil
+	}
+	err := rp.c.Resume()
+	rp.paused = false
+	r.opMu.Unlock()
+	if err != nil {
+		return err
+	}
+	// The woken process stalled past its Lease: it must exit by itself,
+	// writing nothing. It is started again as the standby.
+	for deadline := time.Now().Add(20 * time.Second); rp.c.Running() && time.Now().Before(deadline); {
+		if !r.sleep(100 * time.Millisecond) {
+			return nil
+		}
+	}
+	if rp.c.Running() {
+		r.logf("seed %d: replica-%d, frozen %s, did not stop after waking up", r.s.Seed, l+1, a.For)
+		return nil
+	}
+	r.logf("seed %d: replica-%d stopped after waking up (%v), starting it again", r.s.Seed, l+1, rp.c.ExitErr())
+	return r.restart(r.bgCtx, l)
 }
 
 // leave makes replica l, the leader at the leader change a, go: killed
@@ -768,6 +786,7 @@ func (r *runner) watchDeletions(ctx context.Context) {
 // the broken workload down and waits for a quiet world: every pod of the
 // main workload bound and every live server of the cluster accounted for.
 func (r *runner) settle(ctx context.Context) error {
+	r.settling.Store(true)
 	r.w.Sim.ClearFaults()
 	for _, o := range Offers {
 		_ = r.w.Sim.SetQuota("", o, -1)
