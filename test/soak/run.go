@@ -557,7 +557,7 @@ func (r *runner) changeLeader(a Action) error {
 		}
 	}
 	if r.settling.Load() {
-		r.logf("seed %d: %s: the schedule ended before a replica led, nothing changed", r.s.Seed, a)
+		r.logf("seed %d: %s: the schedule ended first, nothing changed", r.s.Seed, a)
 		if a.Hold != "" {
 			r.replicas[l].c.HoldAnswers(nil)
 		}
@@ -611,6 +611,7 @@ func (r *runner) leave(a Action, l, held int, frozen *bool) error {
 	r.opMu.Lock()
 	if rp.paused || !rp.c.Running() {
 		r.opMu.Unlock()
+		r.logf("seed %d: leader change: replica-%d already went (killed or frozen by another action, %d %s answer held)", r.s.Seed, l+1, held, a.Hold)
 		return nil
 	}
 	r.opMu.Unlock()
