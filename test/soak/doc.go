@@ -16,11 +16,12 @@
 // The schedule is a pure function of the seed: a PCG seeded by it, no clock.
 //
 // Run plays a schedule in a new world, lets the world settle (faults and
-// limits lifted, both replicas up and one leading: every pod bound and every live server
-// accounted for, or SettleTimeout), collects the facts the ledger cannot
-// hold (each NodeClaim's life from the API server, the limits and
-// minimumLifetime in force over time, the longest stretch without a leader, what
-// the controller accounts for at the end) and runs the checker.
+// limits lifted, both replicas up and one leading: every pod bound and
+// every live server accounted for, or SettleTimeout), collects the facts
+// the ledger cannot hold (each NodeClaim's life from the API server, the
+// limits and minimumLifetime in force over time, the longest stretch
+// without a leader, what the controller accounts for at the end) and runs
+// the checker.
 //
 // What a replay cannot repeat: the actions fire at the same offsets of wall
 // time, but the controller, Karpenter, the scheduler and the simulated
