@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -115,8 +117,20 @@ type runner struct {
 	s    Schedule
 	logf func(string, ...any)
 	w    *world.World
-	c    *world.Controller
 	apps map[string]*world.Workload
+
+	// opMu serializes what is done to the replicas (kill, pause, resume,
+	// restart): the schedule's steps and the background restarts of leader
+	// changes both act on them.
+	opMu     sync.Mutex
+	replicas []*replica
+	// bgCtx and bg: the goroutines a step leaves behind (waiting for a
+	// takeover, restarting an old leader once the other one leads).
+	bgCtx context.Context
+	bg    sync.WaitGroup
+	// settling: the schedule is over; a leader change still waiting for
+	// a leader changes nothing any more.
+	settling atomic.Bool
 
 	mu     sync.Mutex
 	claims map[string]*invariants.Claim
@@ -142,26 +156,16 @@ type lifetimeAt struct {
 func (r *runner) run(ctx context.Context, dir string) (vs []invariants.Violation, err error) {
 	s := r.s
 	w, err := world.New(ctx, world.Options{Profile: scwsim.ProfileFast, Dir: dir, ClusterName: "soak",
-		Sim: func(o *scwsim.Options) { o.ListLag, o.Seed = s.ListLag, s.Seed }})
+		Sim: func(o *scwsim.Options) {
+			o.ListLag, o.StaleLag, o.StaleReadsByID, o.Seed = s.ListLag, s.StaleLag, s.StaleReadsByID, s.Seed
+		}})
 	if err != nil {
 		return nil, fmt.Errorf("world: %w", err)
 	}
 	r.w = w
 	defer func() { err = errors.Join(err, w.Stop()) }()
-	// An order whose answer was lost is looked for this long before the
-	// NodeClaim orders again: scaled to the fast profile as the world scales
-	// the collector's grace, and three times the longest listing lag, so
-	// that a lost order shows before it ends (I1 would catch one that did not).
-	c, err := w.NewController(world.ControllerOptions{Env: []string{"KARPENTER_SCALEWAY_EM_ORDER_SETTLE=30s"}})
-	if err != nil {
-		return nil, err
-	}
-	r.c = c
-	defer func() { _ = c.Stop() }()
-	hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	err = c.WaitHealthy(hctx)
-	cancel()
-	if err != nil {
+	defer r.stopReplicas()
+	if err := r.startReplicas(ctx); err != nil {
 		return nil, err
 	}
 	if err := r.setup(ctx); err != nil {
@@ -172,7 +176,8 @@ func (r *runner) run(ctx context.Context, dir string) (vs []invariants.Violation
 	polled, watched := make(chan struct{}), make(chan struct{})
 	go func() { defer close(polled); r.pollClaims(pollCtx) }()
 	go func() { defer close(watched); r.watchDeletions(pollCtx) }()
-	defer func() { stopPoll(); <-polled; <-watched }()
+	r.bgCtx = pollCtx
+	defer func() { stopPoll(); <-polled; <-watched; r.bg.Wait() }()
 
 	r.logf("seed %d: playing %d actions", s.Seed, len(s.Actions))
 	if err := r.play(ctx); err != nil {
@@ -320,38 +325,333 @@ func (r *runner) steps(a Action) []step {
 			return w.Sim.SetQuota("", a.Offer, n)
 		}}, {at: a.At + a.For, do: func(context.Context) error { return w.Sim.SetQuota("", a.Offer, -1) }}}
 	case KindKill:
-		var down time.Time
+		i := -1
 		return []step{{at: a.At, do: func(context.Context) error {
-			if !r.c.Running() {
-				return nil // an earlier kill's outage
+			if i = r.leader(); i < 0 {
+				// A takeover under way: the replica about to lead dies.
+				if i = r.standby(); i < 0 {
+					return nil
+				}
 			}
-			down = time.Now()
-			return r.c.Kill()
+			return r.kill(i)
 		}}, {at: a.At + a.For, do: func(ctx context.Context) error {
-			if down.IsZero() || r.c.Running() {
+			if i < 0 {
 				return nil
 			}
-			return r.restart(ctx, down)
+			return r.restart(ctx, i)
 		}}}
+	case KindLeaderChange:
+		return r.leaderChange(a)
 	}
 	return one(func(context.Context) error { return fmt.Errorf("soak: the world cannot play a %s action yet", a.Kind) })
 }
 
-// restart starts the controller after a kill and waits until it is
-// healthy; the outage counts from the kill.
-func (r *runner) restart(ctx context.Context, down time.Time) error {
-	if err := r.c.Restart(); err != nil {
+// replica is one controller process of the two the soak runs.
+type replica struct {
+	c      *world.Controller
+	paused bool
+	// The acquisition of the Lease by start #leadStart (Leading reads the
+	// log; a found one is kept, so the log is read again only while the
+	// replica waits to lead).
+	leadStart int
+	leadAt    time.Time
+}
+
+// startReplicas starts the two replicas with leader election, each behind
+// its own recording proxy (HoldAnswers), and waits until one leads and
+// the other is healthy.
+func (r *runner) startReplicas(ctx context.Context) error {
+	for i := 1; i <= Replicas; i++ {
+		// An order whose answer was lost is looked for this long before
+		// the NodeClaim orders again: scaled to the fast profile as the
+		// world scales the collector's grace, and over three times the
+		// longest listing lag, so that a lost order shows before it ends
+		// (I1 would catch one that did not).
+		c, err := r.w.NewController(world.ControllerOptions{LeaderElection: true, RecordAPICalls: true,
+			LogName: fmt.Sprintf("replica-%d.log", i), Env: []string{"KARPENTER_SCALEWAY_EM_ORDER_SETTLE=30s"}})
+		if err != nil {
+			return err
+		}
+		r.replicas = append(r.replicas, &replica{c: c})
+		hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		if i == 1 {
+			_, err = c.WaitLeading(hctx, 2*time.Minute)
+		} else {
+			err = c.WaitHealthy(hctx)
+		}
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stopReplicas ends every replica (a frozen one with SIGKILL: SIGTERM
+// would wait for it to wake up).
+func (r *runner) stopReplicas() {
+	r.opMu.Lock()
+	defer r.opMu.Unlock()
+	for _, rp := range r.replicas {
+		if rp.paused {
+			_ = rp.c.Kill()
+			continue
+		}
+		_ = rp.c.Stop()
+	}
+}
+
+// leader is the index of the replica that leads, -1 if none does: of the
+// running replicas not frozen, the one that acquired the Lease last (a
+// frozen one still believes it leads; the Lease is the other's once it
+// expired).
+func (r *runner) leader() int {
+	r.opMu.Lock()
+	defer r.opMu.Unlock()
+	best, at := -1, time.Time{}
+	for i, rp := range r.replicas {
+		if rp.paused || !rp.c.Running() {
+			continue
+		}
+		if start := rp.c.Starts(); rp.leadStart != start || rp.leadAt.IsZero() {
+			if t, ok := rp.c.Leading(); ok {
+				rp.leadStart, rp.leadAt = start, t
+			} else {
+				continue
+			}
+		}
+		if best < 0 || rp.leadAt.After(at) {
+			best, at = i, rp.leadAt
+		}
+	}
+	return best
+}
+
+// standby is the index of a running replica that is not frozen, -1 if
+// none is.
+func (r *runner) standby() int {
+	r.opMu.Lock()
+	defer r.opMu.Unlock()
+	for i, rp := range r.replicas {
+		if !rp.paused && rp.c.Running() {
+			return i
+		}
+	}
+	return -1
+}
+
+// kill ends replica i with SIGKILL (its Lease is not released) and
+// watches for the takeover.
+func (r *runner) kill(i int) error {
+	r.opMu.Lock()
+	rp := r.replicas[i]
+	if !rp.c.Running() {
+		r.opMu.Unlock()
+		return nil
+	}
+	down := time.Now()
+	err := rp.c.Kill()
+	rp.paused = false
+	r.opMu.Unlock()
+	r.watchTakeover(down)
+	return err
+}
+
+// watchTakeover records, in the background, how long the world goes
+// without a leader from down: the longest such outage stretches the sweep
+// I4 allows.
+func (r *runner) watchTakeover(down time.Time) {
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		for r.bgCtx.Err() == nil {
+			if r.leader() >= 0 {
+				r.mu.Lock()
+				r.outage = max(r.outage, time.Since(down))
+				r.mu.Unlock()
+				return
+			}
+			select {
+			case <-r.bgCtx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}()
+}
+
+// restart starts replica i again if it is not running (a new pod after a
+// kill) and waits until it is healthy: it leads, or stands by.
+func (r *runner) restart(ctx context.Context, i int) error {
+	r.opMu.Lock()
+	rp := r.replicas[i]
+	if rp.c.Running() {
+		r.opMu.Unlock()
+		return nil
+	}
+	err := rp.c.Restart()
+	rp.paused = false
+	r.opMu.Unlock()
+	if err != nil {
 		return err
 	}
 	hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if err := r.c.WaitHealthy(hctx); err != nil {
+	return rp.c.WaitHealthy(hctx)
+}
+
+// leaderChange plays a KindLeaderChange in the background, from its
+// instant on: it waits for a leader (a kill just before may have left
+// none: the change then follows the takeover), holds the leader's answers
+// to the calls Hold names until the first one is held (or HoldFor passed),
+// then kills or freezes the leader; the standby takes over once the Lease
+// expires. A killed leader comes back as the standby once the other leads
+// and For has passed; a frozen one is woken after For, must stop on its
+// own (it may have lost its Lease: the controller's leader fence), and is
+// started again.
+func (r *runner) leaderChange(a Action) []step {
+	return []step{{at: a.At, do: func(context.Context) error {
+		r.bg.Add(1)
+		go func() {
+			defer r.bg.Done()
+			if err := r.changeLeader(a); err != nil && r.bgCtx.Err() == nil {
+				r.logf("seed %d: %s: %v", r.s.Seed, a, err)
+			}
+		}()
+		return nil
+	}}}
+}
+
+// sleep waits d or until the run ends (false).
+func (r *runner) sleep(d time.Duration) bool {
+	select {
+	case <-r.bgCtx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+func (r *runner) changeLeader(a Action) error {
+	l := r.leader()
+	for wait := time.Now().Add(30 * time.Second); l < 0; l = r.leader() {
+		if time.Now().After(wait) {
+			r.logf("seed %d: %s: no replica leads after 30s, nothing changed", r.s.Seed, a)
+			return nil
+		}
+		if !r.sleep(250 * time.Millisecond) {
+			return nil
+		}
+	}
+	held := 0
+	if h, ok := Holds[a.Hold]; ok {
+		path := regexp.MustCompile(h.Path)
+		ch := r.replicas[l].c.HoldAnswers(func(c world.APICall) bool { return c.Method == h.Method && path.MatchString(c.Path) })
+		// The leader goes as soon as the API acted on a call whose
+		// answer it will never get, or after HoldFor.
+		select {
+		case <-ch:
+			held = 1
+		case <-time.After(a.HoldFor):
+		case <-r.bgCtx.Done():
+			return nil
+		}
+	}
+	if r.settling.Load() {
+		r.logf("seed %d: %s: the schedule ended first, nothing changed", r.s.Seed, a)
+		if a.Hold != "" {
+			r.replicas[l].c.HoldAnswers(nil)
+		}
+		return nil
+	}
+	frozen := false
+	if err := r.leave(a, l, held, &frozen); err != nil || !frozen {
 		return err
 	}
-	r.mu.Lock()
-	r.outage = max(r.outage, time.Since(down))
-	r.mu.Unlock()
-	return nil
+	if !r.sleep(a.For) {
+		return nil
+	}
+	r.opMu.Lock()
+	rp := r.replicas[l]
+	if !rp.paused {
+		r.opMu.Unlock()
+		return nil
+	}
+	err := rp.c.Resume()
+	rp.paused = false
+	r.opMu.Unlock()
+	if err != nil {
+		return err
+	}
+	// The woken process stalled past its Lease: it must exit by itself,
+	// writing nothing. It is started again as the standby.
+	for deadline := time.Now().Add(20 * time.Second); rp.c.Running() && time.Now().Before(deadline); {
+		if !r.sleep(100 * time.Millisecond) {
+			return nil
+		}
+	}
+	if rp.c.Running() {
+		r.logf("seed %d: replica-%d, frozen %s, did not stop after waking up", r.s.Seed, l+1, a.For)
+		return nil
+	}
+	r.logf("seed %d: replica-%d stopped after waking up (%v), starting it again", r.s.Seed, l+1, rp.c.ExitErr())
+	return r.restart(r.bgCtx, l)
+}
+
+// leave makes replica l, the leader at the leader change a, go: killed
+// (and back as the standby once the other leads and a.For passed) or
+// frozen (*frozen set; the wake step wakes it). held: the answers held
+// from it. A replica an earlier action already killed or froze stays as it is.
+func (r *runner) leave(a Action, l, held int, frozen *bool) error {
+	rp := r.replicas[l]
+	defer func() {
+		if a.Hold != "" {
+			rp.c.HoldAnswers(nil)
+		}
+	}()
+	r.opMu.Lock()
+	if rp.paused || !rp.c.Running() {
+		r.opMu.Unlock()
+		r.logf("seed %d: leader change: replica-%d already went (killed or frozen by another action, %d %s answer held)", r.s.Seed, l+1, held, a.Hold)
+		return nil
+	}
+	r.opMu.Unlock()
+	how := a.Shape
+	if a.Hold != "" {
+		how += fmt.Sprintf(", %d %s answer held", held, a.Hold)
+	}
+	r.logf("seed %d: leader change: replica-%d goes (%s)", r.s.Seed, l+1, how)
+	if a.Shape == LeaderKill {
+		err := r.kill(l)
+		// Back as the standby once the other leads (else it could take
+		// the Lease back), and not before For.
+		back := time.Now().Add(a.For)
+		r.bg.Add(1)
+		go func() {
+			defer r.bg.Done()
+			for r.bgCtx.Err() == nil {
+				if o := r.leader(); o >= 0 && o != l && time.Now().After(back) {
+					break
+				}
+				select {
+				case <-r.bgCtx.Done():
+					return
+				case <-time.After(250 * time.Millisecond):
+				}
+			}
+			if err := r.restart(r.bgCtx, l); err != nil && r.bgCtx.Err() == nil {
+				r.logf("seed %d: restarting replica-%d after a leader change: %v", r.s.Seed, l+1, err)
+			}
+		}()
+		return err
+	}
+	r.opMu.Lock()
+	down := time.Now()
+	err := rp.c.Pause()
+	rp.paused = err == nil
+	*frozen = rp.paused
+	r.opMu.Unlock()
+	r.watchTakeover(down)
+	return err
 }
 
 // editMain changes the main NodeClass's spec (retrying on conflicts with the
@@ -487,6 +787,7 @@ func (r *runner) watchDeletions(ctx context.Context) {
 // the broken workload down and waits for a quiet world: every pod of the
 // main workload bound and every live server of the cluster accounted for.
 func (r *runner) settle(ctx context.Context) error {
+	r.settling.Store(true)
 	r.w.Sim.ClearFaults()
 	for _, o := range Offers {
 		_ = r.w.Sim.SetQuota("", o, -1)
@@ -494,9 +795,43 @@ func (r *runner) settle(ctx context.Context) error {
 			_ = r.w.Sim.SetStock(Zone, o, 100)
 		}
 	}
-	if !r.c.Running() {
-		if err := r.restart(ctx, time.Now()); err != nil {
+	// Every replica up: a frozen one is woken (it must stop by itself,
+	// as in the wake step of its leader change), a stopped one started
+	// again; then one must lead.
+	var woken []*replica
+	r.opMu.Lock()
+	for _, rp := range r.replicas {
+		if rp.paused {
+			if err := rp.c.Resume(); err == nil {
+				woken = append(woken, rp)
+			}
+			rp.paused = false
+		}
+	}
+	r.opMu.Unlock()
+	for _, rp := range woken {
+		deadline := time.Now().Add(20 * time.Second)
+		for rp.c.Running() && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if rp.c.Running() {
+			r.logf("seed %d: %s did not stop after waking up in the settle", r.s.Seed, rp.c.LogPath)
+		}
+	}
+	for i := range r.replicas {
+		if err := r.restart(ctx, i); err != nil {
 			return err
+		}
+	}
+	lead := time.Now().Add(time.Minute)
+	for r.leader() < 0 {
+		if time.Now().After(lead) {
+			return errors.New("no replica leads a minute after the schedule")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
 		}
 	}
 	if err := r.setLimits(ctx, "", ""); err != nil {

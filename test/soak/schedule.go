@@ -12,9 +12,8 @@ import (
 )
 
 // Kind is what one action of a schedule does. Actions are data: the runner
-// plays each kind with one case, so a new kind (a leader change once the
-// world runs two replicas) is a new constant, a new case in Play and a new
-// branch in Generate, nothing else.
+// plays each kind with one case, so a new kind is a new constant, a new case
+// in the runner's steps and a new branch in Generate, nothing else.
 type Kind string
 
 // The kinds of actions.
@@ -40,13 +39,40 @@ const (
 	// KindQuota caps the project's servers of Offer at what it has for For
 	// (orders answer quota exceeded), then lifts the cap.
 	KindQuota Kind = "quota"
-	// KindKill kills the controller with SIGKILL and starts a new process
-	// after For (a crashed or evicted pod).
+	// KindKill kills the leading replica with SIGKILL and starts a new
+	// process after For (a crashed or evicted pod). The Lease is not
+	// released: the standby or the new process leads once it expires.
 	KindKill Kind = "kill"
-	// KindLeaderChange hands leadership to the other replica. The world runs
-	// one replica today, so Generate emits none; the runner refuses it.
+	// KindLeaderChange hands leadership to the other replica in the shape
+	// Shape: the leader is killed (LeaderKill) or frozen (LeaderPause) and
+	// the standby takes over once the Lease expires; with Hold set, the
+	// leader's answers to the calls Hold names are held from it first
+	// (the API acts, the leader never learns it did), and it is killed or
+	// frozen as soon as one is held, or after HoldFor, as in test/e2e's
+	// leader tests. For: how long the
+	// old leader stays down (killed) or frozen (paused) before it comes
+	// back as the standby (a frozen one wakes up, must stop on its own,
+	// and is started again).
 	KindLeaderChange Kind = "leader-change"
 )
+
+// Shapes of a leader change (Action.Shape).
+const (
+	LeaderKill  = "kill"
+	LeaderPause = "pause"
+)
+
+// Holds: the calls whose answers a leader change may hold from the leader
+// before it goes (Action.Hold): an order, a tag edit (a take, a release, a
+// phase), a reboot.
+var Holds = map[string]struct{ Method, Path string }{
+	"order":    {http.MethodPost, `/servers$`},
+	"tag-edit": {http.MethodPatch, `/servers/[^/]+$`},
+	"reboot":   {http.MethodPost, `/reboot$`},
+}
+
+// holdNames is Holds's keys in a fixed order (Generate draws from it).
+var holdNames = []string{"order", "tag-edit", "reboot"}
 
 // Workloads: App pods go to the main NodePool, Broken pods to the NodePool
 // of the NodeClass whose installs always fail.
@@ -81,8 +107,14 @@ type Action struct {
 	// KindFault.
 	Fault scwsim.Fault
 	// KindFault, KindOutOfStock, KindQuota: how long it lasts; KindKill: how
-	// long the controller stays down.
+	// long the controller stays down; KindLeaderChange: how long the old
+	// leader stays down or frozen.
 	For time.Duration
+	// KindLeaderChange: LeaderKill or LeaderPause; Hold ("" or a key of
+	// Holds) and how long answers are held at most before the leader goes.
+	Shape   string
+	Hold    string
+	HoldFor time.Duration
 }
 
 func (a Action) String() string {
@@ -110,6 +142,15 @@ func (a Action) String() string {
 		return fmt.Sprintf("%s %s %s for %s", at, a.Kind, a.Offer, a.For)
 	case KindKill:
 		return fmt.Sprintf("%s kill, down %s", at, a.For)
+	case KindLeaderChange:
+		s := fmt.Sprintf("%s leader change: %s", at, a.Shape)
+		if a.Hold != "" {
+			s += fmt.Sprintf(" after holding a %s answer (at most %s)", a.Hold, a.HoldFor)
+		}
+		if a.Shape == LeaderPause {
+			return s + fmt.Sprintf(", frozen %s", a.For)
+		}
+		return s + fmt.Sprintf(", down %s", a.For)
 	}
 	return fmt.Sprintf("%s %s", at, a.Kind)
 }
@@ -122,6 +163,12 @@ type Schedule struct {
 	Length time.Duration
 	// ListLag of the simulated Scaleway's listings (scwsim.Options.ListLag).
 	ListLag time.Duration
+	// StaleLag and StaleReadsByID of the simulated Scaleway
+	// (scwsim.Options): listings (and, with StaleReadsByID, reads by ID)
+	// serve every server as it was StaleLag ago, tag edits, status changes
+	// and deletions included.
+	StaleLag       time.Duration
+	StaleReadsByID bool
 	// Periods the main NodeClass and NodePool allow: hourly, monthly or both.
 	Periods []string
 	// BrokenNodeClass: a second NodeClass whose installs always fail
@@ -133,8 +180,8 @@ type Schedule struct {
 // String is the schedule, one action a line, as the runner prints it with -v.
 func (s Schedule) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d: %s, list lag %s, periods %v, broken nodeclass %v, %d actions\n",
-		s.Seed, s.Length, s.ListLag, s.Periods, s.BrokenNodeClass, len(s.Actions))
+	fmt.Fprintf(&b, "seed %d: %s, list lag %s, stale lag %s, stale reads by ID %v, periods %v, broken nodeclass %v, %d replicas, %d actions\n",
+		s.Seed, s.Length, s.ListLag, s.StaleLag, s.StaleReadsByID, s.Periods, s.BrokenNodeClass, Replicas, len(s.Actions))
 	for _, a := range s.Actions {
 		b.WriteString("  ")
 		b.WriteString(a.String())
@@ -145,6 +192,10 @@ func (s Schedule) String() string {
 
 // Length of every generated schedule: about a minute in the fast profile.
 const Length = 60 * time.Second
+
+// Replicas of the controller in every soak world, with leader election, as
+// the chart deploys it.
+const Replicas = 2
 
 // Generate returns the schedule of a seed: a pure function of it (PCG seeded
 // by the seed; no clock, no map order).
@@ -209,8 +260,41 @@ func Generate(seed uint64) Schedule {
 		s.Actions = append(s.Actions, Action{At: at(), Kind: KindKill,
 			For: time.Duration(200+r.IntN(2800)) * time.Millisecond})
 	}
+	s.Actions = append(s.Actions, unkind(seed, &s)...)
 	slices.SortStableFunc(s.Actions, func(a, b Action) int { return int(a.At - b.At) })
 	return s
+}
+
+// unkind draws what came with two replicas and stale reads: the simulated
+// Scaleway's stale lag and the leader changes. They come from a stream of
+// their own, so that every action drawn above is what it was before they
+// existed (a seed found before replays the same pod waves and faults).
+func unkind(seed uint64, s *Schedule) []Action {
+	r := rand.New(rand.NewPCG(seed, 0x6c656164)) // "lead"
+	// Stale reads up to 8s: ORDER_SETTLE (30s) stays above three times the
+	// longest lag, so a lost order still shows before the settle ends.
+	s.StaleLag = []time.Duration{0, 0, 2 * time.Second, 4 * time.Second, 8 * time.Second}[r.IntN(5)]
+	s.StaleReadsByID = s.StaleLag > 0 && r.IntN(2) == 0
+	var out []Action
+	for range []int{0, 1, 1, 2}[r.IntN(4)] {
+		// Before 45s: the takeover (a Lease of 15s) happens inside the
+		// schedule, not in the settle.
+		a := Action{At: time.Duration(r.Int64N(int64(45 * time.Second))).Round(100 * time.Millisecond), Kind: KindLeaderChange}
+		a.Shape = []string{LeaderKill, LeaderPause}[r.IntN(2)]
+		if r.IntN(3) > 0 {
+			a.Hold = holdNames[r.IntN(len(holdNames))]
+			a.HoldFor = time.Duration(2+r.IntN(7)) * time.Second
+		}
+		if a.Shape == LeaderPause {
+			// Longer than the Lease (15s) and its retry: the standby
+			// leads before the old leader wakes up.
+			a.For = time.Duration(20+r.IntN(10)) * time.Second
+		} else {
+			a.For = time.Duration(200+r.IntN(4800)) * time.Millisecond
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 // offerFor picks an offer sold for period.

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 )
@@ -34,10 +35,13 @@ func TestScheduleIsAPureFunctionOfTheSeed(t *testing.T) {
 func TestSchedulesCoverEveryFault(t *testing.T) {
 	kinds := map[Kind]bool{}
 	faults := map[scwsim.FaultKind]bool{}
-	var lag, broken, monthly, hourly, poolOff bool
+	var lag, stale, staleByID, broken, monthly, hourly, poolOff bool
+	shapes := map[string]bool{}
 	for seed := uint64(1); seed <= 100; seed++ {
 		s := Generate(seed)
 		lag = lag || s.ListLag > 0
+		stale = stale || s.StaleLag > 0
+		staleByID = staleByID || s.StaleReadsByID
 		broken = broken || s.BrokenNodeClass
 		monthly = monthly || slices.Contains(s.Periods, "monthly")
 		hourly = hourly || slices.Contains(s.Periods, "hourly")
@@ -46,6 +50,15 @@ func TestSchedulesCoverEveryFault(t *testing.T) {
 			kinds[a.Kind] = true
 			if a.Kind == KindFault {
 				faults[a.Fault.Kind] = true
+			}
+			if a.Kind == KindLeaderChange {
+				shapes[a.Shape+"/"+a.Hold] = true
+				if _, ok := Holds[a.Hold]; a.Hold != "" && !ok {
+					t.Errorf("seed %d: %s holds answers of no known call", seed, a)
+				}
+				if a.Shape == LeaderPause && a.For <= 15*time.Second {
+					t.Errorf("seed %d: %s: frozen no longer than the Lease, the standby never leads", seed, a)
+				}
 			}
 			if a.Kind == KindWarmPool && a.Servers == 0 {
 				poolOff = true
@@ -62,13 +75,19 @@ func TestSchedulesCoverEveryFault(t *testing.T) {
 			t.Errorf("seed %d: the first action is %s, want a pod wave at 0", seed, s.Actions[0])
 		}
 	}
-	for _, k := range []Kind{KindPods, KindLimits, KindMinimumLifetime, KindWarmPool, KindFault, KindOutOfStock, KindQuota, KindKill} {
+	for _, k := range []Kind{KindPods, KindLimits, KindMinimumLifetime, KindWarmPool, KindFault, KindOutOfStock, KindQuota, KindKill, KindLeaderChange} {
 		if !kinds[k] {
 			t.Errorf("no schedule of seeds 1-100 has a %s action", k)
 		}
 	}
-	if kinds[KindLeaderChange] {
-		t.Errorf("a schedule has a %s action, which the world cannot play yet", KindLeaderChange)
+	// Every shape of a leader change: killed or frozen, plain or with the
+	// answers of each kind of call held from it first.
+	for _, shape := range []string{LeaderKill, LeaderPause} {
+		for _, hold := range append([]string{""}, holdNames...) {
+			if !shapes[shape+"/"+hold] {
+				t.Errorf("no schedule of seeds 1-100 has a leader change %s holding %q", shape, hold)
+			}
+		}
 	}
 	want := append([]scwsim.FaultKind{scwsim.FaultStatus, scwsim.FaultRateLimit}, scwsim.AfterCommitKinds...)
 	for _, k := range want {
@@ -76,8 +95,9 @@ func TestSchedulesCoverEveryFault(t *testing.T) {
 			t.Errorf("no schedule of seeds 1-100 injects a %s fault", k)
 		}
 	}
-	if !lag || !broken || !monthly || !hourly || !poolOff {
-		t.Errorf("seeds 1-100: list lag %v, broken nodeclass %v, monthly %v, hourly %v, warm pool off %v: want all", lag, broken, monthly, hourly, poolOff)
+	if !lag || !stale || !staleByID || !broken || !monthly || !hourly || !poolOff {
+		t.Errorf("seeds 1-100: list lag %v, stale lag %v, stale reads by ID %v, broken nodeclass %v, monthly %v, hourly %v, warm pool off %v: want all",
+			lag, stale, staleByID, broken, monthly, hourly, poolOff)
 	}
 }
 
