@@ -532,29 +532,16 @@ func (r *runner) sleep(d time.Duration) bool {
 }
 
 func (r *runner) changeLeader(a Action) error {
-	l := r.leader()
-	for wait := time.Now().Add(30 * time.Second); l < 0; l = r.leader() {
-		if time.Now().After(wait) {
+	l, err := r.waitLeader(r.bgCtx, 30*time.Second)
+	if err != nil {
+		if r.bgCtx.Err() == nil {
 			r.logf("seed %d: %s: no replica leads after 30s, nothing changed", r.s.Seed, a)
-			return nil
 		}
-		if !r.sleep(250 * time.Millisecond) {
-			return nil
-		}
+		return nil
 	}
-	held := 0
-	if h, ok := Holds[a.Hold]; ok {
-		path := regexp.MustCompile(h.Path)
-		ch := r.replicas[l].c.HoldAnswers(func(c world.APICall) bool { return c.Method == h.Method && path.MatchString(c.Path) })
-		// The leader goes as soon as the API acted on a call whose
-		// answer it will never get, or after HoldFor.
-		select {
-		case <-ch:
-			held = 1
-		case <-time.After(a.HoldFor):
-		case <-r.bgCtx.Done():
-			return nil
-		}
+	held, ok := r.hold(a, l)
+	if !ok {
+		return nil
 	}
 	if r.settling.Load() {
 		r.logf("seed %d: %s: the schedule ended first, nothing changed", r.s.Seed, a)
@@ -570,6 +557,51 @@ func (r *runner) changeLeader(a Action) error {
 	if !r.sleep(a.For) {
 		return nil
 	}
+	return r.wake(a, l)
+}
+
+// waitLeader waits up to d for a replica to lead and returns it.
+func (r *runner) waitLeader(ctx context.Context, d time.Duration) (int, error) {
+	deadline := time.Now().Add(d)
+	for {
+		if l := r.leader(); l >= 0 {
+			return l, nil
+		}
+		if time.Now().After(deadline) {
+			return -1, fmt.Errorf("no replica leads after %s", d)
+		}
+		select {
+		case <-ctx.Done():
+			return -1, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// hold holds from leader l the answers of a.Hold, if any, and returns how
+// many it held: the leader goes as soon as the API acted on a call whose
+// answer it will never get, or after a.HoldFor. False when the run ends.
+func (r *runner) hold(a Action, l int) (int, bool) {
+	h, ok := Holds[a.Hold]
+	if !ok {
+		return 0, true
+	}
+	path := regexp.MustCompile(h.Path)
+	ch := r.replicas[l].c.HoldAnswers(func(c world.APICall) bool { return c.Method == h.Method && path.MatchString(c.Path) })
+	select {
+	case <-ch:
+		return 1, true
+	case <-time.After(a.HoldFor):
+		return 0, true
+	case <-r.bgCtx.Done():
+		return 0, false
+	}
+}
+
+// wake wakes replica l, frozen by the leader change a. It stalled past its
+// Lease: it must exit by itself, writing nothing, and is started again as
+// the standby.
+func (r *runner) wake(a Action, l int) error {
 	r.opMu.Lock()
 	rp := r.replicas[l]
 	if !rp.paused {
@@ -582,19 +614,22 @@ func (r *runner) changeLeader(a Action) error {
 	if err != nil {
 		return err
 	}
-	// The woken process stalled past its Lease: it must exit by itself,
-	// writing nothing. It is started again as the standby.
-	for deadline := time.Now().Add(20 * time.Second); rp.c.Running() && time.Now().Before(deadline); {
-		if !r.sleep(100 * time.Millisecond) {
-			return nil
-		}
-	}
-	if rp.c.Running() {
+	if !r.waitStopped(rp) {
 		r.logf("seed %d: replica-%d, frozen %s, did not stop after waking up", r.s.Seed, l+1, a.For)
 		return nil
 	}
 	r.logf("seed %d: replica-%d stopped after waking up (%v), starting it again", r.s.Seed, l+1, rp.c.ExitErr())
 	return r.restart(r.bgCtx, l)
+}
+
+// waitStopped gives a woken replica 20 s to exit by itself.
+func (r *runner) waitStopped(rp *replica) bool {
+	for deadline := time.Now().Add(20 * time.Second); rp.c.Running() && time.Now().Before(deadline); {
+		if !r.sleep(100 * time.Millisecond) {
+			break
+		}
+	}
+	return !rp.c.Running()
 }
 
 // leave makes replica l, the leader at the leader change a, go: killed
@@ -795,44 +830,11 @@ func (r *runner) settle(ctx context.Context) error {
 			_ = r.w.Sim.SetStock(Zone, o, 100)
 		}
 	}
-	// Every replica up: a frozen one is woken (it must stop by itself,
-	// as in the wake step of its leader change), a stopped one started
-	// again; then one must lead.
-	var woken []*replica
-	r.opMu.Lock()
-	for _, rp := range r.replicas {
-		if rp.paused {
-			if err := rp.c.Resume(); err == nil {
-				woken = append(woken, rp)
-			}
-			rp.paused = false
-		}
+	if err := r.allUp(ctx); err != nil {
+		return err
 	}
-	r.opMu.Unlock()
-	for _, rp := range woken {
-		deadline := time.Now().Add(20 * time.Second)
-		for rp.c.Running() && time.Now().Before(deadline) {
-			time.Sleep(100 * time.Millisecond)
-		}
-		if rp.c.Running() {
-			r.logf("seed %d: %s did not stop after waking up in the settle", r.s.Seed, rp.c.LogPath)
-		}
-	}
-	for i := range r.replicas {
-		if err := r.restart(ctx, i); err != nil {
-			return err
-		}
-	}
-	lead := time.Now().Add(time.Minute)
-	for r.leader() < 0 {
-		if time.Now().After(lead) {
-			return errors.New("no replica leads a minute after the schedule")
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
+	if _, err := r.waitLeader(ctx, time.Minute); err != nil {
+		return fmt.Errorf("after the schedule: %w", err)
 	}
 	if err := r.setLimits(ctx, "", ""); err != nil {
 		return err
@@ -858,6 +860,34 @@ func (r *runner) settle(ctx context.Context) error {
 		}
 	}
 	r.logf("seed %d: not quiet after %s", r.s.Seed, SettleTimeout)
+	return nil
+}
+
+// allUp brings every replica up: a frozen one is woken (it must stop by
+// itself, as in the wake step of its leader change), a stopped one started
+// again.
+func (r *runner) allUp(ctx context.Context) error {
+	var woken []*replica
+	r.opMu.Lock()
+	for _, rp := range r.replicas {
+		if rp.paused {
+			if err := rp.c.Resume(); err == nil {
+				woken = append(woken, rp)
+			}
+			rp.paused = false
+		}
+	}
+	r.opMu.Unlock()
+	for _, rp := range woken {
+		if !r.waitStopped(rp) {
+			r.logf("seed %d: %s did not stop after waking up in the settle", r.s.Seed, rp.c.LogPath)
+		}
+	}
+	for i := range r.replicas {
+		if err := r.restart(ctx, i); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -62,7 +62,7 @@ const (
 	LeaderPause = "pause"
 )
 
-// Holds: the calls whose answers a leader change may hold from the leader
+// Holds lists the calls whose answers a leader change may hold from the leader
 // before it goes (Action.Hold): an order, a tag edit (a take, a release, a
 // phase), a reboot.
 var Holds = map[string]struct{ Method, Path string }{
