@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	"golang.org/x/crypto/ssh"
@@ -41,20 +40,13 @@ func (s *syncBuffer) String() string {
 // sudoPassword ("" none); its log (every command line it ran) goes to log.
 func loginHost(t *testing.T, key ssh.Signer, user, sudoPassword string, log *syncBuffer) (*Dialer, string, string, string) {
 	t.Helper()
-	dir := t.TempDir()
-	home := filepath.Join(dir, "home")
-	transcripts := filepath.Join(dir, "transcripts")
-	srv, err := simrescue.Start(simrescue.Options{Addr: "127.0.0.1:0", Home: home, BinDir: filepath.Join(dir, "bin"),
-		User: user, SudoPassword: sudoPassword, Transcript: transcripts,
-		Logger:         slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		AuthorizedKeys: []string{string(ssh.MarshalAuthorizedKey(key.PublicKey()))}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	host, p := splitAddr(t, srv.Addr())
-	return &Dialer{User: "rescue", Port: p, Timeout: 5 * time.Second,
-		Signers: func() ([]ssh.Signer, error) { return []ssh.Signer{key}, nil }}, host, home, transcripts
+	var transcripts string
+	d, host, home := startHostWith(t, key, func(o *simrescue.Options, dir string) {
+		transcripts = filepath.Join(dir, "transcripts")
+		o.User, o.SudoPassword, o.Transcript = user, sudoPassword, transcripts
+		o.Logger = slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	return d, host, home, transcripts
 }
 
 // stdinImager stands in for em-imager: it keeps what it read on stdin in

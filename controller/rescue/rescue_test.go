@@ -34,13 +34,22 @@ func newKey(t *testing.T) ssh.Signer {
 
 func startHost(t *testing.T, key ssh.Signer) (*Dialer, string, string) {
 	t.Helper()
+	return startHostWith(t, key, func(*simrescue.Options, string) {})
+}
+
+// startHostWith starts a rescue host that lets key in, with the options
+// set changes (dir is the host's own temporary directory).
+func startHostWith(t *testing.T, key ssh.Signer, set func(o *simrescue.Options, dir string)) (*Dialer, string, string) {
+	t.Helper()
 	dir := t.TempDir()
 	home := filepath.Join(dir, "home")
 	if err := os.MkdirAll(home, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := simrescue.Start(simrescue.Options{Addr: "127.0.0.1:0", Home: home, BinDir: filepath.Join(dir, "bin"),
-		AuthorizedKeys: []string{string(ssh.MarshalAuthorizedKey(key.PublicKey()))}})
+	o := simrescue.Options{Addr: "127.0.0.1:0", Home: home, BinDir: filepath.Join(dir, "bin"),
+		AuthorizedKeys: []string{string(ssh.MarshalAuthorizedKey(key.PublicKey()))}}
+	set(&o, dir)
+	srv, err := simrescue.Start(o)
 	if err != nil {
 		t.Fatal(err)
 	}
