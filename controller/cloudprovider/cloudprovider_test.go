@@ -21,6 +21,7 @@ import (
 	cp "github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/cloudprovider"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/diskimage"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 )
@@ -524,6 +525,16 @@ func TestMonthlyServerIsKeptAsSpareAndReused(t *testing.T) {
 	}
 	if err := e.kube.Delete(e.ctx, e.claim(first.Name)); err != nil {
 		t.Fatal(err)
+	}
+	// Its disks still hold the first node's secrets: not offered until the
+	// pre-imager erased them in its rescue.
+	if s := e.server(id); !spare.ErasePending(s) || spare.Takeable(s) {
+		t.Fatalf("kept spare: erase pending %v, takeable %v (tags %v)", spare.ErasePending(s), spare.Takeable(s), s.Tags)
+	}
+	e.waitSpareReady(id)
+	e.preImage(e.ctx)
+	if s := e.server(id); spare.ErasePending(s) || !spare.Takeable(s) {
+		t.Fatalf("after pre-imaging: erase pending %v, takeable %v (tags %v)", spare.ErasePending(s), spare.Takeable(s), s.Tags)
 	}
 	second := e.nodeClaim(monthly, karpv1.NodeSelectorRequirementWithMinValues{
 		Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: []string{got.Labels[corev1.LabelInstanceTypeStable]}})

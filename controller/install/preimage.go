@@ -2,10 +2,15 @@ package install
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"time"
 
+	"github.com/go-logr/logr"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 )
 
 // PreImageHolder is who holds the rescue key while server id is pre-imaged
@@ -40,6 +45,47 @@ func (i *Installer) PreImage(ctx context.Context, srv *baremetal.Server, img Ima
 		return srv, hostKeyError(PhaseRescue, err)
 	}
 	return i.inRescue(ctx, pctx, log, job, srv, func(sess *rescue.Session) (*baremetal.Server, error) {
+		if ErasePending(srv) {
+			var err error
+			if srv, err = i.eraseDisks(ctx, log, srv, sess); err != nil {
+				return srv, err
+			}
+		}
 		return i.writeImage(ctx, pctx, log, job, srv, sess, img)
 	})
+}
+
+// EraseTimeout bounds one em-imager erase of a kept spare's disks: seconds
+// on NVMe/SSD (discard), but a full overwrite of a large HDD takes hours
+// (docs/security.md). An image write the erase left no time for fails the
+// pre-imaging; the next one finds the disks erased and only writes.
+const EraseTimeout = 24 * time.Hour
+
+// eraseDisks runs em-imager erase on every disk of srv (a spare that ran a
+// node: TagErasePending) and, once each disk is verified erased in full,
+// replaces the pending tag with TagErased. A failure leaves the tag: the
+// spare stays out of capacity and the pre-imager tries again after its
+// backoff.
+func (i *Installer) eraseDisks(ctx context.Context, log logr.Logger, srv *baremetal.Server, sess *rescue.Session) (*baremetal.Server, error) {
+	ectx, cancel := context.WithTimeout(ctx, EraseTimeout)
+	defer cancel()
+	started := time.Now()
+	rep, err := rescue.RunErase(ectx, sess, i.Imager)
+	if err != nil {
+		return srv, &PhaseError{Phase: PhaseImaging, Err: fmt.Errorf("erasing the disks of the node this spare ran: %w", err)}
+	}
+	for _, e := range rep.Erased {
+		log.Info("disk erased", "disk", e.Path, "method", e.Method, "bytes", e.Bytes, "seconds", e.Seconds, "verifiedBytes", e.VerifiedBytes)
+	}
+	now := strconv.FormatInt(time.Now().Unix(), 10)
+	updated, err := i.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
+		tags, _ = scaleway.RemoveTagIn(tags, TagErasePending)
+		tags, _ = scaleway.SetTagIn(tags, TagErased, now)
+		return tags, true
+	})
+	if err != nil {
+		return srv, &PhaseError{Phase: PhaseImaging, Err: fmt.Errorf("recording the erase: %w", err)}
+	}
+	log.Info("spare's disks erased", "disks", len(rep.Erased), "seconds", int(time.Since(started).Seconds()))
+	return updated, nil
 }

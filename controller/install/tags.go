@@ -50,6 +50,23 @@ const TagRescueBoot = "karpenter-scaleway-em/rescue-boot"
 
 var rescueBootTag = scaleway.Tag(TagRescueBoot, "install")
 
+// TagErasePending marks a spare whose disks may hold a former node's
+// secrets (its machine config in STATE and metal-iso, its kubelet's key in
+// EPHEMERAL): set (value "due") in the tag edit that keeps a server which
+// ran a node, removed once em-imager erase verified every disk (PreImage).
+// While it is set the spare is neither taken nor offered.
+const TagErasePending = "karpenter-scaleway-em/erase-pending"
+
+// TagErased records the last verified erase of the server's disks (Unix
+// seconds), for an operator and the docs' audit trail.
+const TagErased = "karpenter-scaleway-em/erased"
+
+// ErasePending reports whether srv's disks still wait for their erase.
+func ErasePending(srv *baremetal.Server) bool {
+	_, ok := scaleway.TagValue(srv.Tags, TagErasePending)
+	return ok
+}
+
 // InstallTags are the tags an install writes about the disk; a spare taken
 // by a new NodeClaim drops them (its disk gets written again).
 var InstallTags = []string{TagUplinkMAC, TagDisk, TagDiskSerial, scaleway.TagImage, TagConfigDelivery, TagTalosPeer, TagRescueHostKey, TagRescueBoot}

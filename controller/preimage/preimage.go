@@ -215,6 +215,7 @@ func (c *Controller) ImageSpare(ctx context.Context, srv *baremetal.Server) (boo
 	log := c.Log.WithValues("server", srv.ID, "zone", string(srv.Zone), "offer", srv.OfferName, "nodeclass", nc.Name)
 	log.Info("pre-imaging a spare", "image", install.ShortDigest(img.SHA256), "imaged", install.Imaged(srv, img.SHA256))
 	start := c.clock().Now()
+	erasing := spare.ErasePending(srv)
 	if _, err := c.Imager.PreImage(ctx, srv, img); err != nil {
 		if ctx.Err() != nil {
 			return false, ctx.Err() // taken, released or stopping: not a failure of the spare
@@ -229,6 +230,11 @@ func (c *Controller) ImageSpare(ctx context.Context, srv *baremetal.Server) (boo
 	c.mu.Lock()
 	delete(c.failed, srv.ID)
 	c.mu.Unlock()
+	if erasing && c.Spares.Changed != nil {
+		// Erased, the spare is takeable now: the reserved offerings'
+		// cache counts it at once instead of at its next refresh.
+		c.Spares.Changed(srv.Zone)
+	}
 	if err := c.passed(ctx, srv); err != nil {
 		return true, err
 	}

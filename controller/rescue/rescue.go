@@ -397,6 +397,27 @@ func RunInspect(ctx context.Context, s *Session, binary []byte, disk string) (*r
 	return runReporting(ctx, s, binary, nil, "inspect", "--disk", disk)
 }
 
+// RunErase uploads em-imager (unless the same build is already there) and
+// runs `erase --all-disks --full --yes`: every disk of the host discarded
+// and read back as zeroes, or overwritten whole where discard is refused
+// (hours on an HDD). The report must list at least one disk, each erased
+// completely and verified; anything less is an error.
+func RunErase(ctx context.Context, s *Session, binary []byte) (*report.Report, error) {
+	rep, err := runReporting(ctx, s, binary, nil, "erase", "--all-disks", "--full", "--yes")
+	if err != nil {
+		return rep, err
+	}
+	if rep.Command != "erase" || len(rep.Erased) == 0 {
+		return rep, fmt.Errorf("em-imager erase reported success without the disks it erased (command %q)", rep.Command)
+	}
+	for _, e := range rep.Erased {
+		if !e.Complete || !e.Verified {
+			return rep, fmt.Errorf("em-imager erase reported %s as not completely erased (method %q, verified %v)", e.Path, e.Method, e.Verified)
+		}
+	}
+	return rep, nil
+}
+
 // runReporting runs em-imager args (stdin nil: none) and reads its report.
 func runReporting(ctx context.Context, s *Session, binary []byte, stdin io.Reader, args ...string) (*report.Report, error) {
 	if err := uploadIfChanged(ctx, s, binary); err != nil {

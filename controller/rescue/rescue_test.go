@@ -283,3 +283,33 @@ func TestHostileRescueWrongReport(t *testing.T) {
 		}
 	}
 }
+
+// RunErase takes only a report that lists every disk erased in full and
+// verified: an overwrite that left EPHEMERAL's data, a report without disks
+// or a failed erase is an error, so the spare stays out of capacity.
+func TestRunEraseNeedsEveryDiskErasedInFull(t *testing.T) {
+	s := dialHost(t)
+	disk := func(method string, complete bool) string {
+		return fmt.Sprintf(`{"path":"/dev/sda","sizeBytes":1,"rotational":true,"method":%q,"bytes":1,"seconds":1,"verified":true,"verifiedBytes":1,"complete":%v,"oldPartitions":7}`, method, complete)
+	}
+	rep := func(disks ...string) string {
+		return `{"version":1,"command":"erase","ok":true,"imager":"t","nics":[],"erased":[` + strings.Join(disks, ",") + `]}`
+	}
+	if r, err := RunErase(context.Background(), s, fakeImager("", rep(disk("discard", true), disk("overwrite-full", true)), 0)); err != nil || len(r.Erased) != 2 {
+		t.Fatalf("complete erase: %v", err)
+	}
+	for name, out := range map[string]string{
+		"partitions only": rep(disk("discard", true), disk("overwrite", false)),
+		"no disk":         rep(),
+		"a write report":  `{"version":1,"command":"write","ok":true,"imager":"t","nics":[],"disk":{"path":"/dev/sda","sizeBytes":1,"logicalSectorSize":512,"rotational":false,"reason":"x"}}`,
+	} {
+		if _, err := RunErase(context.Background(), s, fakeImager("", out, 0)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	failed := `{"version":1,"command":"erase","ok":false,"imager":"t","nics":[],"error":{"code":"erase_unverified","message":"reads back data"}}`
+	var re *report.Error
+	if _, err := RunErase(context.Background(), s, fakeImager("", failed, 6)); !errors.As(err, &re) || re.Code != report.CodeEraseUnverified {
+		t.Fatalf("failed erase: %v", err)
+	}
+}

@@ -118,9 +118,19 @@ func TestSpareKeptMidRebootIsTakenOnlyBackInRescueWithoutItsNode(t *testing.T) {
 	if err := kube.List(ctx, nodes); err != nil || len(nodes.Items) != 0 {
 		t.Fatalf("nodes left after the spare went back to rescue: %v, %v", nodes.Items, err)
 	}
+	// Its disks still hold the node's secrets: taken only once the
+	// pre-imager erased them (TestEraseKeptSpareIsNotTakenUntilErased).
+	if got, err := k.Take(ctx, zone, "EM-A215R-HDD", catalog.BillingMonthly, nc, "b", "np"); err != nil || got != nil {
+		t.Fatalf("back in rescue, its disks not erased: Take gave the spare to a new nodeclaim: %v, %v", got, err)
+	}
+	if _, err := api.EditTags(ctx, zone, srv.ID, func(tags []string) ([]string, bool) {
+		return scaleway.RemoveTagIn(tags, install.TagErasePending)
+	}); err != nil {
+		t.Fatal(err)
+	}
 	got, err := k.Take(ctx, zone, "EM-A215R-HDD", catalog.BillingMonthly, nc, "b", "np")
 	if err != nil || got == nil || got.ID != srv.ID {
-		t.Fatalf("Take once the spare is back in rescue: %v, %v; want the spare", got, err)
+		t.Fatalf("Take once the spare is back in rescue and erased: %v, %v; want the spare", got, err)
 	}
 }
 

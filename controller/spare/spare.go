@@ -225,14 +225,15 @@ func (k *Keeper) hold(id string) (unhold func()) {
 
 // Takeable reports whether spare srv can be given to a NodeClaim: not
 // being deleted, broken, an order never delivered, quarantined (its last
-// install failed because of the server: TagQuarantine) nor possibly still
-// running the node it ran (TagRescuePending). The reserved
-// offerings count the same servers.
+// install failed because of the server: TagQuarantine), possibly still
+// running the node it ran (TagRescuePending), nor holding that node's
+// disks unerased (install.TagErasePending). The reserved offerings count
+// the same servers.
 func Takeable(srv *baremetal.Server) bool {
 	if _, q := Quarantined(srv); q {
 		return false
 	}
-	if RescuePending(srv) {
+	if RescuePending(srv) || ErasePending(srv) {
 		return false
 	}
 	switch srv.Status {
@@ -335,6 +336,10 @@ func (k *Keeper) keep(ctx context.Context, srv *baremetal.Server, owner string) 
 		// (settle); a server still being delivered has run nothing.
 		if !undelivered(srv) {
 			tags, _ = scaleway.SetTagIn(tags, TagRescuePending, rescueDue)
+			// Its disks hold that node's config and kubelet key until
+			// the pre-imager erases them in rescue.
+			tags, _ = scaleway.SetTagIn(tags, install.TagErasePending, eraseDue)
+			tags, _ = scaleway.RemoveTagIn(tags, install.TagErased)
 		}
 		return install.SetPhaseIn(tags, install.PhaseSpare, now), true
 	})
@@ -412,6 +417,13 @@ func (k *Keeper) EndSpare(ctx context.Context, zone scw.Zone, id string, handOve
 	return HandedOver, nil
 }
 
+// eraseDue is TagErasePending's value until the erase is verified.
+const eraseDue = "due"
+
+// ErasePending reports whether spare srv ran a node whose disks are not
+// erased yet (install.TagErasePending): it is not taken nor offered.
+func ErasePending(srv *baremetal.Server) bool { return install.ErasePending(srv) }
+
 // PreImaged reports whether spare srv holds image sha256 (the pre-imager
 // wrote it, verified, and no node ran since) and waits in the keyed rescue
 // boot that wrote it, its host key pinned: an install taking it logs in
@@ -484,6 +496,9 @@ func (k *Keeper) take(ctx context.Context, zone scw.Zone, offerName string, bill
 			}
 			if _, q := Quarantined(&baremetal.Server{Tags: tags}); q {
 				return tags, false // quarantined since the listing (which may lag)
+			}
+			if ErasePending(&baremetal.Server{Tags: tags}) {
+				return tags, false // kept again since the listing: not erased yet
 			}
 			taken = true
 			// The boot state is the listing's; the tags are fresh.

@@ -35,13 +35,26 @@ func Others(root hostroot.Root, chosen *report.Disk) (others []Info, skipped []r
 	if chosen == nil || chosen.Transport == "file" {
 		return nil, nil, fmt.Errorf("%w: wiping the other disks needs --disk to be one of this host's disks, not a file", ErrUnsuitable)
 	}
+	return dataDisks(root, chosen.Name, "wiped")
+}
+
+// All lists every disk of the host that holds data a node could use, as
+// Others does for the disks besides the install disk: what erase
+// --all-disks erases. A busy disk is an ErrBusy error naming it.
+func All(root hostroot.Root) (disks []Info, skipped []report.RejectedDisk, err error) {
+	return dataDisks(root, "", "erased")
+}
+
+// dataDisks is Others and All: every whole disk but skip (a kernel name)
+// that is not virtual, removable, USB, read-only or empty.
+func dataDisks(root hostroot.Root, skip, verb string) (others []Info, skipped []report.RejectedDisk, err error) {
 	all, err := List(root)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrNotFound, err)
 	}
 	var busy []string
 	for _, in := range all {
-		if in.Name == chosen.Name {
+		if in.Name == skip {
 			continue
 		}
 		reason := ""
@@ -58,7 +71,7 @@ func Others(root hostroot.Root, chosen *report.Disk) (others []Info, skipped []r
 			reason = "removable media"
 		}
 		if reason != "" {
-			skipped = append(skipped, report.RejectedDisk{Path: in.Path, Reason: "not wiped: " + reason})
+			skipped = append(skipped, report.RejectedDisk{Path: in.Path, Reason: "not " + verb + ": " + reason})
 			continue
 		}
 		if r := in.busyReason(); r != "" {
@@ -71,7 +84,11 @@ func Others(root hostroot.Root, chosen *report.Disk) (others []Info, skipped []r
 		others = append(others, in)
 	}
 	if len(busy) > 0 {
-		return nil, skipped, fmt.Errorf("%w: cannot wipe the other disks: %s", ErrBusy, strings.Join(busy, "; "))
+		what := "wipe the other disks"
+		if skip == "" {
+			what = "erase every disk"
+		}
+		return nil, skipped, fmt.Errorf("%w: cannot %s: %s", ErrBusy, what, strings.Join(busy, "; "))
 	}
 	return others, skipped, nil
 }

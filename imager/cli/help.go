@@ -15,20 +15,22 @@ const Usage = `em-imager writes a (compressed) raw disk image from a URL onto a 
   em-imager inspect [--manifest URL | --image-size BYTES] [--disk PATH|auto]
                     disks and NICs, and the disk write would take with the same flags; writes nothing
   em-imager write-config --disk PATH < config.yaml   machine config -> metal-iso partition
+  em-imager erase   (--disk PATH... | --all-disks) [--method auto|discard|overwrite] [--full]
+                    erase what a former node left (discard, verified; else zeroes)
   em-imager publish --input FILE|URL --schematic ID --talos-version vX.Y.Z   image + manifest -> S3
   em-imager schematic [--extension NAME]...   the Image Factory schematic ID to publish (talos.config=metal-iso)
   em-imager version
 
-write and inspect print exactly one JSON report on stdout; progress goes to stderr.
+write, inspect, write-config and erase print exactly one JSON report on stdout; progress goes to stderr.
 Run "em-imager COMMAND -h" (or "em-imager help COMMAND") for a command's flags.
 Exit status: 0 ok, 2 bad arguments, 3 download, 4 image data (digest, corrupt,
-truncated, format, manifest), 5 disk, 6 write/verify, 7 not confirmed,
+truncated, format, manifest), 5 disk, 6 write/verify/erase, 7 not confirmed,
 130 interrupted, 1 other.
 `
 
 // Commands are em-imager's subcommands; publish and schematic are
 // dispatched by imager/cmd/em-imager, the others by Main.
-var Commands = []string{"write", "inspect", "write-config", "publish", "schematic", "version"}
+var Commands = []string{"write", "inspect", "write-config", "erase", "publish", "schematic", "version"}
 
 const writeHelp = `usage: em-imager write --manifest URL [--disk PATH|auto] [flags]
        em-imager write --image URL --sha256 HEX [--image-size BYTES] [--disk PATH|auto] [flags]
@@ -74,6 +76,10 @@ func help(w io.Writer, command string) bool {
 	case "write-config":
 		fs, _, _, _ := newWriteConfigFlagSet()
 		fmt.Fprint(w, WriteConfigUsage+"\nFlags:\n")
+		printDefaults(w, fs)
+	case "erase":
+		fs := newEraseFlagSet(&eraseFlags{})
+		fmt.Fprint(w, EraseUsage)
 		printDefaults(w, fs)
 	case "version":
 		fmt.Fprint(w, versionHelp)

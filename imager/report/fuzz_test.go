@@ -13,6 +13,7 @@ func FuzzParse(f *testing.F) {
 		`{"version":1,"command":"write","ok":false,"imager":"t","nics":[],"error":{"code":"digest_mismatch","message":"sha256 differs"}}`,
 		`{"version":1,"command":"write-config","ok":true,"imager":"t","nics":[],"config":{"partition":"5","sha256":"ab","verified":true}}`,
 		`{"version":1,"command":"inspect","ok":true,"imager":"t","nics":[{"name":"eth0","mac":"02:00:00:00:00:01","linkUp":true}],"disks":[{"path":"/dev/sda"}],"timings":{"rawMBps":1}}`,
+		`{"version":1,"command":"erase","ok":true,"imager":"t","nics":[],"erased":[{"path":"/dev/nvme0n1","sizeBytes":1,"method":"discard","bytes":1,"seconds":0.5,"verified":true,"verifiedBytes":1,"complete":true,"oldPartitions":6}]}`,
 		`{"version":0}`, `null`, `[]`, ``,
 	} {
 		f.Add([]byte(s))

@@ -44,8 +44,15 @@ const (
 	// CodeNotConfirmed: at a terminal, the operator did not answer yes to
 	// the question naming the disk; nothing was written.
 	CodeNotConfirmed = "not_confirmed"
-	CodeInterrupted  = "interrupted"
-	CodeInternal     = "internal"
+	// CodeEraseFailed: erase could not discard or overwrite a disk (a
+	// write, discard or sync error, or --method discard on a device that
+	// refuses discard). Running it again may succeed.
+	CodeEraseFailed = "erase_failed"
+	// CodeEraseUnverified: a disk still read back data where erase had
+	// discarded or zeroed it.
+	CodeEraseUnverified = "erase_unverified"
+	CodeInterrupted     = "interrupted"
+	CodeInternal        = "internal"
 )
 
 // ExitCode maps an error code to the process exit status, so shell users get
@@ -62,7 +69,7 @@ func ExitCode(code string) int {
 		return 4
 	case CodeDiskTooSmall, CodeDiskNotFound, CodeDiskBusy, CodeDiskUnsuitable, CodeDiskNotImaged:
 		return 5
-	case CodeWriteFailed, CodeVerifyFailed, CodeWipeFailed:
+	case CodeWriteFailed, CodeVerifyFailed, CodeWipeFailed, CodeEraseFailed, CodeEraseUnverified:
 		return 6
 	case CodeNotConfirmed:
 		return 7
@@ -77,7 +84,7 @@ func ExitCode(code string) int {
 // (network trouble) as opposed to a failure that needs a different input.
 func Retryable(code string) bool {
 	switch code {
-	case CodeSourceUnreachable, CodeStalled, CodeSourceChanged, CodeInterrupted, CodeTruncatedInput:
+	case CodeSourceUnreachable, CodeStalled, CodeSourceChanged, CodeInterrupted, CodeTruncatedInput, CodeEraseFailed:
 		return true
 	}
 	return false
@@ -86,7 +93,7 @@ func Retryable(code string) bool {
 // Report is the single JSON object on stdout.
 type Report struct {
 	Version int    `json:"version"`
-	Command string `json:"command"` // write | inspect | write-config
+	Command string `json:"command"` // write | inspect | write-config | erase
 	OK      bool   `json:"ok"`
 	Error   *Error `json:"error,omitempty"`
 	// Imager is the em-imager build that wrote the report.
@@ -100,10 +107,13 @@ type Report struct {
 	// Disks lists every disk of the host (virtual devices left out: loop,
 	// RAM, device-mapper, MD, optical), the install disk too, by kernel
 	// name, with the identities Talos selects disks by (write and inspect).
-	Disks   []Disk   `json:"disks,omitempty"`
-	NICs    []NIC    `json:"nics"`
-	Image   *Image   `json:"image,omitempty"`
-	Config  *Config  `json:"config,omitempty"`
+	Disks  []Disk  `json:"disks,omitempty"`
+	NICs   []NIC   `json:"nics"`
+	Image  *Image  `json:"image,omitempty"`
+	Config *Config `json:"config,omitempty"`
+	// Erased says what erase did to each disk it was asked to erase, in
+	// the order asked (also the disks it failed on).
+	Erased  []Erase  `json:"erased,omitempty"`
 	Timings *Timings `json:"timings,omitempty"`
 	// Warnings are things that did not fail the command but an operator may
 	// want to know (no O_DIRECT, no hole punching, BLKRRPART refused...).
@@ -240,6 +250,45 @@ type Config struct {
 	// Verified: the config was read back from the disk and matched.
 	Verified bool `json:"verified"`
 }
+
+// Erase is what `em-imager erase` did to one disk.
+type Erase struct {
+	Path       string `json:"path"`
+	Name       string `json:"name,omitempty"`
+	SizeBytes  int64  `json:"sizeBytes"`
+	Rotational bool   `json:"rotational"`
+	// Method: EraseDiscard, EraseSecureDiscard, EraseOverwrite (the old
+	// partitions: small ones whole, large ones at their first and last
+	// MiB) or EraseOverwriteFull; "" when nothing was done.
+	Method string `json:"method,omitempty"`
+	// Fallback says why discard was tried and not used (the device refused
+	// it, or read back data afterwards).
+	Fallback string `json:"fallback,omitempty"`
+	// Bytes discarded or zeroed.
+	Bytes   int64   `json:"bytes"`
+	Seconds float64 `json:"seconds"`
+	// Verified: every block of the old table areas and of each old
+	// partition's first and last MiB, and sampled blocks across what was
+	// erased, read back as zeroes (VerifiedBytes of them).
+	Verified      bool  `json:"verified"`
+	VerifiedBytes int64 `json:"verifiedBytes"`
+	// Complete: nothing of what the disk held before is left on it (a
+	// verified discard of the whole device, or a verified full overwrite).
+	Complete bool `json:"complete"`
+	// OldPartitions is how many partitions the old table listed.
+	OldPartitions int `json:"oldPartitions"`
+	// Left says in words what an incomplete erase left on the disk.
+	Left  string `json:"left,omitempty"`
+	Error *Error `json:"error,omitempty"`
+}
+
+// Erase.Method values.
+const (
+	EraseDiscard       = "discard"
+	EraseSecureDiscard = "secure-discard"
+	EraseOverwrite     = "overwrite"
+	EraseOverwriteFull = "overwrite-full"
+)
 
 // Timings are durations in seconds and the resulting throughput.
 type Timings struct {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/e2e/harness"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/world"
@@ -38,7 +39,9 @@ func monthlySetup() harness.Setup {
 func spares(e *harness.Env) []string {
 	var out []string
 	for _, s := range e.W.Sim.Servers() {
+		// Offered only back in rescue and erased (no secret of the node it ran).
 		if world.TagValue(s.Tags, world.TagPhase) == "spare" && world.TagValue(s.Tags, spare.TagRescuePending) == "" &&
+			world.TagValue(s.Tags, install.TagErasePending) == "" &&
 			s.Status != string(baremetal.ServerStatusDeleting) {
 			out = append(out, s.ID)
 		}

@@ -43,7 +43,7 @@ func main() {
 		stop()
 		os.Exit(code)
 	}
-	// write, inspect, write-config, version and help. publish runs
+	// write, inspect, write-config, erase, version and help. publish runs
 	// elsewhere, with encoders that want more memory.
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(memoryLimit)

@@ -1,0 +1,83 @@
+package preimage
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testlog"
+	"github.com/scaleway/scaleway-sdk-go/scw"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/simapi"
+)
+
+// A spare whose erase fails (here the whole pre-imaging, as install's
+// PreImage fails when em-imager erase does) keeps its erase-pending tag: it
+// is neither taken nor offered, the failure is backed off and the next
+// sweep past the backoff tries again.
+func TestEraseFailureKeepsTheSpareOutAndIsRetried(t *testing.T) {
+	ctx := context.Background()
+	const zone = scw.Zone("fr-par-2")
+	sha := strings.Repeat("ab", 32)
+	sim, api := simapi.Start(t, zone)
+	nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
+	nc.Name = "nc"
+	nc.Spec.Talos.ConfigDelivery = v1alpha1.ConfigDeliveryMaintenanceAPI
+	nc.Status.Image = &v1alpha1.ResolvedImage{RawSHA256: sha}
+	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc).WithStatusSubresource(nc).Build()
+	c1 := identity.Identity{Name: "c1", ID: "uid-c1"}
+	owner := &identity.Owner{Identity: c1, API: api, Kube: kube, Log: testlog.New(t)}
+	changed := 0
+	keeper := &spare.Keeper{API: api, Rescue: &rescue.Dialer{}, Owner: owner, Log: testlog.New(t), Changed: func(scw.Zone) { changed++ }}
+	im := &imager{err: errors.New("em-imager erase: erase_unverified: /dev/sda reads back data")}
+	c := &Controller{Kube: kube, API: api, Spares: keeper, Imager: im, Images: fixedImages{sha}, Log: testlog.New(t), Interval: time.Hour}
+
+	offerID, _ := sim.OfferID(string(zone), "EM-A215R-HDD", "monthly")
+	tags := append(c1.Tags(), scaleway.Tag(scaleway.TagNodeClass, "nc"), scaleway.Tag(install.TagErasePending, "due"))
+	tags = install.SetPhaseIn(tags, install.PhaseSpare, time.Now())
+	srv, _, err := api.CreateServer(ctx, scaleway.CreateServerRequest{Zone: zone, OfferID: offerID, Name: "s", Tags: tags, IdempotencyTag: tags[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.ForceStatus(srv.ID, "ready"); err != nil {
+		t.Fatal(err)
+	}
+	fresh := func() bool {
+		t.Helper()
+		got, err := api.GetServer(ctx, zone, srv.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv = got
+		return spare.Takeable(got)
+	}
+	if _, err := c.ImageSpare(ctx, srv); err == nil {
+		t.Fatal("the failing erase reported no error")
+	}
+	if fresh() || !spare.ErasePending(srv) || changed != 0 {
+		t.Fatalf("after a failed erase: takeable %v, tags %v, cache told %d times", fresh(), srv.Tags, changed)
+	}
+	if c.candidate(srv) {
+		t.Fatal("tried again before its backoff")
+	}
+	c.mu.Lock()
+	c.failed[srv.ID] = failure{count: 1, next: time.Now().Add(-time.Second)}
+	c.mu.Unlock()
+	if !c.candidate(srv) {
+		t.Fatal("not tried again after its backoff")
+	}
+	im.err = nil
+	if wrote, err := c.ImageSpare(ctx, srv); err != nil || !wrote || changed != 1 {
+		t.Fatalf("the retry: wrote %v, %v; cache told %d times", wrote, err, changed)
+	}
+}
