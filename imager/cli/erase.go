@@ -73,18 +73,56 @@ func runErase(ctx context.Context, args []string, std streams) *report.Report {
 	if err := parseFlags(newEraseFlagSet(&e), args); err != nil {
 		return fail(r, report.CodeInvalidArgument, "%v", err)
 	}
-	switch {
-	case len(e.disks) == 0 && !e.all:
-		return fail(r, report.CodeInvalidArgument, "name the disks to erase with --disk PATH, or pass --all-disks")
-	case len(e.disks) > 0 && e.all:
-		return fail(r, report.CodeInvalidArgument, "--disk and --all-disks exclude each other")
-	case e.method != erase.MethodAuto && e.method != erase.MethodDiscard && e.method != erase.MethodOverwrite:
-		return fail(r, report.CodeInvalidArgument, "--method must be auto, discard or overwrite, got %q", e.method)
+	if msg := e.check(); msg != "" {
+		return fail(r, report.CodeInvalidArgument, "%s", msg)
 	}
 	root := hostroot.Resolve(e.sysroot)
 	hostDisks(root, r)
 	// Every disk is checked before any is erased: one refused disk erases
 	// none.
+	targets, failed := eraseTargets(root, e, r)
+	if failed != nil {
+		return failed
+	}
+	if std.interactive && !e.yes {
+		if failed := confirmErase(ctx, std, targets, r); failed != nil {
+			return failed
+		}
+	}
+	errs := eraseAll(ctx, std, e, targets, r)
+	var msgs []string
+	code := ""
+	for i, err := range errs {
+		if err != nil {
+			msgs = append(msgs, err.Error())
+			if code == "" {
+				code = r.Erased[i].Error.Code
+			}
+		}
+	}
+	if code != "" {
+		return fail(r, code, "%d of %d disk(s) not erased: %s", len(msgs), len(targets), strings.Join(msgs, "; "))
+	}
+	r.OK = true
+	return r
+}
+
+// check says what is wrong with the flags, "" when nothing.
+func (e eraseFlags) check() string {
+	switch {
+	case len(e.disks) == 0 && !e.all:
+		return "name the disks to erase with --disk PATH, or pass --all-disks"
+	case len(e.disks) > 0 && e.all:
+		return "--disk and --all-disks exclude each other"
+	case e.method != erase.MethodAuto && e.method != erase.MethodDiscard && e.method != erase.MethodOverwrite:
+		return fmt.Sprintf("--method must be auto, discard or overwrite, got %q", e.method)
+	}
+	return ""
+}
+
+// eraseTargets lists the disks the flags name, or the failed report when
+// one is refused (nothing is erased then).
+func eraseTargets(root hostroot.Root, e eraseFlags, r *report.Report) ([]eraseTarget, *report.Report) {
 	var targets []eraseTarget
 	if e.all {
 		all, skipped, err := blockdev.All(root)
@@ -92,10 +130,10 @@ func runErase(ctx context.Context, args []string, std streams) *report.Report {
 			r.Warnings = append(r.Warnings, s.Path+": "+s.Reason)
 		}
 		if err != nil {
-			return fail(r, diskCode(err), "%v; nothing was erased", err)
+			return nil, fail(r, diskCode(err), "%v; nothing was erased", err)
 		}
 		if len(all) == 0 {
-			return fail(r, report.CodeDiskNotFound, "--all-disks: the host has no disk to erase; nothing was erased")
+			return nil, fail(r, report.CodeDiskNotFound, "--all-disks: the host has no disk to erase; nothing was erased")
 		}
 		for _, d := range all {
 			targets = append(targets, eraseTarget{disk: d.Disk, open: root.Dev(d.Path)})
@@ -107,34 +145,42 @@ func runErase(ctx context.Context, args []string, std streams) *report.Report {
 			if c.Disk != nil {
 				r.Erased = append(r.Erased, report.Erase{Path: c.Disk.Path, Name: c.Disk.Name, SizeBytes: c.Disk.SizeBytes, Rotational: c.Disk.Rotational})
 			}
-			return fail(r, diskCode(err), "%v; nothing was erased", err)
+			return nil, fail(r, diskCode(err), "%v; nothing was erased", err)
 		}
 		if slices.ContainsFunc(targets, func(t eraseTarget) bool { return t.disk.Path == c.Disk.Path }) {
 			continue // named twice (a path and a link to it): erased once
 		}
 		targets = append(targets, eraseTarget{disk: *c.Disk, open: c.OpenPath})
 	}
-	if std.interactive && !e.yes {
-		var names []string
-		for _, t := range targets {
-			names = append(names, fmt.Sprintf("%s (%s, holds %s)", t.disk.Path, units.Bytes(t.disk.SizeBytes), diskHolds(t.open, t.disk.LogicalSectorSize)))
-		}
-		yes, err := terminal.Confirm(ctx, std.stdin, std.stderr, "Erase everything on "+strings.Join(names, ", ")+"? [y/N] ")
-		switch {
-		case err != nil:
-			return fail(r, report.CodeInterrupted, "interrupted at the question; nothing was erased")
-		case !yes:
-			return fail(r, report.CodeNotConfirmed, "not confirmed (answer y to erase, or pass --yes); nothing was erased")
-		}
+	return targets, nil
+}
+
+// confirmErase asks at a terminal; the failed report unless answered yes.
+func confirmErase(ctx context.Context, std streams, targets []eraseTarget, r *report.Report) *report.Report {
+	var names []string
+	for _, t := range targets {
+		names = append(names, fmt.Sprintf("%s (%s, holds %s)", t.disk.Path, units.Bytes(t.disk.SizeBytes), diskHolds(t.open, t.disk.LogicalSectorSize)))
 	}
+	yes, err := terminal.Confirm(ctx, std.stdin, std.stderr, "Erase everything on "+strings.Join(names, ", ")+"? [y/N] ")
+	switch {
+	case err != nil:
+		return fail(r, report.CodeInterrupted, "interrupted at the question; nothing was erased")
+	case !yes:
+		return fail(r, report.CodeNotConfirmed, "not confirmed (answer y to erase, or pass --yes); nothing was erased")
+	}
+	return nil
+}
+
+// eraseAll erases the targets at once, each into its entry of r.Erased, and
+// returns each one's error. Disks are independent: erasing them at once
+// makes a host's erase as long as its slowest disk, not the sum.
+func eraseAll(ctx context.Context, std streams, e eraseFlags, targets []eraseTarget, r *report.Report) []error {
 	r.Erased = make([]report.Erase, len(targets))
 	errs := make([]error, len(targets))
 	var wg sync.WaitGroup
 	var logMu sync.Mutex
 	for i, t := range targets {
 		r.Erased[i] = report.Erase{Path: t.disk.Path, Name: t.disk.Name, SizeBytes: t.disk.SizeBytes, Rotational: t.disk.Rotational}
-		// Disks are independent: erasing them at once makes a host's
-		// erase as long as its slowest disk, not the sum.
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -159,21 +205,7 @@ func runErase(ctx context.Context, args []string, std streams) *report.Report {
 		}()
 	}
 	wg.Wait()
-	var failed []string
-	code := ""
-	for i, err := range errs {
-		if err != nil {
-			failed = append(failed, err.Error())
-			if code == "" {
-				code = r.Erased[i].Error.Code
-			}
-		}
-	}
-	if code != "" {
-		return fail(r, code, "%d of %d disk(s) not erased: %s", len(failed), len(targets), strings.Join(failed, "; "))
-	}
-	r.OK = true
-	return r
+	return errs
 }
 
 func eraseCode(ctx context.Context, err error) string {

@@ -184,25 +184,40 @@ func open(path string, size int64, sectorSize int) (*disk, error) {
 		}
 		return nil, fmt.Errorf("%w: opening %s: %v", ErrWrite, path, err)
 	}
+	if d.size, err = d.sizeOf(size, st.Size()); err != nil {
+		d.f.Close()
+		return nil, err
+	}
+	d.readOldTable()
+	return d, nil
+}
+
+// sizeOf is the device's size (a block device's from the kernel, a file's
+// as asked, at most its length), whole sectors.
+func (d *disk) sizeOf(asked, fileSize int64) (int64, error) {
+	size := asked
 	if d.blockDev {
 		n, err := unix.IoctlGetInt(int(d.f.Fd()), unix.BLKGETSIZE64)
 		if err != nil {
-			d.f.Close()
-			return nil, fmt.Errorf("%w: size of %s: %v", ErrWrite, path, err)
+			return 0, fmt.Errorf("%w: size of %s: %v", ErrWrite, d.path, err)
 		}
-		d.size = int64(n)
-	} else if d.size = size; size <= 0 || size > st.Size() {
-		d.size = st.Size()
+		size = int64(n)
+	} else if size <= 0 || size > fileSize {
+		size = fileSize
 	}
-	d.size = d.size / d.sector * d.sector
-	if d.size == 0 {
-		d.f.Close()
-		return nil, fmt.Errorf("%w: %s is empty", ErrWrite, path)
+	size = size / d.sector * d.sector
+	if size == 0 {
+		return 0, fmt.Errorf("%w: %s is empty", ErrWrite, d.path)
 	}
+	return size, nil
+}
+
+// readOldTable records the table areas and the old partitions as diskprobe
+// reads them (GPT, its backup when the primary is damaged, or MBR): what
+// the erase must reach.
+func (d *disk) readOldTable() {
 	d.table = [][2]int64{{0, Span}, {d.size - Span, d.size}}
-	// The old table as diskprobe reads it (GPT, its backup when the primary
-	// is damaged, or MBR): what the erase must reach.
-	if old, err := diskprobe.ProbeAt(d.f, d.size, sectorSize); err == nil {
+	if old, err := diskprobe.ProbeAt(d.f, d.size, int(d.sector)); err == nil {
 		for _, p := range old.Partitions {
 			if p.Size > 0 && p.Start < d.size {
 				d.parts = append(d.parts, [2]int64{p.Start, min(p.Start+p.Size, d.size)})
@@ -214,7 +229,6 @@ func open(path string, size int64, sectorSize int) (*disk, error) {
 			d.table = append(d.table, [2]int64{old.BackupGPT, old.BackupGPT + Span})
 		}
 	}
-	return d, nil
 }
 
 // headers are the table areas and each old partition's first and last MiB:
