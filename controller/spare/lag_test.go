@@ -108,3 +108,43 @@ func TestTakeAfterRestartDoesNotOverwriteAFresherClaimFromALaggingListing(t *tes
 		})
 	}
 }
+
+// A take decides on the server's status as read by ID, not as a lagging
+// listing shows it: a spare deleted or broken since the listing (by its
+// period's end, another process, Scaleway) is not handed to a NodeClaim,
+// whose install would fail on it after its timeouts.
+func TestTakeRefusesASpareWhoseReadByIDIsNoLongerTakeable(t *testing.T) {
+	for _, status := range []string{"deleting", "error", "locked"} {
+		t.Run(status, func(t *testing.T) {
+			ctx := context.Background()
+			sim, api, _ := simapi.StartURL(t, lagZone, func(o *scwsim.Options) { o.StaleLag = lag })
+			k := keeperOn(t, api)
+			nc := &v1alpha1.ScalewayElasticMetalNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "nc"}}
+			offer, ok := k.Offers.Offer(string(lagZone), lagOffer, catalog.BillingMonthly)
+			if !ok {
+				t.Fatalf("no monthly %s", lagOffer)
+			}
+			tags := append(k.Owner.Tags(), scaleway.Tag(scaleway.TagNodeClass, nc.Name), scaleway.Tag(scaleway.TagPhase, "spare"))
+			tags = append(tags, billing.Tags(catalog.BillingMonthly, time.Now())...)
+			srv, _, err := api.CreateServer(ctx, scaleway.CreateServerRequest{Zone: lagZone, OfferID: offer.ID, Name: "spare",
+				Tags: append(tags, "test/spare=1"), IdempotencyTag: "test/spare=1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(lag + 500*time.Millisecond) // listed as a spare
+			if err := sim.ForceStatus(srv.ID, status); err != nil {
+				t.Fatal(err)
+			}
+			got, err := k.Take(ctx, lagZone, lagOffer, catalog.BillingMonthly, nc, "n1", "default")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != nil {
+				t.Errorf("took server %s (%s by ID) for n1", got.ID, status)
+			}
+			if st, _ := sim.Server(srv.ID); scwsim.TagValue(st.Tags, scaleway.TagNodeClaim) != "" {
+				t.Errorf("server %s tagged %v, want no NodeClaim", srv.ID, st.Tags)
+			}
+		})
+	}
+}

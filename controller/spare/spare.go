@@ -485,6 +485,18 @@ func (k *Keeper) take(ctx context.Context, zone scw.Zone, offerName string, bill
 			continue
 		}
 		unhold := k.hold(s.ID) // a pre-imaging under way ends before the take, and none starts until it is written
+		// The listing's status may be minutes old: a server deleted, broken
+		// or locked since shows there as a ready spare. The read by ID is
+		// the one the tag edit below starts from (no second read).
+		fresh, err := k.API.FreshServer(ctx, s.Zone, s.ID)
+		if scaleway.IsNotFound(err) || (err == nil && !Takeable(fresh)) {
+			unhold()
+			continue
+		}
+		if err != nil {
+			unhold()
+			return nil, fmt.Errorf("reading spare server %s: %w", s.ID, err)
+		}
 		taken, preImaged := false, false
 		// The listing only says where to look: it may show the server as it
 		// was before another process (the leader this one replaced) took it.
@@ -501,8 +513,8 @@ func (k *Keeper) take(ctx context.Context, zone scw.Zone, offerName string, bill
 				return tags, false // kept again since the listing: not erased yet
 			}
 			taken = true
-			// The boot state is the listing's; the tags are fresh.
-			preImaged = PreImaged(&baremetal.Server{Tags: tags, Status: s.Status, BootType: s.BootType}, image)
+			// The boot state is the read by ID's; the tags are fresh.
+			preImaged = PreImaged(&baremetal.Server{Tags: tags, Status: fresh.Status, BootType: fresh.BootType}, image)
 			tags, _ = scaleway.SetTagIn(tags, scaleway.TagNodeClaim, claim)
 			tags, _ = scaleway.SetTagIn(tags, scaleway.TagNodePool, nodePool)
 			if reservation != "" {
