@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	"github.com/scaleway/scaleway-sdk-go/scw"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -42,6 +43,25 @@ func keeperOn(t *testing.T, api *scaleway.Client) *spare.Keeper {
 	return &spare.Keeper{API: api, Offers: cat, Rescue: &rescue.Dialer{}, Owner: owner, Log: testlog.New(t)}
 }
 
+// listedSpare creates a monthly spare of nc for k's cluster and waits until
+// the lagging listings show it.
+func listedSpare(t *testing.T, k *spare.Keeper, api *scaleway.Client, nc *v1alpha1.ScalewayElasticMetalNodeClass) *baremetal.Server {
+	t.Helper()
+	offer, ok := k.Offers.Offer(string(lagZone), lagOffer, catalog.BillingMonthly)
+	if !ok {
+		t.Fatalf("no monthly %s", lagOffer)
+	}
+	tags := append(k.Owner.Tags(), scaleway.Tag(scaleway.TagNodeClass, nc.Name), scaleway.Tag(scaleway.TagPhase, "spare"))
+	tags = append(tags, billing.Tags(catalog.BillingMonthly, time.Now())...)
+	srv, _, err := api.CreateServer(context.Background(), scaleway.CreateServerRequest{Zone: lagZone, OfferID: offer.ID, Name: "spare",
+		Tags: append(tags, "test/spare=1"), IdempotencyTag: "test/spare=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(lag + 500*time.Millisecond) // listed as a spare
+	return srv
+}
+
 // Path 14 of issue 31: a take right after a restart decided from a listing
 // that lags. The previous process took spare S for N1 and died; the new
 // one lists S still as a spare (the listing shows it as it was) and, with
@@ -66,18 +86,7 @@ func TestTakeAfterRestartDoesNotOverwriteAFresherClaimFromALaggingListing(t *tes
 			}
 			k1 := keeperOn(t, api1)
 			nc := &v1alpha1.ScalewayElasticMetalNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "nc"}}
-			offer, ok := k1.Offers.Offer(string(lagZone), lagOffer, catalog.BillingMonthly)
-			if !ok {
-				t.Fatalf("no monthly %s", lagOffer)
-			}
-			tags := append(k1.Owner.Tags(), scaleway.Tag(scaleway.TagNodeClass, nc.Name), scaleway.Tag(scaleway.TagPhase, "spare"))
-			tags = append(tags, billing.Tags(catalog.BillingMonthly, time.Now())...)
-			srv, _, err := api1.CreateServer(ctx, scaleway.CreateServerRequest{Zone: lagZone, OfferID: offer.ID, Name: "spare",
-				Tags: append(tags, "test/spare=1"), IdempotencyTag: "test/spare=1"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(lag + 500*time.Millisecond) // listed as a spare
+			srv := listedSpare(t, k1, api1, nc)
 
 			// The first process takes it for n1 and dies (nothing released).
 			taken, err := k1.Take(ctx, lagZone, lagOffer, catalog.BillingMonthly, nc, "n1", "default")
@@ -120,18 +129,7 @@ func TestTakeRefusesASpareWhoseReadByIDIsNoLongerTakeable(t *testing.T) {
 			sim, api, _ := simapi.StartURL(t, lagZone, func(o *scwsim.Options) { o.StaleLag = lag })
 			k := keeperOn(t, api)
 			nc := &v1alpha1.ScalewayElasticMetalNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "nc"}}
-			offer, ok := k.Offers.Offer(string(lagZone), lagOffer, catalog.BillingMonthly)
-			if !ok {
-				t.Fatalf("no monthly %s", lagOffer)
-			}
-			tags := append(k.Owner.Tags(), scaleway.Tag(scaleway.TagNodeClass, nc.Name), scaleway.Tag(scaleway.TagPhase, "spare"))
-			tags = append(tags, billing.Tags(catalog.BillingMonthly, time.Now())...)
-			srv, _, err := api.CreateServer(ctx, scaleway.CreateServerRequest{Zone: lagZone, OfferID: offer.ID, Name: "spare",
-				Tags: append(tags, "test/spare=1"), IdempotencyTag: "test/spare=1"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(lag + 500*time.Millisecond) // listed as a spare
+			srv := listedSpare(t, k, api, nc)
 			if err := sim.ForceStatus(srv.ID, status); err != nil {
 				t.Fatal(err)
 			}
