@@ -3,17 +3,9 @@ package spare_test
 import (
 	"context"
 	"testing"
-	"time"
-
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testlog"
-	"k8s.io/client-go/kubernetes/scheme"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/simapi"
@@ -27,23 +19,9 @@ import (
 func TestEraseKeptSpareIsNotTakenUntilErased(t *testing.T) {
 	ctx := context.Background()
 	sim, api := simapi.Start(t, zone)
-	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).Build()
-	c1 := identity.Identity{Name: "c1", ID: "uid-c1"}
-	owner := &identity.Owner{Identity: c1, API: api, Kube: kube, Log: testlog.New(t)}
-	k := &spare.Keeper{API: api, Offers: simOffers{sim}, Rescue: &rescue.Dialer{}, Owner: owner, Nodes: kube, Log: testlog.New(t)}
-	nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
-	nc.Name = "nc"
-	offerID, ok := sim.OfferID(string(zone), "EM-A215R-HDD", "monthly")
-	if !ok {
-		t.Fatal("no monthly EM-A215R-HDD offer in the simulator")
-	}
-	tags := append(c1.Tags(), scaleway.Tag(scaleway.TagNodeClass, "nc"), scaleway.Tag(scaleway.TagNodeClaim, "a"))
-	tags = install.SetPhaseIn(tags, install.PhaseJoined, time.Now())
-	srv, _, err := api.CreateServer(ctx, scaleway.CreateServerRequest{Zone: zone, OfferID: offerID, Name: "a",
-		Tags: tags, IdempotencyTag: scaleway.Tag(scaleway.TagNodeClaim, "a")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := newKeeperFixture(t, sim, api)
+	k, nc := f.k, f.nc
+	srv := f.claimed(t, install.PhaseJoined)
 	if err := sim.ForceStatus(srv.ID, "ready"); err != nil {
 		t.Fatal(err)
 	}

@@ -5,20 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"testing"
-	"time"
 
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testlog"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	"github.com/scaleway/scaleway-sdk-go/scw"
-	"k8s.io/client-go/kubernetes/scheme"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/report"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
@@ -79,25 +71,9 @@ func TestHostFaultTellsTheServerFromTheCluster(t *testing.T) {
 func TestQuarantinedSpareIsNotTakenUntilCleared(t *testing.T) {
 	ctx := context.Background()
 	sim, api := simapi.Start(t, zone)
-	_ = v1alpha1.SchemeGroupVersion
-	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).Build()
-	c1 := identity.Identity{Name: "c1", ID: "uid-c1"}
-	owner := &identity.Owner{Identity: c1, API: api, Kube: kube, Log: testlog.New(t)}
-	k := &spare.Keeper{API: api, Offers: simOffers{sim}, Rescue: &rescue.Dialer{}, Owner: owner, Log: testlog.New(t)}
-	nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
-	nc.Name = "nc"
-
-	offerID, ok := sim.OfferID(string(zone), "EM-A215R-HDD", "monthly")
-	if !ok {
-		t.Fatal("no monthly EM-A116X-SSD offer in the simulator")
-	}
-	tags := append(c1.Tags(), scaleway.Tag(scaleway.TagNodeClass, "nc"), scaleway.Tag(scaleway.TagNodeClaim, "a"))
-	tags = install.SetPhaseIn(tags, install.PhaseImaging, time.Now())
-	srv, _, err := api.CreateServer(ctx, scaleway.CreateServerRequest{Zone: zone, OfferID: offerID, Name: "a",
-		Tags: tags, IdempotencyTag: scaleway.Tag(scaleway.TagNodeClaim, "a")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := newKeeperFixture(t, sim, api)
+	k, nc := f.k, f.nc
+	srv := f.claimed(t, install.PhaseImaging)
 
 	reason := spare.HostFault(imagingError(report.CodeDiskNotFound), "auto")
 	if marked, err := k.Quarantine(ctx, zone, srv.ID, "b", reason); err != nil || marked {

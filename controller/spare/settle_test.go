@@ -5,19 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testlog"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
@@ -34,24 +28,9 @@ import (
 func TestSpareKeptMidRebootIsTakenOnlyBackInRescueWithoutItsNode(t *testing.T) {
 	ctx := context.Background()
 	sim, api, _ := simapi.StartURL(t, zone, func(o *scwsim.Options) { o.Delays.RebootStart = 2 * time.Second })
-	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).Build()
-	c1 := identity.Identity{Name: "c1", ID: "uid-c1"}
-	owner := &identity.Owner{Identity: c1, API: api, Kube: kube, Log: testlog.New(t)}
-	k := &spare.Keeper{API: api, Offers: simOffers{sim}, Rescue: &rescue.Dialer{}, Owner: owner, Nodes: kube, Log: testlog.New(t)}
-	nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
-	nc.Name = "nc"
-
-	offerID, ok := sim.OfferID(string(zone), "EM-A215R-HDD", "monthly")
-	if !ok {
-		t.Fatal("no monthly EM-A215R-HDD offer in the simulator")
-	}
-	tags := append(c1.Tags(), scaleway.Tag(scaleway.TagNodeClass, "nc"), scaleway.Tag(scaleway.TagNodeClaim, "a"))
-	tags = install.SetPhaseIn(tags, install.PhaseBooting, time.Now())
-	srv, _, err := api.CreateServer(ctx, scaleway.CreateServerRequest{Zone: zone, OfferID: offerID, Name: "a",
-		Tags: tags, IdempotencyTag: scaleway.Tag(scaleway.TagNodeClaim, "a")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := newKeeperFixture(t, sim, api)
+	k, nc, kube := f.k, f.nc, f.kube
+	srv := f.claimed(t, install.PhaseBooting)
 	waitFor := func(what string, cond func(*baremetal.Server) bool) *baremetal.Server {
 		t.Helper()
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
