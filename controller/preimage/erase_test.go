@@ -42,16 +42,7 @@ func TestEraseFailureKeepsTheSpareOutAndIsRetried(t *testing.T) {
 	im := &imager{err: errors.New("em-imager erase: erase_unverified: /dev/sda reads back data")}
 	c := &Controller{Kube: kube, API: api, Spares: keeper, Imager: im, Images: fixedImages{sha}, Log: testlog.New(t), Interval: time.Hour}
 
-	offerID, _ := sim.OfferID(string(zone), "EM-A215R-HDD", "monthly")
-	tags := append(c1.Tags(), scaleway.Tag(scaleway.TagNodeClass, "nc"), scaleway.Tag(install.TagErasePending, "due"))
-	tags = install.SetPhaseIn(tags, install.PhaseSpare, time.Now())
-	srv, _, err := api.CreateServer(ctx, scaleway.CreateServerRequest{Zone: zone, OfferID: offerID, Name: "s", Tags: tags, IdempotencyTag: tags[0]})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sim.ForceStatus(srv.ID, "ready"); err != nil {
-		t.Fatal(err)
-	}
+	srv := readySpare(t, sim, api, c1, scaleway.Tag(install.TagErasePending, "due"))
 	fresh := func() bool {
 		t.Helper()
 		got, err := api.GetServer(ctx, zone, srv.ID)

@@ -20,6 +20,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/simapi"
 )
 
@@ -55,16 +56,7 @@ func TestPassedPreImagingLiftsTheQuarantine(t *testing.T) {
 	im := &imager{err: errors.New("rescue SSH did not happen in time")}
 	c := &Controller{Kube: kube, API: api, Spares: keeper, Imager: im, Images: fixedImages{sha}, Log: testlog.New(t)}
 
-	offerID, _ := sim.OfferID(string(zone), "EM-A215R-HDD", "monthly")
-	tags := append(c1.Tags(), scaleway.Tag(scaleway.TagNodeClass, "nc"), scaleway.Tag(spare.TagQuarantine, "rescue"))
-	tags = install.SetPhaseIn(tags, install.PhaseSpare, time.Now())
-	srv, _, err := api.CreateServer(ctx, scaleway.CreateServerRequest{Zone: zone, OfferID: offerID, Name: "s", Tags: tags, IdempotencyTag: tags[0]})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sim.ForceStatus(srv.ID, "ready"); err != nil {
-		t.Fatal(err)
-	}
+	srv := readySpare(t, sim, api, c1, scaleway.Tag(spare.TagQuarantine, "rescue"))
 	quarantine := func() string {
 		t.Helper()
 		got, err := api.GetServer(ctx, zone, srv.ID)
@@ -88,4 +80,22 @@ func TestPassedPreImagingLiftsTheQuarantine(t *testing.T) {
 	if got := quarantine(); got != "" {
 		t.Fatalf("after a passed pre-imaging the quarantine is %q, want lifted", got)
 	}
+}
+
+// readySpare creates a ready monthly EM-A215R-HDD spare of c1 in NodeClass
+// "nc", with the tag extra.
+func readySpare(t *testing.T, sim *scwsim.Sim, api *scaleway.Client, c1 identity.Identity, extra string) *baremetal.Server {
+	t.Helper()
+	const zone = scw.Zone("fr-par-2")
+	offerID, _ := sim.OfferID(string(zone), "EM-A215R-HDD", "monthly")
+	tags := append(c1.Tags(), scaleway.Tag(scaleway.TagNodeClass, "nc"), extra)
+	tags = install.SetPhaseIn(tags, install.PhaseSpare, time.Now())
+	srv, _, err := api.CreateServer(context.Background(), scaleway.CreateServerRequest{Zone: zone, OfferID: offerID, Name: "s", Tags: tags, IdempotencyTag: tags[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.ForceStatus(srv.ID, "ready"); err != nil {
+		t.Fatal(err)
+	}
+	return srv
 }
