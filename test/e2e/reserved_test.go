@@ -19,7 +19,6 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/e2e/harness"
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/world"
 )
 
@@ -158,16 +157,7 @@ func TestMonthlyNodePoolReusesSparesAsReservedCapacity(t *testing.T) {
 // core's ReservationManager does not panic (the controller keeps running).
 // About 2 minutes.
 func TestTwoReservedClaimsRaceForOneSpare(t *testing.T) {
-	setup := monthlySetup()
-	// Listings lag behind writes, as Scaleway's do, while reads by ID are
-	// current: the spare forced out below stays in the controller's reserved
-	// counts for a while, so Karpenter gives both pods a reserved claim and
-	// the race happens at the take, whatever the timing of the count's
-	// refresh (without the lag, a refresh between the force and Karpenter's
-	// scheduling made it defer one pod and the race never happened).
-	const lag = 20 * time.Second
-	setup.World.Sim = func(o *scwsim.Options) { o.StaleLag = lag }
-	e := harness.Start(t, setup)
+	e := harness.Start(t, monthlySetup())
 	app := e.Run("app", 2, "3", "1Gi", true)
 	e.WaitBound("app", 2, harness.WaitLong)
 	ordered := orders(e)
@@ -176,10 +166,9 @@ func TestTwoReservedClaimsRaceForOneSpare(t *testing.T) {
 		return len(spares(e)) == 2 && len(e.NodeClaims()) == 0, fmt.Sprintf("spares %v; %s", spares(e), e.Summary())
 	})
 	// Karpenter's disruption loop reads the instance types every few
-	// seconds: wait for the controller's first listing of spares that shows
-	// both as they are now (the lag after now), so that its reserved
-	// offering counts both. Then one goes behind its back.
-	seen := time.Now().Add(lag)
+	// seconds: wait for the controller's next listing of spares, so that its
+	// reserved offering counts both. Then one goes behind its back.
+	seen := time.Now()
 	e.Eventually("the controller listed both spares", harness.WaitLong, func() (bool, string) {
 		for _, c := range e.W.Sim.Calls() {
 			if c.At.After(seen) && c.Method == "GET" && strings.HasSuffix(c.Path, "/servers") && strings.Contains(c.Query, "phase%3Dspare") {
