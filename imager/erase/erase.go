@@ -39,6 +39,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/diskprobe"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/diskwrite"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/wipe"
 )
 
 // Methods, as the report names them.
@@ -238,7 +239,7 @@ func (d *disk) headers() [][2]int64 {
 	for _, p := range d.parts {
 		out = append(out, [2]int64{p[0], p[0] + Span}, [2]int64{p[1] - Span, p[1]})
 	}
-	return merge(out, d.size, d.sector)
+	return wipe.MergeRanges(out, d.size, d.sector)
 }
 
 // chunk bounds one discard call, so that a cancel is seen between calls.
@@ -327,8 +328,8 @@ func (d *disk) overwrite(ctx context.Context, o *Options, res *Result) error {
 			res.Left = "the space outside the old partitions (erase with --full)"
 		}
 	}
-	table := merge(d.table, d.size, d.sector)
-	data = subtract(merge(data, d.size, d.sector), table)
+	table := wipe.MergeRanges(d.table, d.size, d.sector)
+	data = subtract(wipe.MergeRanges(data, d.size, d.sector), table)
 	w, err := newWriter(d, o)
 	if err != nil {
 		return err
@@ -442,7 +443,7 @@ func (d *disk) verify(ctx context.Context, erased [][2]int64, samples int) (int6
 			}
 		}
 	}
-	areas = merge(areas, d.size, d.sector)
+	areas = wipe.MergeRanges(areas, d.size, d.sector)
 	buf := make([]byte, Span)
 	var read int64
 	for _, a := range areas {
@@ -471,29 +472,6 @@ func aligned(n int) []byte {
 	b := make([]byte, n+align)
 	off := int(align-uintptr(unsafe.Pointer(&b[0]))%align) % align
 	return b[off : off+n : off+n]
-}
-
-// merge clips ranges to [0, size), aligns them to sectors and joins the
-// ones that overlap or touch.
-func merge(ranges [][2]int64, size, sector int64) [][2]int64 {
-	var out [][2]int64
-	for _, r := range ranges {
-		s := max(r[0], 0) / sector * sector
-		e := min((r[1]+sector-1)/sector*sector, size)
-		if e > s {
-			out = append(out, [2]int64{s, e})
-		}
-	}
-	slices.SortFunc(out, func(a, b [2]int64) int { return int(min(max(a[0]-b[0], -1), 1)) })
-	var merged [][2]int64
-	for _, r := range out {
-		if n := len(merged); n > 0 && r[0] <= merged[n-1][1] {
-			merged[n-1][1] = max(merged[n-1][1], r[1])
-			continue
-		}
-		merged = append(merged, r)
-	}
-	return merged
 }
 
 // subtract removes cut (merged) from ranges (merged).

@@ -1,6 +1,8 @@
 package erase
 
 import (
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/wipe"
+
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -93,7 +95,7 @@ func TestEraseDiscardFile(t *testing.T) {
 }
 
 func TestEraseRanges(t *testing.T) {
-	got := subtract(merge([][2]int64{{0, 10}, {20, 30}}, 100, 1), merge([][2]int64{{5, 22}}, 100, 1))
+	got := subtract(wipe.MergeRanges([][2]int64{{0, 10}, {20, 30}}, 100, 1), wipe.MergeRanges([][2]int64{{5, 22}}, 100, 1))
 	if len(got) != 2 || got[0] != [2]int64{0, 5} || got[1] != [2]int64{22, 30} {
 		t.Fatalf("subtract: %v", got)
 	}

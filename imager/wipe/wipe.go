@@ -96,7 +96,7 @@ func Disk(ctx context.Context, path string, size int64, sectorSize int) (Result,
 			ranges = append(ranges, [2]int64{old.BackupGPT, old.BackupGPT + Span})
 		}
 	}
-	ranges = merge(ranges, size, int64(sectorSize))
+	ranges = MergeRanges(ranges, size, int64(sectorSize))
 	zeros := make([]byte, Span)
 	for _, r := range ranges {
 		for off := r[0]; off < r[1]; {
@@ -123,9 +123,9 @@ func Disk(ctx context.Context, path string, size int64, sectorSize int) (Result,
 	return res, nil
 }
 
-// merge clips ranges to [0, size), aligns them to sectors and joins the
-// ones that overlap or touch.
-func merge(ranges [][2]int64, size, sector int64) [][2]int64 {
+// MergeRanges clips byte ranges to [0, size), aligns them to sectors and
+// joins the ones that overlap or touch (erase uses it too).
+func MergeRanges(ranges [][2]int64, size, sector int64) [][2]int64 {
 	var out [][2]int64
 	for _, r := range ranges {
 		s := max(r[0], 0) / sector * sector

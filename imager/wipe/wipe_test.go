@@ -161,7 +161,7 @@ func TestWipeRefusesMissing(t *testing.T) {
 }
 
 func TestMerge(t *testing.T) {
-	got := merge([][2]int64{{-10, 100}, {90, 300}, {5000, 6000}, {9000, 12000}, {100, 50}}, 10000, 512)
+	got := MergeRanges([][2]int64{{-10, 100}, {90, 300}, {5000, 6000}, {9000, 12000}, {100, 50}}, 10000, 512)
 	want := [][2]int64{{0, 512}, {4608, 6144}, {8704, 10000}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("merge = %v, want %v", got, want)
