@@ -3,22 +3,15 @@ package preimage
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testlog"
 	"github.com/scaleway/scaleway-sdk-go/scw"
-	"k8s.io/client-go/kubernetes/scheme"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/simapi"
 )
 
 // A spare whose erase fails (here the whole pre-imaging, as install's
@@ -28,17 +21,9 @@ import (
 func TestEraseFailureKeepsTheSpareOutAndIsRetried(t *testing.T) {
 	ctx := context.Background()
 	const zone = scw.Zone("fr-par-2")
-	sha := strings.Repeat("ab", 32)
-	sim, api := simapi.Start(t, zone)
-	nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
-	nc.Name = "nc"
-	nc.Spec.Talos.ConfigDelivery = v1alpha1.ConfigDeliveryMaintenanceAPI
-	nc.Status.Image = &v1alpha1.ResolvedImage{RawSHA256: sha}
-	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc).WithStatusSubresource(nc).Build()
-	c1 := identity.Identity{Name: "c1", ID: "uid-c1"}
-	owner := &identity.Owner{Identity: c1, API: api, Kube: kube, Log: testlog.New(t)}
+	sim, api, kube, c1, keeper, sha := preimageEnv(t)
 	changed := 0
-	keeper := &spare.Keeper{API: api, Rescue: &rescue.Dialer{}, Owner: owner, Log: testlog.New(t), Changed: func(scw.Zone) { changed++ }}
+	keeper.Changed = func(scw.Zone) { changed++ }
 	im := &imager{err: errors.New("em-imager erase: erase_unverified: /dev/sda reads back data")}
 	c := &Controller{Kube: kube, API: api, Spares: keeper, Imager: im, Images: fixedImages{sha}, Log: testlog.New(t), Interval: time.Hour}
 

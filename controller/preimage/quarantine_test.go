@@ -11,6 +11,7 @@ import (
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	"github.com/scaleway/scaleway-sdk-go/scw"
 	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
@@ -43,16 +44,7 @@ func (i *imager) PreImage(_ context.Context, srv *baremetal.Server, _ install.Im
 func TestPassedPreImagingLiftsTheQuarantine(t *testing.T) {
 	ctx := context.Background()
 	const zone = scw.Zone("fr-par-2")
-	sha := strings.Repeat("ab", 32)
-	sim, api := simapi.Start(t, zone)
-	nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
-	nc.Name = "nc"
-	nc.Spec.Talos.ConfigDelivery = v1alpha1.ConfigDeliveryMaintenanceAPI
-	nc.Status.Image = &v1alpha1.ResolvedImage{RawSHA256: sha}
-	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc).WithStatusSubresource(nc).Build()
-	c1 := identity.Identity{Name: "c1", ID: "uid-c1"}
-	owner := &identity.Owner{Identity: c1, API: api, Kube: kube, Log: testlog.New(t)}
-	keeper := &spare.Keeper{API: api, Rescue: &rescue.Dialer{}, Owner: owner, Log: testlog.New(t)}
+	sim, api, kube, c1, keeper, sha := preimageEnv(t)
 	im := &imager{err: errors.New("rescue SSH did not happen in time")}
 	c := &Controller{Kube: kube, API: api, Spares: keeper, Imager: im, Images: fixedImages{sha}, Log: testlog.New(t)}
 
@@ -98,4 +90,20 @@ func readySpare(t *testing.T, sim *scwsim.Sim, api *scaleway.Client, c1 identity
 		t.Fatal(err)
 	}
 	return srv
+}
+
+// preimageEnv is the simulated API, a fake API server holding NodeClass "nc"
+// with a resolved image (digest sha), and a Keeper of cluster c1.
+func preimageEnv(t *testing.T) (*scwsim.Sim, *scaleway.Client, client.Client, identity.Identity, *spare.Keeper, string) {
+	t.Helper()
+	sha := strings.Repeat("ab", 32)
+	sim, api := simapi.Start(t, scw.Zone("fr-par-2"))
+	nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
+	nc.Name = "nc"
+	nc.Spec.Talos.ConfigDelivery = v1alpha1.ConfigDeliveryMaintenanceAPI
+	nc.Status.Image = &v1alpha1.ResolvedImage{RawSHA256: sha}
+	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc).WithStatusSubresource(nc).Build()
+	c1 := identity.Identity{Name: "c1", ID: "uid-c1"}
+	owner := &identity.Owner{Identity: c1, API: api, Kube: kube, Log: testlog.New(t)}
+	return sim, api, kube, c1, &spare.Keeper{API: api, Rescue: &rescue.Dialer{}, Owner: owner, Log: testlog.New(t)}, sha
 }
