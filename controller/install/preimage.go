@@ -69,7 +69,7 @@ const EraseTimeout = 24 * time.Hour
 func (i *Installer) eraseDisks(ctx context.Context, log logr.Logger, srv *baremetal.Server, sess *rescue.Session) (*baremetal.Server, error) {
 	ectx, cancel := context.WithTimeout(ctx, EraseTimeout)
 	defer cancel()
-	started := time.Now()
+	started := i.clock().Now()
 	rep, err := rescue.RunErase(ectx, sess, i.Imager)
 	if err != nil {
 		return srv, &PhaseError{Phase: PhaseImaging, Err: fmt.Errorf("erasing the disks of the node this spare ran: %w", err)}
@@ -77,7 +77,7 @@ func (i *Installer) eraseDisks(ctx context.Context, log logr.Logger, srv *bareme
 	for _, e := range rep.Erased {
 		log.Info("disk erased", "disk", e.Path, "method", e.Method, "bytes", e.Bytes, "seconds", e.Seconds, "verifiedBytes", e.VerifiedBytes)
 	}
-	now := strconv.FormatInt(time.Now().Unix(), 10)
+	now := strconv.FormatInt(i.clock().Now().Unix(), 10)
 	updated, err := i.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
 		tags, _ = scaleway.RemoveTagIn(tags, TagErasePending)
 		tags, _ = scaleway.SetTagIn(tags, TagErased, now)
@@ -86,6 +86,6 @@ func (i *Installer) eraseDisks(ctx context.Context, log logr.Logger, srv *bareme
 	if err != nil {
 		return srv, &PhaseError{Phase: PhaseImaging, Err: fmt.Errorf("recording the erase: %w", err)}
 	}
-	log.Info("spare's disks erased", "disks", len(rep.Erased), "seconds", int(time.Since(started).Seconds()))
+	log.Info("spare's disks erased", "disks", len(rep.Erased), "seconds", int(i.clock().Since(started).Seconds()))
 	return updated, nil
 }
