@@ -177,7 +177,17 @@ func (c *Cache) zoneGroups(ctx context.Context, nodeClass, zone string) []Group 
 		c.Log.Error(err, "listing spare servers for reserved offerings; none offered until it succeeds", "nodeclass", nodeClass, "zone", zone)
 		return nil
 	}
+	c.Log.V(1).Info("listed the spares offered as reserved capacity", "nodeclass", nodeClass, "zone", zone, "spares", total(groups), "offerings", len(groups))
 	return slices.Clone(groups)
+}
+
+// total is the number of spares groups count.
+func total(groups []Group) int {
+	n := 0
+	for _, g := range groups {
+		n += g.Count
+	}
+	return n
 }
 
 // list counts the NodeClass's spares in zone that can be taken.

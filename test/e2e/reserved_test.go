@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -165,17 +166,16 @@ func TestTwoReservedClaimsRaceForOneSpare(t *testing.T) {
 	e.Eventually("both monthly servers kept as spares", harness.WaitLong, func() (bool, string) {
 		return len(spares(e)) == 2 && len(e.NodeClaims()) == 0, fmt.Sprintf("spares %v; %s", spares(e), e.Summary())
 	})
-	// Karpenter's disruption loop reads the instance types every few
-	// seconds: wait for the controller's next listing of spares, so that its
-	// reserved offering counts both. Then one goes behind its back.
+	// Wait for the reserved offerings' cache to list both spares (its own
+	// debug line, not any listing of spares: the keeper and the pre-imager
+	// list with the same tags). The cache then holds for a minute, so the
+	// deletion below stays unseen while Karpenter schedules on a count of 2.
 	seen := time.Now()
-	e.Eventually("the controller listed both spares", harness.WaitLong, func() (bool, string) {
-		for _, c := range e.W.Sim.Calls() {
-			if c.At.After(seen) && c.Method == "GET" && strings.HasSuffix(c.Path, "/servers") && strings.Contains(c.Query, "phase%3Dspare") {
-				return true, ""
-			}
+	e.Eventually("the reserved offerings counted both spares", harness.WaitLong, func() (bool, string) {
+		if reservedListedSince(t, e.C.LogPath, seen) >= 2 {
+			return true, ""
 		}
-		return false, "no listing of spares yet"
+		return false, "no listing of two spares by the reserved offerings' cache yet"
 	})
 	gone := spares(e)[0]
 	if err := e.W.Sim.ForceStatus(gone, string(baremetal.ServerStatusDeleting)); err != nil {
@@ -214,6 +214,31 @@ func TestTwoReservedClaimsRaceForOneSpare(t *testing.T) {
 	if !strings.Contains(string(log), "reservation exhausted") && !launchFailedForCapacity(string(log)) {
 		t.Errorf("no reserved claim found the reservation exhausted or failed for capacity: the race did not happen")
 	}
+}
+
+// reservedListedSince is the largest count of spares the reserved
+// offerings' cache logged listing after since (0 when none).
+func reservedListedSince(t *testing.T, logPath string, since time.Time) int {
+	t.Helper()
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	most := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		var rec struct {
+			Message string    `json:"message"`
+			Time    time.Time `json:"time"`
+			Spares  int       `json:"spares"`
+		}
+		if json.Unmarshal([]byte(line), &rec) != nil || rec.Message != "listed the spares offered as reserved capacity" {
+			continue
+		}
+		if rec.Time.After(since) && rec.Spares > most {
+			most = rec.Spares
+		}
+	}
+	return most
 }
 
 // launchFailedForCapacity: Karpenter core logged a NodeClaim launch that
