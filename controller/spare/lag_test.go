@@ -15,6 +15,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/billing"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
@@ -47,12 +48,19 @@ func keeperOn(t *testing.T, api *scaleway.Client) *spare.Keeper {
 // the lagging listings show it.
 func listedSpare(t *testing.T, k *spare.Keeper, api *scaleway.Client, nc *v1alpha1.ScalewayElasticMetalNodeClass) *baremetal.Server {
 	t.Helper()
+	return listedSpareWith(t, k, api, nc)
+}
+
+// listedSpareWith is listedSpare with extra tags.
+func listedSpareWith(t *testing.T, k *spare.Keeper, api *scaleway.Client, nc *v1alpha1.ScalewayElasticMetalNodeClass, extra ...string) *baremetal.Server {
+	t.Helper()
 	offer, ok := k.Offers.Offer(string(lagZone), lagOffer, catalog.BillingMonthly)
 	if !ok {
 		t.Fatalf("no monthly %s", lagOffer)
 	}
 	tags := append(k.Owner.Tags(), scaleway.Tag(scaleway.TagNodeClass, nc.Name), scaleway.Tag(scaleway.TagPhase, "spare"))
 	tags = append(tags, billing.Tags(catalog.BillingMonthly, time.Now())...)
+	tags = append(tags, extra...)
 	srv, _, err := api.CreateServer(context.Background(), scaleway.CreateServerRequest{Zone: lagZone, OfferID: offer.ID, Name: "spare",
 		Tags: append(tags, "test/spare=1"), IdempotencyTag: "test/spare=1"})
 	if err != nil {
@@ -142,6 +150,38 @@ func TestTakeRefusesASpareWhoseReadByIDIsNoLongerTakeable(t *testing.T) {
 			}
 			if st, _ := sim.Server(srv.ID); scwsim.TagValue(st.Tags, scaleway.TagNodeClaim) != "" {
 				t.Errorf("server %s tagged %v, want no NodeClaim", srv.ID, st.Tags)
+			}
+		})
+	}
+}
+
+// A spare erased (or back in rescue) a moment ago still shows as
+// erase-pending (rescue-pending) in a lagging listing. The take reads such a
+// spare by ID rather than skip it: skipping it orders a new server, a month
+// of money for a monthly offer, while the spare sits idle.
+func TestTakeReadsASpareWhoseListingMayShowAPendingStepAlreadyDone(t *testing.T) {
+	for _, pending := range []string{install.TagErasePending, spare.TagRescuePending} {
+		t.Run(pending, func(t *testing.T) {
+			ctx := context.Background()
+			sim, api, _ := simapi.StartURL(t, lagZone, func(o *scwsim.Options) { o.StaleLag = lag })
+			k := keeperOn(t, api)
+			nc := &v1alpha1.ScalewayElasticMetalNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "nc"}}
+			srv := listedSpareWith(t, k, api, nc, scaleway.Tag(pending, "1"))
+			if _, err := api.EditTags(ctx, lagZone, srv.ID, func(tags []string) ([]string, bool) {
+				tags, _ = scaleway.RemoveTagIn(tags, pending)
+				return tags, true
+			}); err != nil {
+				t.Fatal(err)
+			}
+			got, err := k.Take(ctx, lagZone, lagOffer, catalog.BillingMonthly, nc, "n1", "default")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got == nil || got.ID != srv.ID {
+				t.Fatalf("took %v, want spare %s (no longer %s by ID)", got, srv.ID, pending)
+			}
+			if st, _ := sim.Server(srv.ID); scwsim.TagValue(st.Tags, scaleway.TagNodeClaim) != "n1" {
+				t.Errorf("server %s tagged %v, want n1", srv.ID, st.Tags)
 			}
 		})
 	}

@@ -230,17 +230,20 @@ func (k *Keeper) hold(id string) (unhold func()) {
 // disks unerased (install.TagErasePending). The reserved offerings count
 // the same servers.
 func Takeable(srv *baremetal.Server) bool {
+	return !unusable(srv) && !RescuePending(srv) && !ErasePending(srv)
+}
+
+// unusable: quarantined, or in a state no step of this controller moves it
+// out of (being deleted, broken, never delivered, locked).
+func unusable(srv *baremetal.Server) bool {
 	if _, q := Quarantined(srv); q {
-		return false
-	}
-	if RescuePending(srv) || ErasePending(srv) {
-		return false
+		return true
 	}
 	switch srv.Status {
 	case baremetal.ServerStatusDeleting, baremetal.ServerStatusError, baremetal.ServerStatusOutOfStock, baremetal.ServerStatusLocked:
-		return false
+		return true
 	}
-	return true
+	return false
 }
 
 // Release ends owner's use of server zone/id: it reads the server, leaves it
@@ -481,7 +484,11 @@ func (k *Keeper) take(ctx context.Context, zone scw.Zone, offerName string, bill
 	})
 	for _, s := range spares {
 		// Billing: an hourly warm-pool server is not a monthly claim's (nor the reverse).
-		if s.OfferName != offerName || Billing(k.Offers, s) != billing || !Takeable(s) {
+		if s.OfferName != offerName || Billing(k.Offers, s) != billing || unusable(s) {
+			// Rescue- or erase-pending in the listing is not enough to skip it:
+			// listings lag behind writes, and skipping a spare whose reboot or
+			// erase is done orders a new server while it sits ready. The read
+			// by ID below decides.
 			continue
 		}
 		unhold := k.hold(s.ID) // a pre-imaging under way ends before the take, and none starts until it is written
