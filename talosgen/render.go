@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"regexp"
 	"strings"
@@ -101,111 +102,192 @@ func Render(join *JoinMaterial, nc *karpv1.NodeClaim, s NodeSettings, hw *report
 	return out, nil
 }
 
-//nolint:gocyclo // one linear recipe reads better than many small steps
+// render is Render without the scrubbing of secrets from its errors, in
+// three steps: plan (check and parse every input, decide what the node
+// gets), build (the machine config documents, patched and encoded), and
+// validate (what the node will parse, as machinery and our invariants
+// see it).
 func render(join *JoinMaterial, nc *karpv1.NodeClaim, s NodeSettings, hw *report.Report, netIn Network) (*Output, error) {
+	p, err := plan(join, nc, s, hw, netIn)
+	if err != nil {
+		return nil, err
+	}
+
+	raw, err := p.build()
+	if err != nil {
+		return nil, err
+	}
+
+	warnings, err := p.validate(raw)
+	if err != nil {
+		return nil, err
+	}
+
+	return &Output{Config: raw, Hash: InputsHash(join, s), Warnings: warnings}, nil
+}
+
+// nodePlan is what render decided for one node before building anything.
+type nodePlan struct {
+	join     *JoinMaterial
+	nc       *karpv1.NodeClaim
+	settings *normalized
+	// labels are the node's labels: the NodeClaim's and the NodeClass's,
+	// then what its disks really are.
+	labels map[string]string
+	taints []corev1.Taint
+	netw   *parsedNetwork
+	uplink *uplinkNIC
+	disks  *diskPlan
+	// installDisk is the path of the disk em-imager wrote.
+	installDisk string
+	// token is the bootstrap token the node joins with: the NodeClaim's
+	// own, or empty for the join secret's.
+	token string
+	// discovery is the cluster discovery setting the node gets.
+	discovery *bool
+}
+
+// plan checks and parses every input, in the order their errors are
+// reported, and decides what the node gets.
+func plan(join *JoinMaterial, nc *karpv1.NodeClaim, s NodeSettings, hw *report.Report, netIn Network) (*nodePlan, error) {
+	if err := checkClaim(nc, hw); err != nil {
+		return nil, err
+	}
+
+	p := &nodePlan{join: join, nc: nc}
+
+	var err error
+	if p.settings, err = normalizeSettings(s); err != nil {
+		return nil, err
+	}
+
+	if p.labels, _, err = nodeLabels(nc, p.settings.Labels); err != nil {
+		return nil, err
+	}
+
+	if p.taints, err = registerTaints(nc); err != nil {
+		return nil, err
+	}
+
+	if p.netw, err = parseNetwork(netIn); err != nil {
+		return nil, err
+	}
+
+	if err := checkReport(hw); err != nil {
+		return nil, err
+	}
+
+	if p.uplink, err = pickUplink(hw, p.netw.uplinkMAC); err != nil {
+		return nil, err
+	}
+
+	if p.disks, err = planDisks(hw, p.settings.policy); err != nil {
+		return nil, err
+	}
+
+	// What the disks really are wins over the catalogue's prediction
+	// (the NodeClaim's labels).
+	maps.Copy(p.labels, p.disks.labels)
+	p.installDisk = hw.Disk.Path
+
+	if p.token, p.discovery, err = joinPlan(join, p.settings); err != nil {
+		return nil, err
+	}
+
+	return p, nil
+}
+
+// checkClaim refuses a missing NodeClaim or report, and a NodeClaim that
+// cannot name a node.
+func checkClaim(nc *karpv1.NodeClaim, hw *report.Report) error {
 	if nc == nil {
-		return nil, errors.New("nodeclaim is nil")
+		return errors.New("nodeclaim is nil")
 	}
 
 	if hw == nil {
-		return nil, errors.New("hardware report is nil")
+		return errors.New("hardware report is nil")
 	}
 
 	if err := checkHostname(nc.Name); err != nil {
-		return nil, fmt.Errorf("nodeclaim %q: name is not usable as a hostname: %w", nc.Name, err)
+		return fmt.Errorf("nodeclaim %q: name is not usable as a hostname: %w", nc.Name, err)
 	}
 
 	if nc.Status.ProviderID == "" {
-		return nil, fmt.Errorf("nodeclaim %q: status.providerID is empty", nc.Name)
+		return fmt.Errorf("nodeclaim %q: status.providerID is empty", nc.Name)
 	}
 
-	settings, err := normalizeSettings(s)
-	if err != nil {
-		return nil, err
-	}
+	return nil
+}
 
-	labels, _, err := nodeLabels(nc, settings.Labels)
-	if err != nil {
-		return nil, err
-	}
-
-	taints, err := registerTaints(nc)
-	if err != nil {
-		return nil, err
-	}
-
-	netw, err := parseNetwork(netIn)
-	if err != nil {
-		return nil, err
-	}
-
+// checkReport refuses a report of a failed write, or one without the disk
+// it wrote: no config for a node that would not boot it.
+func checkReport(hw *report.Report) error {
 	if !hw.OK {
 		code := "unknown"
 		if hw.Error != nil {
 			code = hw.Error.Code
 		}
 
-		return nil, fmt.Errorf("hardware report: em-imager failed (%s); no config for a node whose disk was not written", code)
+		return fmt.Errorf("hardware report: em-imager failed (%s); no config for a node whose disk was not written", code)
 	}
 
 	if hw.Disk == nil || (hw.Disk.Path == "" && hw.Disk.Serial == "") {
-		return nil, errors.New("hardware report: no install disk (disk.path and disk.serial are empty)")
+		return errors.New("hardware report: no install disk (disk.path and disk.serial are empty)")
 	}
 
-	uplink, err := pickUplink(hw, netw.uplinkMAC)
-	if err != nil {
-		return nil, err
-	}
+	return nil
+}
 
-	disks, err := planDisks(hw, settings.policy)
-	if err != nil {
-		return nil, err
-	}
-
-	// What the disks really are wins over the catalogue's prediction
-	// (the NodeClaim's labels).
-	for k, v := range disks.labels {
-		labels[k] = v
-	}
-
-	token := settings.BootstrapToken
+// joinPlan decides the node's bootstrap token and cluster discovery from
+// the join material: a join secret without a token needs the NodeClaim's
+// own, and discovery needs the cluster's Talos secrets (it is off without
+// them).
+func joinPlan(join *JoinMaterial, settings *normalized) (token string, discovery *bool, err error) {
+	token = settings.BootstrapToken
 
 	if token == "" && join.form == FormKubernetes && join.bundle.Secrets.BootstrapToken == "" {
-		return nil, fmt.Errorf("join secret %q: missing key %s and no per-NodeClaim bootstrap token given", join.secretName, KeyToken)
+		return "", nil, fmt.Errorf("join secret %q: missing key %s and no per-NodeClaim bootstrap token given", join.secretName, KeyToken)
 	}
 
-	discovery := settings.ClusterDiscovery
+	discovery = settings.ClusterDiscovery
 	if !join.HasTalosSecrets() {
 		if discovery != nil && *discovery {
-			return nil, fmt.Errorf("node settings: clusterDiscovery: needs the cluster's Talos secrets; add %s to join secret %q", KeySecretsBundle, join.secretName)
+			return "", nil, fmt.Errorf("node settings: clusterDiscovery: needs the cluster's Talos secrets; add %s to join secret %q", KeySecretsBundle, join.secretName)
 		}
 
 		discovery = new(false)
 	}
 
-	base, err := baseConfig(join, settings, discovery)
+	return token, discovery, nil
+}
+
+// build makes the machine config the plan describes: the base documents,
+// the node's own fields, network and disk documents, then the NodeClass
+// patches; and encodes it.
+func (p *nodePlan) build() ([]byte, error) {
+	base, err := baseConfig(p.join, p.settings, p.discovery)
 	if err != nil {
 		return nil, err
 	}
 
-	netDocs, err := networkDocuments(nc.Name, uplink, netw)
+	netDocs, err := networkDocuments(p.nc.Name, p.uplink, p.netw)
 	if err != nil {
 		return nil, err
 	}
 
-	diskDocs, err := disks.documents()
+	diskDocs, err := p.disks.documents()
 	if err != nil {
 		return nil, err
 	}
 
 	patched, err := base.PatchV1Alpha1(func(c *v1alpha1.Config) error {
-		return applyNode(c, join, settings, nc, labels, taints, disks, hw.Disk.Path, token, discovery)
+		return applyNode(c, p.join, p.settings, p.nc, p.labels, p.taints, p.disks, p.installDisk, p.token, p.discovery)
 	})
 	if err != nil {
 		return nil, err
 	}
 
-	docs, err := mergeDocuments(patched, append(netDocs, diskDocs...), len(netw.nameservers) > 0)
+	docs, err := mergeDocuments(patched, append(netDocs, diskDocs...), len(p.netw.nameservers) > 0)
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +297,7 @@ func render(join *JoinMaterial, nc *karpv1.NodeClaim, s NodeSettings, hw *report
 		return nil, fmt.Errorf("assembling config: %w", err)
 	}
 
-	final, err := applyPatches(cfg, settings.patches)
+	final, err := applyPatches(cfg, p.settings.patches)
 	if err != nil {
 		return nil, err
 	}
@@ -225,27 +307,34 @@ func render(join *JoinMaterial, nc *karpv1.NodeClaim, s NodeSettings, hw *report
 		return nil, fmt.Errorf("encoding config: %w", err)
 	}
 
-	// Validate what the node will parse, not the in-memory form.
+	return raw, nil
+}
+
+// validate checks what the node will parse, not the in-memory form:
+// machinery in metal mode (strict unless AllowValidationWarnings; its
+// warnings are returned), then what the NodeClass patches must not have
+// undone (checkInvariants).
+func (p *nodePlan) validate(raw []byte) ([]string, error) {
 	loaded, err := configloader.NewFromBytes(raw)
 	if err != nil {
 		return nil, fmt.Errorf("rendered config does not load: %w", err)
 	}
 
 	opts := []validation.Option{}
-	if !settings.AllowValidationWarnings {
+	if !p.settings.AllowValidationWarnings {
 		opts = append(opts, validation.WithStrict())
 	}
 
 	warnings, err := loaded.Validate(metalMode{}, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("config is invalid for Talos %s (metal mode): %w", settings.contract, oneLine(err))
+		return nil, fmt.Errorf("config is invalid for Talos %s (metal mode): %w", p.settings.contract, oneLine(err))
 	}
 
-	if err := checkInvariants(loaded, nc, labels, taints, uplink); err != nil {
+	if err := checkInvariants(loaded, p.nc, p.labels, p.taints, p.uplink); err != nil {
 		return nil, fmt.Errorf("node settings: configPatches: %w", err)
 	}
 
-	return &Output{Config: raw, Hash: InputsHash(join, s), Warnings: warnings}, nil
+	return warnings, nil
 }
 
 // applyPatches applies the NodeClass patches in order. Machinery applies

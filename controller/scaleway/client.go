@@ -112,7 +112,7 @@ func New(cfg Config, opts ...Option) (*Client, error) {
 		log:     o.log.WithName("scaleway"),
 		metrics: m,
 		clock:   o.clock,
-		rand:    rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x5ca1e)),
+		rand:    rand.New(rand.NewPCG(uint64(o.clock.Now().UnixNano()), 0x5ca1e)),
 		seen:    seenServers{maxAge: seenMaxAge(cfg)},
 	}
 	// Each attempt carries its own context deadline (Config.RequestTimeout,
@@ -120,7 +120,7 @@ func New(cfg Config, opts ...Option) (*Client, error) {
 	// backstop for the few requests the SDK makes without a context (the
 	// IAM API's metadata lookup), so nothing can hang forever; it is longer
 	// than the attempt deadline so that the deadline always fires first.
-	httpClient := &http.Client{Transport: &transport{base: o.transport, limiter: c.limiter}, Timeout: 2 * cfg.RequestTimeout}
+	httpClient := &http.Client{Transport: &transport{base: o.transport, limiter: c.limiter, clock: o.clock}, Timeout: 2 * cfg.RequestTimeout}
 	sdkOpts := []scw.ClientOption{
 		scw.WithHTTPClient(httpClient),
 		scw.WithAPIURL(cfg.APIURL),
@@ -167,26 +167,11 @@ func (c *Client) zone(z scw.Zone) scw.Zone {
 }
 
 // transport applies the shared rate limit to every HTTP request (each page
-// of a list costs one token) and records Retry-After for the retry loop.
+// of a list costs one token) and tells the attempt's trace what it saw.
 type transport struct {
 	base    http.RoundTripper
 	limiter *rate.Limiter
-}
-
-type attemptKey struct{}
-
-// attemptState carries what the transport learns about one attempt back to
-// the retry loop (the SDK's ResponseError drops response headers, and an
-// error body it cannot decode loses the status too).
-type attemptState struct {
-	mu         sync.Mutex
-	retryAfter time.Duration
-	requests   int
-	status     int    // of the last error answer
-	body       string // its first maxErrorBody bytes
-	// answered is the status of the last request's answer, 0 while it
-	// has none (sent, or failed before an answer came).
-	answered int
+	clock   Clock
 }
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -196,22 +181,19 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, &rateWaitError{err: err}
 	}
-	st, _ := req.Context().Value(attemptKey{}).(*attemptState)
-	if st != nil {
-		st.mu.Lock()
-		st.requests++
-		st.answered = 0
-		st.mu.Unlock()
+	tr := traceOf(req.Context())
+	if tr == nil {
+		// A request made outside call (through SDK()): nobody to tell.
+		return t.base.RoundTrip(req)
 	}
+	tr.sent()
 	resp, err := t.base.RoundTrip(req)
-	if err != nil || st == nil {
+	if err != nil {
 		return resp, err
 	}
-	st.mu.Lock()
-	st.answered = resp.StatusCode
-	st.mu.Unlock()
+	tr.answered(resp.StatusCode)
 	if resp.StatusCode < 400 {
-		return resp, err
+		return resp, nil
 	}
 	// Keep the start of an error body: the SDK drops it when it cannot
 	// decode it. The body is handed on unchanged.
@@ -221,12 +203,10 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		io.Reader
 		io.Closer
 	}{io.MultiReader(bytes.NewReader(head[:n]), resp.Body), resp.Body}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.status, st.body = resp.StatusCode, strings.TrimSpace(string(head[:n]))
+	tr.refused(resp.StatusCode, strings.TrimSpace(string(head[:n])))
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
-		if d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
-			st.retryAfter = d
+		if d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), t.clock.Now()); ok {
+			tr.askedToWait(d)
 		}
 	}
 	return resp, nil
@@ -278,11 +258,48 @@ type callSpec struct {
 // (429) do not count against MaxAttempts: they prove nothing was applied,
 // and are retried until Retry.ThrottleWait of waiting is spent, so a storm
 // of bare 429s is ridden out rather than failing every call in it.
+//
+// The loop only applies the policy: one attempt (try), its metrics and log
+// line (countAttempt), the decision (retryRules.decide), the wait.
 func (c *Client) call(ctx context.Context, spec callSpec, fn func(ctx context.Context) error) error {
-	maxAttempts := c.cfg.Retry.MaxAttempts
-	if spec.maxAttempts > 0 {
-		maxAttempts = spec.maxAttempts
+	rules := c.retryRules(spec)
+	log := c.callLogger(spec)
+	var budget retryBudget
+	for n := 1; ; n++ {
+		a := c.try(ctx, fn)
+		class := classOf(a.err)
+		c.countAttempt(spec, log, n, a, class)
+		if a.err == nil {
+			return nil
+		}
+		var retry bool
+		var wait time.Duration
+		budget, retry, wait = rules.decide(budget, c.outcome(ctx, a, class))
+		if !retry {
+			return c.callError(spec, n, budget, class, a.err)
+		}
+		c.metrics.retries.WithLabelValues(spec.op, string(class)).Inc()
+		log.Info("retrying scaleway api call", "result", class, "attempt", n, "wait", wait, "retryAfter", a.seen.retryAfter, "error", c.redact(a.err.Error()))
+		select {
+		case <-ctx.Done():
+			err := fmt.Errorf("%w (last error: %v)", ctx.Err(), a.err)
+			return c.callError(spec, n, budget, classify(err), err)
+		case <-c.clock.After(wait):
+		}
 	}
+}
+
+// retryRules is the call's retry policy: the configured one, with the
+// call's own attempt bound and kind.
+func (c *Client) retryRules(spec callSpec) retryRules {
+	r := retryRules{RetryPolicy: c.cfg.Retry, idempotent: spec.idempotent, write: spec.write, draw: c.draw}
+	if spec.maxAttempts > 0 {
+		r.MaxAttempts = spec.maxAttempts
+	}
+	return r
+}
+
+func (c *Client) callLogger(spec callSpec) logr.Logger {
 	log := c.log.WithValues("op", spec.op)
 	if spec.zone != "" {
 		log = log.WithValues("zone", string(spec.zone))
@@ -290,129 +307,115 @@ func (c *Client) call(ctx context.Context, spec callSpec, fn func(ctx context.Co
 	if spec.resource != "" {
 		log = log.WithValues("id", spec.resource)
 	}
-	ambiguous := false
-	failures, throttles := 0, 0
-	var throttled time.Duration // waited on 429s so far
-	for attempt := 1; ; attempt++ {
-		st := &attemptState{}
-		actx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
-		actx = context.WithValue(actx, attemptKey{}, st)
-		start := time.Now()
-		err := fn(actx)
-		timedOut := actx.Err() != nil && ctx.Err() == nil
-		cancel()
-		elapsed := time.Since(start)
-		st.mu.Lock()
-		retryAfter, requests, status, body, answered := st.retryAfter, st.requests, st.status, st.body, st.answered
-		st.mu.Unlock()
-		if err != nil && timedOut && (errors.Is(err, context.DeadlineExceeded) || isNetworkError(err)) {
-			err = &TimeoutError{After: c.cfg.RequestTimeout}
-		}
-		if err != nil && answered >= 200 && answered <= 299 && ctx.Err() == nil && !timedOut {
-			// A success whose body the SDK could not read or decode: the
-			// API acted, only its answer is spoilt.
-			err = &UndecodableError{StatusCode: answered, Err: err}
-		}
-		var resp *scw.ResponseError
-		if err != nil && status >= 400 && ctx.Err() == nil && !timedOut && !errors.As(err, &resp) && classify(err) == ClassOther {
-			// The SDK could not decode the error answer: classify it by status.
-			err = &HTTPError{StatusCode: status, Body: body, Err: err}
-		}
-		if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
-			// The caller gave up: report that, keeping the last API error.
-			err = fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
-		}
-		class := classify(err)
-		if err == nil {
-			class = ClassOK
-		}
-		c.metrics.calls.WithLabelValues(spec.op, string(class)).Inc()
-		c.metrics.duration.WithLabelValues(spec.op).Observe(elapsed.Seconds())
-		if err == nil {
-			log.V(1).Info("scaleway api call", "result", class, "attempt", attempt, "requests", requests, "duration", elapsed)
-			return nil
-		}
-		log.V(1).Info("scaleway api call", "result", class, "attempt", attempt, "requests", requests, "duration", elapsed, "error", c.redact(err.Error()))
-		wrap := func() error {
-			return &Error{Op: spec.op, Zone: spec.zone, Resource: spec.resource, Attempts: attempt, Ambiguous: ambiguous, Class: class, Err: err, redact: c.redact}
-		}
-		if (!spec.idempotent || spec.write) && mayHaveApplied(err, requests, status) {
-			ambiguous = true
-			if !spec.idempotent {
-				// Do not repeat it blindly: the caller reads state first.
-				return wrap()
-			}
-		}
-		if class == ClassThrottled {
-			throttles++
-		} else {
-			failures++
-		}
-		if ctx.Err() != nil || !isRetryableClass(class) || maxAttempts <= 1 || failures >= maxAttempts {
-			return wrap()
-		}
-		var wait time.Duration
-		if class == ClassThrottled {
-			wait = c.throttleBackoff(throttles, retryAfter)
-			if throttled+wait > c.cfg.Retry.ThrottleWait {
-				return wrap()
-			}
-			throttled += wait
-		} else {
-			wait = c.backoff(failures, retryAfter)
-		}
-		if dl, ok := ctx.Deadline(); ok && c.clock.Now().Add(wait).After(dl) {
-			return wrap()
-		}
-		c.metrics.retries.WithLabelValues(spec.op, string(class)).Inc()
-		log.Info("retrying scaleway api call", "result", class, "attempt", attempt, "wait", wait, "retryAfter", retryAfter, "error", c.redact(err.Error()))
-		select {
-		case <-ctx.Done():
-			err = fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
-			class = classify(err)
-			return wrap()
-		case <-c.clock.After(wait):
-		}
-	}
+	return log
 }
 
-// backoff is "full jitter": uniform in [0, min(max, base*2^(attempt-1))).
-// A server-sent Retry-After (capped at MaxRetryAfter) is a floor, plus a
-// little jitter so a fleet of callers does not come back in lockstep.
+// attempt is one try of a call's fn: its error (normalised), how long it
+// took, and what the transport saw of its requests.
+type attempt struct {
+	err     error
+	elapsed time.Duration
+	seen    answers
+}
+
+// try runs fn once under the per-attempt deadline (Config.RequestTimeout,
+// covering the rate-limit wait and every page).
+func (c *Client) try(ctx context.Context, fn func(ctx context.Context) error) attempt {
+	actx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	actx, tr := withTrace(actx)
+	start := c.clock.Now()
+	err := fn(actx)
+	timedOut := actx.Err() != nil && ctx.Err() == nil
+	cancel()
+	a := attempt{elapsed: c.clock.Now().Sub(start), seen: tr.answers()}
+	a.err = c.normalize(ctx, err, timedOut, a.seen)
+	return a
+}
+
+// normalize turns what the SDK returned into the error the caller and the
+// retry decision see: the attempt's own timeout as a TimeoutError, answers
+// the SDK could not decode as UndecodableError or HTTPError, and the
+// caller's context ending as that context's error.
+func (c *Client) normalize(ctx context.Context, err error, timedOut bool, seen answers) error {
+	if err == nil {
+		return nil
+	}
+	if timedOut && (errors.Is(err, context.DeadlineExceeded) || isNetworkError(err)) {
+		err = &TimeoutError{After: c.cfg.RequestTimeout}
+	}
+	if ctx.Err() == nil && !timedOut {
+		err = undecoded(err, seen)
+	}
+	if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+		// The caller gave up: report that, keeping the last API error.
+		err = fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+	}
+	return err
+}
+
+// undecoded names an answer the API gave in time but the SDK could not
+// read: a success whose body is spoilt (the API acted, only its answer is
+// lost), or an error answer the SDK could not decode (classified by its
+// status).
+func undecoded(err error, seen answers) error {
+	if seen.answered >= 200 && seen.answered <= 299 {
+		err = &UndecodableError{StatusCode: seen.answered, Err: err}
+	}
+	var resp *scw.ResponseError
+	if seen.status >= 400 && !errors.As(err, &resp) && classify(err) == ClassOther {
+		err = &HTTPError{StatusCode: seen.status, Body: seen.body, Err: err}
+	}
+	return err
+}
+
+func classOf(err error) Class {
+	if err == nil {
+		return ClassOK
+	}
+	return classify(err)
+}
+
+// countAttempt counts and logs one attempt.
+func (c *Client) countAttempt(spec callSpec, log logr.Logger, n int, a attempt, class Class) {
+	c.metrics.calls.WithLabelValues(spec.op, string(class)).Inc()
+	c.metrics.duration.WithLabelValues(spec.op).Observe(a.elapsed.Seconds())
+	kv := []any{"result", class, "attempt", n, "requests", a.seen.requests, "duration", a.elapsed}
+	if a.err != nil {
+		kv = append(kv, "error", c.redact(a.err.Error()))
+	}
+	log.V(1).Info("scaleway api call", kv...)
+}
+
+// outcome is what the retry decision reads of a failed attempt.
+func (c *Client) outcome(ctx context.Context, a attempt, class Class) outcome {
+	o := outcome{
+		class:          class,
+		mayHaveApplied: mayHaveApplied(a.err, a.seen.requests, a.seen.status),
+		retryAfter:     a.seen.retryAfter,
+		callerDone:     ctx.Err() != nil,
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		o.hasDeadline, o.untilDeadline = true, dl.Sub(c.clock.Now())
+	}
+	return o
+}
+
+func (c *Client) callError(spec callSpec, attempts int, b retryBudget, class Class, err error) error {
+	return &Error{Op: spec.op, Zone: spec.zone, Resource: spec.resource, Attempts: attempts, Ambiguous: b.ambiguous, Class: class, Err: err, redact: c.redact}
+}
+
+// backoff is the wait before retrying the attempt-th failure (see
+// retryRules.backoff).
 func (c *Client) backoff(attempt int, retryAfter time.Duration) time.Duration {
-	return c.jitter(attempt, retryAfter, c.cfg.Retry.MaxBackoff)
+	return c.retryRules(callSpec{}).backoff(attempt, retryAfter)
 }
 
-// throttleBackoff is backoff for 429s, capped lower (ThrottleBackoffCap):
-// Scaleway's 429s carry no Retry-After, and its limits refill within
-// seconds, so long waits would only slow the ride through a storm.
-func (c *Client) throttleBackoff(n int, retryAfter time.Duration) time.Duration {
-	return c.jitter(n, retryAfter, min(c.cfg.Retry.MaxBackoff, ThrottleBackoffCap))
-}
-
-// ThrottleBackoffCap caps the wait before retrying a 429 without Retry-After.
-const ThrottleBackoffCap = 5 * time.Second
-
-func (c *Client) jitter(attempt int, retryAfter, maxWait time.Duration) time.Duration {
-	ceil := c.cfg.Retry.BaseBackoff
-	for i := 1; i < attempt && ceil < maxWait; i++ {
-		ceil *= 2
-	}
-	if ceil > maxWait {
-		ceil = maxWait
-	}
+// draw is retryRules.draw for the client's calls: its seeded source, shared
+// by concurrent calls.
+func (c *Client) draw(n int64) int64 {
 	c.randMu.Lock()
 	defer c.randMu.Unlock()
-	if retryAfter > 0 {
-		if retryAfter > c.cfg.Retry.MaxRetryAfter {
-			retryAfter = c.cfg.Retry.MaxRetryAfter
-		}
-		return retryAfter + time.Duration(c.rand.Int64N(int64(c.cfg.Retry.BaseBackoff)+1))
-	}
-	if ceil <= 0 {
-		return 0
-	}
-	return time.Duration(c.rand.Int64N(int64(ceil)))
+	return c.rand.Int64N(n)
 }
 
 // keyedMutex serialises read-modify-write of one server's tags in-process.

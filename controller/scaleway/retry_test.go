@@ -217,3 +217,24 @@ func TestParseRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// TestRetryAfterDateReadsInjectedClock: an HTTP-date Retry-After is measured
+// against the client's clock, like every other wait of the retry loop. The
+// clock here runs 30 minutes ahead of the wall: a date 30 minutes and 5
+// seconds ahead of the wall is 5 seconds away, not half an hour.
+func TestRetryAfterDateReadsInjectedClock(t *testing.T) {
+	s := newScripted(t,
+		reply{status: 503, body: `{"message":"busy"}`, headers: map[string]string{"Retry-After": time.Now().Add(30*time.Minute + 5*time.Second).UTC().Format(http.TimeFormat)}},
+		reply{status: 200, body: okServer})
+	cfg := testConfig(s.srv.URL)
+	cfg.Retry.MaxRetryAfter = time.Hour
+	env := newTestClient(t, cfg)
+	env.clock.advance(30 * time.Minute)
+	if _, err := env.client.GetServer(context.Background(), "", serverID); err != nil {
+		t.Fatal(err)
+	}
+	waits := env.clock.Waits()
+	if len(waits) != 1 || waits[0] < 3*time.Second || waits[0] > 6*time.Second+cfg.Retry.BaseBackoff {
+		t.Fatalf("waits %v, want one of about 5s", waits)
+	}
+}

@@ -25,7 +25,6 @@ import (
 	"time"
 	"unsafe"
 
-	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -100,12 +99,6 @@ type Result struct {
 	Wiped   bool // on failure: every GPT header area was cleared
 }
 
-type chunk struct {
-	buf []byte // aligned, cap ChunkSize
-	n   int
-	off int64
-}
-
 type target struct {
 	f         *os.File
 	fd        int
@@ -157,18 +150,33 @@ type Target struct {
 	DirectIO bool
 }
 
+// withDefaults fills the Options fields Write and Check default.
+func (o Options) withDefaults() Options {
+	if o.SectorSize <= 0 {
+		o.SectorSize = 512
+	}
+	if o.ChunkSize <= 0 {
+		o.ChunkSize = 8 << 20
+	}
+	if o.Buffers <= 0 {
+		o.Buffers = 6
+	}
+	if o.Counters == nil {
+		o.Counters = &Counters{}
+	}
+	if o.Log == nil {
+		o.Log = func(string, ...any) {}
+	}
+	return o
+}
+
 // Check makes every check Write makes before its first byte, on head (the
 // image's first MiB, or all of a smaller image), and writes nothing: it
 // opens the disk the way Write does (exclusively, for writing), asks the
 // device its size and sector size, and compares them with what head's GPT
 // and o.ImageSize need. A nil error means Write would start writing.
 func Check(head []byte, o Options) (Target, Needs, error) {
-	if o.SectorSize <= 0 {
-		o.SectorSize = 512
-	}
-	if o.Log == nil {
-		o.Log = func(string, ...any) {}
-	}
+	o = o.withDefaults()
 	if _, err := expectedDigest(o.ExpectedSHA256); err != nil {
 		return Target{}, Needs{}, err
 	}
@@ -189,24 +197,11 @@ func Check(head []byte, o Options) (Target, Needs, error) {
 // exclusively and reads the image's first MiB before writing anything: a
 // disk that is busy, too small or of the wrong sector size is refused as it
 // was. From the first write on, a failure zeroes every GPT header area.
-func Write(ctx context.Context, r io.Reader, o Options) (res Result, err error) {
-	if o.SectorSize <= 0 {
-		o.SectorSize = 512
-	}
-	if o.ChunkSize <= 0 {
-		o.ChunkSize = 8 << 20
-	}
+func Write(ctx context.Context, r io.Reader, o Options) (Result, error) {
+	var res Result
+	o = o.withDefaults()
 	if o.ChunkSize%HeadSize != 0 {
 		return res, fmt.Errorf("chunk size %d is not a multiple of 1 MiB", o.ChunkSize)
-	}
-	if o.Buffers <= 0 {
-		o.Buffers = 6
-	}
-	if o.Counters == nil {
-		o.Counters = &Counters{}
-	}
-	if o.Log == nil {
-		o.Log = func(string, ...any) {}
 	}
 	want, err := expectedDigest(o.ExpectedSHA256)
 	if err != nil {
@@ -218,182 +213,82 @@ func Write(ctx context.Context, r io.Reader, o Options) (res Result, err error) 
 	}
 	defer t.f.Close()
 	res.BlockDevice = t.blockDev
-	defer func() { res.Direct = res.Written && !t.fellBack }()
 
 	// The image's first MiB (protective MBR, primary GPT) is held back and
 	// written last; it also says what the image needs from the disk.
-	head := alignedBuf(HeadSize)
-	headLen, err := io.ReadFull(r, head)
-	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+	head, err := readHead(r)
+	if err != nil {
 		return res, err
 	}
-	if err := checkImage(head[:headLen], o.ImageSize, t.sector, t.capacity); err != nil {
+	if err := checkImage(head, o.ImageSize, t.sector, t.capacity); err != nil {
 		return res, err
 	}
 	t.oldGPT = t.findOldBackups()
+	rest := r
+	if len(head) < HeadSize {
+		// The image ended within its first MiB: r is not read again.
+		rest = bytes.NewReader(nil)
+	}
 
-	// Clear the old partition tables first: from now until the very end the
-	// disk holds no bootable layout, whatever happens to this process.
+	res.Written = true
+	err = writeImage(ctx, t, head, rest, want, o, &res)
+	res.Direct = !t.fellBack
+	return res, err
+}
+
+// readHead reads the image's first MiB, or all of a smaller image, into an
+// aligned buffer.
+func readHead(r io.Reader) ([]byte, error) {
+	head := alignedBuf(HeadSize)
+	n, err := io.ReadFull(r, head)
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return nil, err
+	}
+	return head[:n], nil
+}
+
+// writeImage writes the image onto a disk that passed every check: it
+// clears the old partition tables, streams the rest of the image, checks
+// its digest, and only then writes head (the partition table). Any failure
+// after the first wipe wipes the disk again (abandon), so a half-written
+// disk never boots.
+func writeImage(ctx context.Context, t *target, head []byte, rest io.Reader, want []byte, o Options, res *Result) error {
+	// From now until the very end the disk holds no bootable layout,
+	// whatever happens to this process.
 	o.Counters.Phase.Store("write")
 	start := time.Now()
-	res.Written = true
 	if err := t.wipe(0); err != nil {
-		return res, err
+		return err
 	}
-	t.maxOffset = 0         // from here on: how far the image reached
-	total := int64(headLen) // written by the write stage, read after Wait
-	o.Counters.Out.Store(int64(headLen))
-	defer func() {
-		res.RawBytes = total
-		if err != nil {
-			if werr := t.wipe(t.maxOffset); werr != nil {
-				err = fmt.Errorf("%w (and wiping the disk failed: %v)", err, werr)
-			} else {
-				res.Wiped = true
-				if t.blockDev {
-					_ = RereadPartitions(t.fd) // best effort: the kernel forgets the old partitions
-				}
-			}
-		}
-	}()
-
+	t.maxOffset = 0 // from here on: how far the image reached
+	w := &imageWriter{t: t, handled: int64(len(head)), progress: &o.Counters.Out}
+	o.Counters.Out.Store(w.handled)
 	h := sha256.New()
-	h.Write(head[:headLen])
-	g, gctx := errgroup.WithContext(ctx)
-	free := make(chan []byte, o.Buffers)
-	for i := 0; i < o.Buffers; i++ {
-		free <- alignedBuf(o.ChunkSize)
+	h.Write(head)
+	err := stream(ctx, rest, h, w, o)
+	res.RawBytes, res.ZeroBytesSkipped = w.handled, w.skipped
+	if err == nil {
+		err = finish(ctx, t, head, h.Sum(nil), want, w.handled, start, o, res)
 	}
-	go func() {
-		<-gctx.Done()
-		// The group's cause is its first error, or Canceled once Wait returned.
-		if o.Abort != nil && !errors.Is(context.Cause(gctx), context.Canceled) {
-			o.Abort()
-		}
-	}()
-	toHash := make(chan chunk, o.Buffers)
-	toWrite := make(chan chunk, o.Buffers)
-	g.Go(func() error { // read
-		defer close(toHash)
-		if headLen < HeadSize {
-			return nil // the image ended within its first MiB
-		}
-		off := int64(headLen)
-		for {
-			var buf []byte
-			select {
-			case buf = <-free:
-			case <-gctx.Done():
-				return gctx.Err()
-			}
-			n, err := io.ReadFull(r, buf)
-			if n > 0 {
-				if off+int64(n) > t.capacity {
-					return fmt.Errorf("%w: the image is larger than the disk's %d bytes", ErrTooSmall, t.capacity)
-				}
-				select {
-				case toHash <- chunk{buf, n, off}:
-				case <-gctx.Done():
-					return gctx.Err()
-				}
-				off += int64(n)
-			}
-			if err == io.EOF || err == io.ErrUnexpectedEOF {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-		}
-	})
-	g.Go(func() error { // hash
-		defer close(toWrite)
-		for c := range toHash {
-			h.Write(c.buf[:c.n])
-			select {
-			case toWrite <- c:
-			case <-gctx.Done():
-				return gctx.Err()
-			}
-		}
-		return nil
-	})
-	g.Go(func() error { // write
-		var zs, ze int64 = -1, -1 // pending zero range
-		flush := func() error {
-			if zs >= 0 && ze > zs {
-				punched, err := t.zeroRange(zs, ze-zs)
-				if err != nil {
-					return err
-				}
-				if punched {
-					res.ZeroBytesSkipped += ze - zs
-				}
-			}
-			zs, ze = -1, -1
-			return nil
-		}
-		for c := range toWrite {
-			p := c.buf[:c.n]
-			for s := 0; s < c.n; {
-				e := min(s+segment, c.n)
-				// Runs of whole zero segments become holes; the unaligned
-				// tail of the image is always written.
-				isZero := e-s == segment && bytes.Equal(p[s:e], t.zeros[:segment])
-				if isZero {
-					if zs < 0 {
-						zs = c.off + int64(s)
-					}
-					ze = c.off + int64(e)
-					s = e
-					continue
-				}
-				if err := flush(); err != nil {
-					return err
-				}
-				// Extend the data run as far as it goes.
-				for e < c.n {
-					ne := min(e+segment, c.n)
-					if ne-e == segment && bytes.Equal(p[e:ne], t.zeros[:segment]) {
-						break
-					}
-					e = ne
-				}
-				if err := t.writeAt(p[s:e], c.off+int64(s)); err != nil {
-					return err
-				}
-				s = e
-			}
-			total = c.off + int64(c.n)
-			o.Counters.Out.Store(c.off + int64(c.n))
-			free <- c.buf
-		}
-		return flush()
-	})
-	if err := g.Wait(); err != nil {
-		if ctx.Err() != nil {
-			return res, ctx.Err()
-		}
-		return res, err
+	if err != nil {
+		res.Wiped, err = t.abandon(err)
 	}
-	sum := h.Sum(nil)
+	return err
+}
+
+// finish checks the image's digest, syncs, writes the held-back head and
+// syncs again, then (optionally) reads the whole image back.
+func finish(ctx context.Context, t *target, head, sum, want []byte, total int64, start time.Time, o Options, res *Result) error {
 	res.SHA256 = hex.EncodeToString(sum)
 	res.WriteSeconds = time.Since(start).Seconds()
 	if !bytes.Equal(sum, want) {
-		return res, fmt.Errorf("%w: the image's SHA-256 is %s, expected %s", ErrDigestMismatch, res.SHA256, o.ExpectedSHA256)
+		return fmt.Errorf("%w: the image's SHA-256 is %s, expected %s", ErrDigestMismatch, res.SHA256, o.ExpectedSHA256)
 	}
 	res.Verified = true
 	o.Counters.Phase.Store("sync")
 	syncStart := time.Now()
-	if err := t.sync(); err != nil {
-		return res, err
-	}
-	// Only now does the disk get its partition table.
-	if err := t.writeAt(head[:headLen], 0); err != nil {
-		return res, err
-	}
-	if err := t.sync(); err != nil {
-		return res, err
+	if err := t.commitHead(head); err != nil {
+		return err
 	}
 	res.SyncSeconds = time.Since(syncStart).Seconds()
 	if t.blockDev {
@@ -404,12 +299,38 @@ func Write(ctx context.Context, r io.Reader, o Options) (res Result, err error) 
 	if o.Readback {
 		o.Counters.Phase.Store("verify")
 		if err := readback(ctx, o.Path, total, want); err != nil {
-			return res, err
+			return err
 		}
 		res.ReadbackVerified = true
 	}
 	o.Counters.Phase.Store("done")
-	return res, nil
+	return nil
+}
+
+// commitHead makes the image bootable: everything else reaches the disk
+// first, then the partition table.
+func (t *target) commitHead(head []byte) error {
+	if err := t.sync(); err != nil {
+		return err
+	}
+	if err := t.writeAt(head, 0); err != nil {
+		return err
+	}
+	return t.sync()
+}
+
+// abandon wipes the disk after a failure (see wipe) and says whether the
+// wipe succeeded. The failure is returned as it is; when the wipe fails
+// too, that is added to its message (the failure stays the one errors.Is
+// matches).
+func (t *target) abandon(failure error) (wiped bool, err error) {
+	if werr := t.wipe(t.maxOffset); werr != nil {
+		return false, fmt.Errorf("%w (and wiping the disk failed: %v)", failure, werr)
+	}
+	if t.blockDev {
+		_ = RereadPartitions(t.fd) // best effort: the kernel forgets the old partitions
+	}
+	return true, failure
 }
 
 func openTarget(o Options) (*target, error) {
@@ -418,22 +339,8 @@ func openTarget(o Options) (*target, error) {
 		return nil, fmt.Errorf("%w: %v", ErrWrite, err)
 	}
 	blockDev := st.Mode()&os.ModeDevice != 0 && st.Mode()&os.ModeCharDevice == 0
-	flags := os.O_RDWR | unix.O_CLOEXEC
-	if blockDev {
-		// O_EXCL on a block device fails with EBUSY while anything (a mount,
-		// RAID, LVM) holds it: the kernel's own "in use" check.
-		flags |= unix.O_EXCL
-	}
 	t := &target{blockDev: blockDev, sector: o.SectorSize, punchOK: true, capacity: o.Capacity, log: o.Log, zeros: alignedBuf(HeadSize)}
-	f, err := os.OpenFile(o.Path, flags|unix.O_DIRECT, 0)
-	if err == nil {
-		t.direct = true
-	} else if errors.Is(err, unix.EINVAL) {
-		// tmpfs and a few others refuse O_DIRECT: fall back to buffered IO.
-		o.Log("warning: %s does not support O_DIRECT; writing through the page cache", o.Path)
-		t.fellBack = true
-		f, err = os.OpenFile(o.Path, flags, 0)
-	}
+	f, err := t.open(o.Path)
 	switch {
 	case errors.Is(err, unix.EBUSY):
 		return nil, fmt.Errorf("%w: %s: the kernel refuses an exclusive open (mounted, or held by RAID/LVM/device-mapper): %v", ErrBusy, o.Path, err)
@@ -445,16 +352,42 @@ func openTarget(o Options) (*target, error) {
 	}
 	t.f, t.fd = f, int(f.Fd())
 	if blockDev {
-		// The device's own answers, not sysfs's or the caller's.
-		var size uint64
-		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(t.fd), unix.BLKGETSIZE64, uintptr(unsafe.Pointer(&size))); e == 0 && (t.capacity <= 0 || int64(size) < t.capacity) {
-			t.capacity = int64(size)
-		}
-		if ss, err := unix.IoctlGetInt(t.fd, unix.BLKSSZGET); err == nil && ss > 0 {
-			t.sector = ss
-		}
+		t.askDevice()
 	}
 	return t, nil
+}
+
+// open opens path for writing, with O_DIRECT when the filesystem takes it,
+// and exclusively when it is a block device.
+func (t *target) open(path string) (*os.File, error) {
+	flags := os.O_RDWR | unix.O_CLOEXEC
+	if t.blockDev {
+		// O_EXCL on a block device fails with EBUSY while anything (a mount,
+		// RAID, LVM) holds it: the kernel's own "in use" check.
+		flags |= unix.O_EXCL
+	}
+	f, err := os.OpenFile(path, flags|unix.O_DIRECT, 0)
+	if err == nil {
+		t.direct = true
+	} else if errors.Is(err, unix.EINVAL) {
+		// tmpfs and a few others refuse O_DIRECT: fall back to buffered IO.
+		t.log("warning: %s does not support O_DIRECT; writing through the page cache", path)
+		t.fellBack = true
+		f, err = os.OpenFile(path, flags, 0)
+	}
+	return f, err
+}
+
+// askDevice takes the block device's own size and sector size, not sysfs's
+// or the caller's. A size the caller gave is kept when it is smaller.
+func (t *target) askDevice() {
+	var size uint64
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(t.fd), unix.BLKGETSIZE64, uintptr(unsafe.Pointer(&size))); e == 0 && (t.capacity <= 0 || int64(size) < t.capacity) {
+		t.capacity = int64(size)
+	}
+	if ss, err := unix.IoctlGetInt(t.fd, unix.BLKSSZGET); err == nil && ss > 0 {
+		t.sector = ss
+	}
 }
 
 // writeAt writes p at off, with O_DIRECT when both are sector aligned;
@@ -463,19 +396,36 @@ func (t *target) writeAt(p []byte, off int64) error {
 	if len(p) == 0 {
 		return nil
 	}
-	if t.direct && (off%int64(t.sector) != 0 || len(p)%t.sector != 0 || uintptrOf(p)%align != 0) {
+	if t.direct && !t.aligned(p, off) {
 		// The unaligned end of an image: through the page cache, then back to O_DIRECT.
 		if err := t.setDirect(false); err != nil {
 			return err
 		}
-		defer func() {
-			if !t.fellBack {
-				if err := t.setDirect(true); err != nil {
-					t.fellBack = true
-				}
-			}
-		}()
+		defer t.restoreDirect()
 	}
+	return t.pwriteAll(p, off)
+}
+
+// aligned reports whether O_DIRECT can write p at off: offset and length
+// whole sectors, the buffer aligned in memory.
+func (t *target) aligned(p []byte, off int64) bool {
+	return off%int64(t.sector) == 0 && len(p)%t.sector == 0 && uintptrOf(p)%align == 0
+}
+
+// restoreDirect turns O_DIRECT back on after an unaligned write, unless it
+// was given up; if it cannot be, it is given up from then on.
+func (t *target) restoreDirect() {
+	if t.fellBack {
+		return
+	}
+	if err := t.setDirect(true); err != nil {
+		t.fellBack = true
+	}
+}
+
+// pwriteAll writes all of p at off, falling back to the page cache for good
+// when the filesystem refuses an O_DIRECT write it accepted at open.
+func (t *target) pwriteAll(p []byte, off int64) error {
 	for len(p) > 0 {
 		n, err := unix.Pwrite(t.fd, p, off)
 		if err == unix.EINTR {
