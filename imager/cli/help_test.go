@@ -52,7 +52,7 @@ func TestUnknownCommand(t *testing.T) {
 	for _, args := range [][]string{{"frobnicate"}, {"wirte", "--help"}, {"help", "wirte"}} {
 		code, out, errb := mainRun(args...)
 		if code != 2 || out != "" || !strings.Contains(errb, "unknown command") ||
-			!strings.Contains(errb, "the commands are write, inspect, write-config, erase, publish, schematic, version") {
+			!strings.Contains(errb, "the commands are write, inspect, write-config, erase, publish, presign, schematic, version") {
 			t.Fatalf("%v: exit %d stdout %q stderr %q", args, code, out, errb)
 		}
 	}
