@@ -70,3 +70,6 @@ func blocks(t testing.TB, file string) []block {
 // console blocks and unlabelled ones are transcripts (a command and its
 // output), read but never run.
 func isShell(b block) bool { return b.Lang == "sh" || b.Lang == "bash" || b.Lang == "shell" }
+
+// isYAML says whether a block is a YAML example.
+func isYAML(b block) bool { return b.Lang == "yaml" || b.Lang == "yml" }

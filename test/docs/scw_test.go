@@ -14,25 +14,30 @@ import (
 	"github.com/scaleway/scaleway-sdk-go/scw"
 )
 
-// TestMain lets this test binary play `scw`, Scaleway's CLI, which is not
-// installed here: the docs' blocks run with a directory on PATH where
-// "scw" is a link to this binary (scwOnPath), and a process started under
-// that name runs scwMain instead of the tests.
+// TestMain lets this test binary play `scw` (Scaleway's CLI) and `helm`,
+// which are not installed here: the docs' blocks run with a directory on
+// PATH where "scw" and "helm" are links to this binary (standInOnPath), and
+// a process started under either name runs scwMain or helmMain instead of
+// the tests.
 func TestMain(m *testing.M) {
-	if filepath.Base(os.Args[0]) == "scw" {
+	switch filepath.Base(os.Args[0]) {
+	case "scw":
 		os.Exit(scwMain(os.Args[1:], os.Stdout, os.Stderr))
+	case "helm":
+		os.Exit(helmMain(os.Args[1:], os.Stderr))
 	}
 	os.Exit(m.Run())
 }
 
-// scwOnPath puts a "scw" that is this test binary into dir.
-func scwOnPath(t *testing.T, dir string) {
+// standInOnPath puts a command name (scw, helm) that is this test binary
+// into dir.
+func standInOnPath(t *testing.T, dir, name string) {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(self, filepath.Join(dir, "scw")); err != nil {
+	if err := os.Symlink(self, filepath.Join(dir, name)); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -238,7 +238,7 @@ func walkthroughEnv(t *testing.T, w *world.World, bin, keyFile, imager string) [
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	scwOnPath(t, bin)
+	standInOnPath(t, bin, "scw")
 	if err := os.Symlink(imager, filepath.Join(bin, "em-imager")); err != nil {
 		t.Fatal(err)
 	}
