@@ -127,6 +127,7 @@ type scenario struct{ Before, After string }
 // Commands that cannot run here are in notHere, with the reason; the
 // walkthrough is TestWalkthrough's.
 func TestDocs(t *testing.T) {
+	t.Parallel() // beside TestWalkthrough: both mostly wait
 	k := testenv.StartKube(t, testenv.KubeOptions{CRDs: apis.CRDs})
 	cs, err := kubernetes.NewForConfig(k.Config)
 	if err != nil {
@@ -176,6 +177,11 @@ func TestDocs(t *testing.T) {
 			t.Errorf("notHere: no shell line of %s starts with %q any more: remove the entry", e.File, e.Prefix)
 		}
 	}
+	for i, p := range placeholders {
+		if !used[-1-i] {
+			t.Errorf("placeholders: no shell block holds %q any more: remove the entry", p.From)
+		}
+	}
 }
 
 // scenarioFor is the scenario of a block, if any.
@@ -197,10 +203,14 @@ func scenarioFor(b block) (scenario, bool) {
 
 // prepare turns a block into the script that runs: placeholders replaced,
 // the lines notHere names (and their continuations) made no-ops, stopping
-// at the first failing command.
+// at the first failing command. used records the notHere entries (by
+// index) and placeholders (by -1-index) that matched.
 func prepare(b block, used map[int]bool) string {
 	text := b.Text
-	for _, p := range placeholders {
+	for i, p := range placeholders {
+		if strings.Contains(text, p.From) {
+			used[-1-i] = true
+		}
 		text = strings.ReplaceAll(text, p.From, p.To)
 	}
 	var out []string

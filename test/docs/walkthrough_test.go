@@ -65,12 +65,19 @@ const (
 // the commands, as written, must leave a Ready Node whose providerID names
 // the server, with Talos read its config from the disk.
 func TestWalkthrough(t *testing.T) {
+	t.Parallel() // beside TestDocs: both mostly wait
 	script := walkthroughScript(t)
+	render := filepath.Join(t.TempDir(), "talosgen-render")
+	build := exec.Command("go", "build", "-o", render, "./talosgen/cmd/talosgen-render")
+	build.Dir = root(t)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build talosgen-render: %v\n%s", err, out)
+	}
 	for _, login := range []world.RescueLogin{world.RescueLoginKey, world.RescueLoginPassword} {
 		t.Run(string(login), func(t *testing.T) {
 			// Each world mostly waits (boots, kubelet): the two overlap.
 			t.Parallel()
-			runWalkthrough(t, script, login)
+			runWalkthrough(t, script, login, render)
 		})
 	}
 }
@@ -97,7 +104,7 @@ func walkthroughScript(t *testing.T) string {
 	return "set -euo pipefail\n" + script
 }
 
-func runWalkthrough(t *testing.T, script string, login world.RescueLogin) {
+func runWalkthrough(t *testing.T, script string, login world.RescueLogin, render string) {
 	w := world.Start(t, world.Options{TalosVersion: walkthroughTalos, SchematicID: walkthroughSchematic, RescueLogin: login})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -121,7 +128,7 @@ func runWalkthrough(t *testing.T, script string, login world.RescueLogin) {
 	server := orderServer(t, w, client)
 
 	bin := filepath.Join(work, "bin")
-	env := walkthroughEnv(t, w, bin, keyFile, imager)
+	env := walkthroughEnv(t, w, bin, keyFile, imager, render)
 	script = strings.NewReplacer(placeholderServer, server, placeholderKey, key.ID).Replace(script)
 	cmd := exec.CommandContext(ctx, "bash", "-c", script)
 	cmd.Dir, cmd.Env = work, env
@@ -233,7 +240,7 @@ func orderServer(t *testing.T, w *world.World, client *scw.Client) string {
 // walkthroughEnv is the workstation of the walkthrough: PATH with scw, ssh,
 // em-imager and talosgen-render in bin, the S3 variables of publish, the
 // SDK's and kubectl's.
-func walkthroughEnv(t *testing.T, w *world.World, bin, keyFile, imager string) []string {
+func walkthroughEnv(t *testing.T, w *world.World, bin, keyFile, imager, render string) []string {
 	t.Helper()
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		t.Fatal(err)
@@ -242,10 +249,8 @@ func walkthroughEnv(t *testing.T, w *world.World, bin, keyFile, imager string) [
 	if err := os.Symlink(imager, filepath.Join(bin, "em-imager")); err != nil {
 		t.Fatal(err)
 	}
-	build := exec.Command("go", "build", "-o", filepath.Join(bin, "talosgen-render"), "./talosgen/cmd/talosgen-render")
-	build.Dir = root(t)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build talosgen-render: %v\n%s", err, out)
+	if err := os.Symlink(render, filepath.Join(bin, "talosgen-render")); err != nil {
+		t.Fatal(err)
 	}
 	sshPath, err := exec.LookPath("ssh")
 	if err != nil {
