@@ -48,7 +48,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	case "--version", "-version":
 		cmd = "version"
 	}
-	if !slices.Contains(Commands, cmd) || cmd == "publish" || cmd == "schematic" {
+	if !slices.Contains(Commands, cmd) || cmd == "publish" || cmd == "presign" || cmd == "schematic" {
 		unknownCommand(stderr, cmd)
 		return 2
 	}

@@ -18,6 +18,8 @@ const Usage = `em-imager writes a (compressed) raw disk image from a URL onto a 
   em-imager erase   (--disk PATH... | --all-disks) [--method auto|discard|overwrite] [--full]
                     erase what a former node left (discard, verified; else zeroes)
   em-imager publish --input FILE|URL --schematic ID --talos-version vX.Y.Z   image + manifest -> S3
+  em-imager presign --schematic ID --talos-version vX.Y.Z   expiring URLs of a private bucket's image,
+                    manifest and em-imager, for a rescue shell
   em-imager schematic [--extension NAME]...   the Image Factory schematic ID to publish (talos.config=metal-iso)
   em-imager version
 
@@ -28,9 +30,9 @@ truncated, format, manifest), 5 disk, 6 write/verify/erase, 7 not confirmed,
 130 interrupted, 1 other.
 `
 
-// Commands are em-imager's subcommands; publish and schematic are
+// Commands are em-imager's subcommands; publish, presign and schematic are
 // dispatched by imager/cmd/em-imager, the others by Main.
-var Commands = []string{"write", "inspect", "write-config", "erase", "publish", "schematic", "version"}
+var Commands = []string{"write", "inspect", "write-config", "erase", "publish", "presign", "schematic", "version"}
 
 const writeHelp = `usage: em-imager write --manifest URL [--disk PATH|auto] [flags]
        em-imager write --image URL --sha256 HEX [--image-size BYTES] [--disk PATH|auto] [flags]

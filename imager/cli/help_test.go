@@ -52,7 +52,7 @@ func TestUnknownCommand(t *testing.T) {
 	for _, args := range [][]string{{"frobnicate"}, {"wirte", "--help"}, {"help", "wirte"}} {
 		code, out, errb := mainRun(args...)
 		if code != 2 || out != "" || !strings.Contains(errb, "unknown command") ||
-			!strings.Contains(errb, "the commands are write, inspect, write-config, erase, publish, schematic, version") {
+			!strings.Contains(errb, "the commands are write, inspect, write-config, erase, publish, presign, schematic, version") {
 			t.Fatalf("%v: exit %d stdout %q stderr %q", args, code, out, errb)
 		}
 	}
@@ -76,13 +76,19 @@ func TestBareWrite(t *testing.T) {
 	}
 }
 
-// publish's and schematic's help come from their packages, through the
+// publish's, presign's and schematic's help come from their packages, through the
 // binary's dispatch.
 func TestPublishHelp(t *testing.T) {
 	bin := sharedBinary(t)
 	for _, args := range [][]string{{"publish", "-h"}, {"help", "publish"}} {
 		out, err := exec.Command(bin, args...).CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "Usage: em-imager publish") || !strings.Contains(string(out), "-imager-binary") {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+	}
+	for _, args := range [][]string{{"presign", "-h"}, {"help", "presign"}} {
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "Usage: em-imager presign") || !strings.Contains(string(out), "-expires") {
 			t.Fatalf("%v: %v\n%s", args, err, out)
 		}
 	}

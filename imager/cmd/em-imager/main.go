@@ -32,11 +32,16 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	args := os.Args[1:]
-	if len(args) == 2 && args[0] == "help" && (args[1] == "publish" || args[1] == "schematic") {
+	if len(args) == 2 && args[0] == "help" && (args[1] == "publish" || args[1] == "presign" || args[1] == "schematic") {
 		args = []string{args[1], "-h"}
 	}
 	if len(args) > 0 && args[0] == "schematic" {
 		os.Exit(schematic.Main(args[1:], os.Stdout, os.Stderr))
+	}
+	if len(args) > 0 && args[0] == "presign" {
+		code := publish.PresignMain(ctx, args[1:], os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
 	}
 	if len(args) > 0 && args[0] == "publish" {
 		code := publish.Main(ctx, args[1:], os.Stdout, os.Stderr)

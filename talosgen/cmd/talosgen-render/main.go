@@ -49,10 +49,11 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) er
 		networkPath  = fs.String("network", "", "Network YAML (see talosgen.Network; optional)")
 		out          = fs.String("o", "", "write the config to this file instead of stdout")
 		showHash     = fs.Bool("hash", false, "print the inputs hash to stderr")
+		kubeVersion  = fs.String("kubernetes-version", "", "kubelet version when the Secret names none: the API server's (kubectl version), as the controller does; without either, Talos machinery's default, which may be newer than the cluster")
 	)
 
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: talosgen-render --secret PATH --nodeclaim FILE --report FILE [--settings FILE] [--network FILE] [-o FILE]\n")
+		fmt.Fprintf(stderr, "usage: talosgen-render --secret PATH --nodeclaim FILE --report FILE [--settings FILE] [--network FILE] [--kubernetes-version V] [-o FILE]\n")
 		fs.PrintDefaults()
 	}
 
@@ -80,6 +81,11 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) er
 	join, err := talosgen.ParseJoinSecret(name, data)
 	if err != nil {
 		return err
+	}
+
+	if *kubeVersion != "" {
+		// The Secret's kubernetes-version still wins, as in the controller.
+		join.DefaultKubernetesVersion(*kubeVersion)
 	}
 
 	var nc karpv1.NodeClaim

@@ -187,3 +187,23 @@ func TestRenderCLIErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestRenderKubernetesVersionFlag: --kubernetes-version gives the kubelet
+// the API server's version when the Secret names none (an operator
+// rendering by hand, imager/README.md), as the controller does; without
+// it the kubelet is Talos machinery's default, which may be newer than
+// the cluster.
+func TestRenderKubernetesVersionFlag(t *testing.T) {
+	args := []string{"--secret", "testdata/join-secret", "--nodeclaim", "testdata/nodeclaim.yaml", "--report", "testdata/report.json"}
+	var stdout, stderr bytes.Buffer
+	if err := run(append(args, "--kubernetes-version", "v1.33.2"), &stdout, &stderr, noEnv); err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	cfg, err := configloader.NewFromBytes(stdout.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img := cfg.Machine().Kubelet().Image(); !strings.HasSuffix(img, ":v1.33.2") {
+		t.Errorf("kubelet image %q, want the version given", img)
+	}
+}
