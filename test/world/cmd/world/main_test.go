@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -89,8 +90,17 @@ func TestWorldRunsADeploymentOnAProviderNode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The simulated Talos owns the Node (docs/world.md): KWOK never writes it.
+		for _, mf := range n.ManagedFields {
+			if strings.Contains(strings.ToLower(mf.Manager), "kwok") {
+				t.Errorf("node %s was written by %s (%s %s): KWOK must only play pods", n.Name, mf.Manager, mf.Operation, mf.Subresource)
+			}
+		}
 		if !strings.HasPrefix(n.Spec.ProviderID, "scaleway-em://") {
 			t.Errorf("pod %s runs on node %s with providerID %q, not a provider-made node", p.Name, n.Name, n.Spec.ProviderID)
+		}
+		if !slices.ContainsFunc(p.ManagedFields, func(mf metav1.ManagedFieldsEntry) bool { return strings.Contains(strings.ToLower(mf.Manager), "kwok") }) {
+			t.Errorf("pod %s is Ready but KWOK never wrote it: managers %v", p.Name, p.ManagedFields)
 		}
 		if p.Status.PodIP == "" || p.Status.HostIP == "" {
 			t.Errorf("pod %s is Ready without a pod IP (%q) or a host IP (%q)", p.Name, p.Status.PodIP, p.Status.HostIP)
