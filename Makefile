@@ -20,7 +20,7 @@ export TEST_ASSET_KUBE_SCHEDULER := $(BIN)/kube-scheduler
 export TEST_ASSET_VERSITYGW := $(BIN)/versitygw
 export TEST_ASSET_EM_IMAGER := $(BIN)/em-imager
 
-.PHONY: all help build imager-binaries image image-push test fuzz bench bench-nodes demo soak e2e tools lint deps vet fmt-check tidy-check clean chart-crds chart-package docs dashboards catalog-snapshot licenses smoke-live
+.PHONY: all help build imager-binaries image image-push test fuzz bench bench-nodes demo world soak e2e tools lint deps vet fmt-check tidy-check clean chart-crds chart-package docs dashboards catalog-snapshot licenses smoke-live
 
 all: build
 
@@ -159,6 +159,13 @@ catalog-snapshot: ## regenerate the embedded offer snapshot from the recorded AP
 demo: deps build tools ## the whole provider against the simulated world (DEMO_PROFILE=realistic for real delays)
 	$(GO) build -o $(BIN)/demo ./test/demo/cmd/demo
 	$(BIN)/demo
+
+# The simulated world with the provider and Karpenter core, kept running for kubectl or other tools (test/world/cmd/world):
+# prints the kubeconfig it writes (bin/world/kubeconfig) and runs until Ctrl-C or SIGTERM; pods run on its nodes
+# (kube-controller-manager + KWOK). WORLD_PROFILE (else DEMO_PROFILE) picks the delays; WORLD_FLAGS='-keep' keeps the logs.
+world: deps build tools ## the simulated world with the provider, kept running: prints KUBECONFIG (WORLD_PROFILE=realistic for real delays)
+	$(GO) build -o $(BIN)/run-world ./test/world/cmd/world
+	$(BIN)/run-world $(WORLD_FLAGS)
 
 # Seeded chaos schedules (test/soak): each plays about a minute of pod waves, NodeClass edits, API faults and
 # controller kills against the real controller on the simulated world (fast profile), then checks the money

@@ -13,6 +13,9 @@ const (
 	BinEtcd          = "etcd"
 	BinKubeScheduler = "kube-scheduler"
 	BinVersityGW     = "versitygw"
+	// BinKubeControllerManager and BinKWOK make pods run (world.Options.RunPods).
+	BinKubeControllerManager = "kube-controller-manager"
+	BinKWOK                  = "kwok"
 )
 
 // assetEnv is the per-binary override, e.g. TEST_ASSET_KUBE_APISERVER (the

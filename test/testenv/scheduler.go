@@ -74,35 +74,54 @@ func NewScheduler(ctx context.Context, k *Kube, opts SchedulerOptions) (*Schedul
 }
 
 func (s *Scheduler) start(ctx context.Context, bin string, k *Kube, dir string, extra []string, timeout time.Duration) error {
-	port, err := freePort()
+	p, port, err := startComponent(ctx, "kube-scheduler", bin, k, dir, "/readyz", append([]string{"--leader-elect=false"}, extra...), s.LogPath, timeout)
 	if err != nil {
 		return err
 	}
-	s.Port = port
+	s.proc, s.Port = p, port
+	return nil
+}
+
+// startComponent runs a Kubernetes control-plane component (kube-scheduler,
+// kube-controller-manager: they share these flags) against k through k's
+// admin kubeconfig, serving on a free port on 127.0.0.1, and waits until
+// its health path answers 200.
+func startComponent(ctx context.Context, name, bin string, k *Kube, dir, health string, extra []string, logPath string, timeout time.Duration) (*process, int, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, 0, err
+	}
 	args := append([]string{
 		"--kubeconfig=" + k.KubeconfigPath,
-		// Delegated authn/authz of the scheduler's own endpoints go to the
+		// Delegated authn/authz of the component's own endpoints go to the
 		// same API server instead of in-cluster lookups that cannot work here.
 		"--authentication-kubeconfig=" + k.KubeconfigPath,
 		"--authorization-kubeconfig=" + k.KubeconfigPath,
 		// envtest's API server has no request-header CA to look up.
 		"--authentication-skip-lookup=true",
-		"--leader-elect=false",
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(port),
-		"--cert-dir=" + filepath.Join(dir, "scheduler-certs"),
+		"--cert-dir=" + filepath.Join(dir, name+"-certs"),
 	}, extra...)
-	p, err := startProcess("kube-scheduler", bin, args, nil, s.LogPath)
+	p, err := startProcess(name, bin, args, nil, logPath)
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
-	// The serving certificate is self-signed by the scheduler at start, so
+	// The serving certificate is self-signed by the component at start, so
 	// there is nothing to verify it against; this only probes readiness.
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the test scheduler serves a self-signed certificate on localhost
-	url := fmt.Sprintf("https://%s/readyz", hostPort(port))
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the test component serves a self-signed certificate on localhost
+	if err := waitHTTP(ctx, p, hc, fmt.Sprintf("https://%s%s", hostPort(port), health), timeout); err != nil {
+		_ = p.stop(5 * time.Second)
+		return nil, 0, err
+	}
+	return p, port, nil
+}
+
+// waitHTTP waits until url answers 200 (or p exits, or timeout passes).
+func waitHTTP(ctx context.Context, p *process, hc *http.Client, url string, timeout time.Duration) error {
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	err = p.waitReady(cctx, func(ctx context.Context) error {
+	return p.waitReady(cctx, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return err
@@ -114,16 +133,10 @@ func (s *Scheduler) start(ctx context.Context, bin string, k *Kube, dir string, 
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("readyz: HTTP %d: %s", resp.StatusCode, b)
+			return fmt.Errorf("%s: HTTP %d: %s", url, resp.StatusCode, b)
 		}
 		return nil
 	})
-	if err != nil {
-		_ = p.stop(5 * time.Second)
-		return err
-	}
-	s.proc = p
-	return nil
 }
 
 // Stop stops the scheduler and removes its directory if NewScheduler

@@ -26,10 +26,10 @@ KUBE_LDFLAGS := \
 	-X k8s.io/component-base/version.gitMinor=35 \
 	-X k8s.io/component-base/version.gitTreeState=clean
 
-TOOLS_BINARIES := $(BIN)/versitygw $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kube-scheduler $(BIN)/controller-gen
+TOOLS_BINARIES := $(BIN)/versitygw $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kube-scheduler $(BIN)/kube-controller-manager $(BIN)/kwok $(BIN)/controller-gen
 
 .PHONY: tools $(patsubst $(BIN)/%,bin/%,$(TOOLS_BINARIES))
-tools: $(TOOLS_BINARIES) ## the test tools in bin/ (kube-apiserver, etcd, kube-scheduler, versitygw, controller-gen)
+tools: $(TOOLS_BINARIES) ## the test tools in bin/ (kube-apiserver, etcd, kube-scheduler, kube-controller-manager, kwok, versitygw, controller-gen)
 
 # `make bin/etcd` etc. from the repository root: the real targets are absolute.
 $(patsubst $(BIN)/%,bin/%,$(TOOLS_BINARIES)): bin/%: $(BIN)/%
@@ -53,6 +53,13 @@ $(BIN)/kube-apiserver: $(TOOLS_DIR)/kubernetes/go.mod $(TOOLS_DIR)/kubernetes/go
 
 $(BIN)/kube-scheduler: $(TOOLS_DIR)/kubernetes/go.mod $(TOOLS_DIR)/kubernetes/go.sum
 	$(call tool_build,kubernetes,k8s.io/kubernetes/cmd/kube-scheduler,$(KUBE_LDFLAGS))
+
+$(BIN)/kube-controller-manager: $(TOOLS_DIR)/kubernetes/go.mod $(TOOLS_DIR)/kubernetes/go.sum
+	$(call tool_build,kubernetes,k8s.io/kubernetes/cmd/kube-controller-manager,$(KUBE_LDFLAGS))
+
+# KWOK wants k8s.io/* v0.36 while the provider pins v0.35: its own module, like the others.
+$(BIN)/kwok: $(TOOLS_DIR)/kwok/go.mod $(TOOLS_DIR)/kwok/go.sum
+	$(call tool_build,kwok,sigs.k8s.io/kwok/cmd/kwok,)
 
 $(BIN)/etcd: $(TOOLS_DIR)/etcd/go.mod $(TOOLS_DIR)/etcd/go.sum $(TOOLS_DIR)/etcd/main.go
 	$(call tool_build,etcd,.,)

@@ -31,9 +31,13 @@
 //
 // A program (make demo) uses New and Stop instead of Start.
 //
-// The world runs no kube-controller-manager: Workload plays the ReplicaSet
-// (recreating evicted pods), and a node whose heartbeat stops is not marked
-// Unknown unless a test calls talosapi.MarkUnknown.
+// By default the world runs no kube-controller-manager: Workload plays the
+// ReplicaSet (recreating evicted pods), pods stay as the scheduler bound
+// them, and a node whose heartbeat stops is not marked Unknown unless a test
+// calls talosapi.MarkUnknown. Options.RunPods adds kube-controller-manager
+// and KWOK, which plays the pods of the nodes the simulated Talos registered
+// (Running and Ready; terminating pods deleted) and never writes a Node
+// (docs/world.md); `make world` (cmd/world) runs such a world until stopped.
 //
 //	make tools build && go test -count=1 ./test/world/
 package world

@@ -3,11 +3,13 @@ package world
 import (
 	"context"
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -94,4 +96,34 @@ func (w *World) Apply(ctx context.Context, objs ...client.Object) error {
 		}
 	}
 	return nil
+}
+
+// WaitNodeClassReady waits until the NodeClass's Ready condition is True
+// (its image manifest read from the bucket, its join Secret parsed); the
+// error after timeout says the condition's reason and message.
+func (w *World) WaitNodeClassReady(ctx context.Context, name string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
+		if err := w.Kube.Client.Get(ctx, types.NamespacedName{Name: name}, nc); err != nil {
+			return err
+		}
+		msg := "no Ready condition yet"
+		for _, c := range nc.Status.Conditions {
+			if c.Type == "Ready" {
+				if c.Status == metav1.ConditionTrue {
+					return nil
+				}
+				msg = fmt.Sprintf("%s: %s", c.Reason, c.Message)
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("NodeClass %s not Ready after %s: %s", name, timeout, msg)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }

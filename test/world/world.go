@@ -23,6 +23,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/diskimage"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/machine"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/talosapi"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testenv"
 )
 
@@ -83,6 +84,14 @@ type Options struct {
 	// RescueLogin is how the simulated rescue systems let the controller
 	// in (default RescueLoginKey).
 	RescueLogin RescueLogin
+	// RunPods makes pods run as in a cluster: kube-controller-manager
+	// (Deployments, ReplicaSets, Jobs, DaemonSets, the node lifecycle and
+	// taint eviction, garbage collection) and KWOK, which plays the pods of
+	// the nodes the simulated Talos registered (Running and Ready; a
+	// terminating pod is deleted). Off, pods stay as the scheduler bound
+	// them and Workload plays the ReplicaSet. docs/world.md says who owns
+	// what.
+	RunPods bool
 	// Logf receives progress lines (nil: discarded; Start uses t.Logf).
 	Logf func(format string, args ...any)
 }
@@ -127,8 +136,11 @@ type World struct {
 	Kube      *testenv.Kube
 	Clientset kubernetes.Interface
 	Scheduler *testenv.Scheduler
-	S3        *testenv.S3
-	Sim       *scwsim.Sim
+	// ControllerManager and KWOK run with Options.RunPods (nil otherwise).
+	ControllerManager *testenv.ControllerManager
+	KWOK              *testenv.KWOK
+	S3                *testenv.S3
+	Sim               *scwsim.Sim
 	// SimURL is the Scaleway API endpoint (SCW_API_URL).
 	SimURL string
 	// Machines plays the servers (rescue SSH, Talos API, kubelet).
@@ -220,7 +232,11 @@ func New(ctx context.Context, opts Options) (w *World, err error) {
 		return nil, fmt.Errorf("Options.Profile: %w", err)
 	}
 	// Fail fast, before minutes of work, when a binary is missing.
-	for _, b := range []string{testenv.BinKubeAPIServer, testenv.BinEtcd, testenv.BinKubeScheduler, testenv.BinVersityGW} {
+	bins := []string{testenv.BinKubeAPIServer, testenv.BinEtcd, testenv.BinKubeScheduler, testenv.BinVersityGW}
+	if opts.RunPods {
+		bins = append(bins, testenv.BinKubeControllerManager, testenv.BinKWOK)
+	}
+	for _, b := range bins {
 		if _, err := testenv.FindBinary(b); err != nil {
 			return nil, err
 		}
@@ -245,7 +261,7 @@ func New(ctx context.Context, opts Options) (w *World, err error) {
 		}
 	}()
 	logf := opts.Logf
-	for _, d := range []string{"kube", "scheduler", "s3", "machines", "controller"} {
+	for _, d := range []string{"kube", "scheduler", "s3", "machines", "controller", "pods"} {
 		if err := os.MkdirAll(filepath.Join(w.Dir, d), 0o700); err != nil {
 			return w, err
 		}
@@ -296,6 +312,11 @@ func New(ctx context.Context, opts Options) (w *World, err error) {
 	}
 	w.Scheduler = sched
 	w.onStop(sched.Stop)
+	if opts.RunPods {
+		if err := w.startPods(ctx); err != nil {
+			return w, err
+		}
+	}
 
 	if err := w.createNamespace(ctx, opts.SystemNamespace); err != nil {
 		return w, err
@@ -375,7 +396,11 @@ func (w *World) LogTails(n int) string {
 	if w.Kube != nil {
 		b.WriteString(w.Kube.LogTails(n))
 	}
-	for _, p := range []string{filepath.Join(w.Dir, "scwsim.log"), filepath.Join(w.Dir, "machines", "machines.log")} {
+	logs := []string{filepath.Join(w.Dir, "scwsim.log"), filepath.Join(w.Dir, "machines", "machines.log")}
+	if w.Opts.RunPods {
+		logs = append(logs, filepath.Join(w.Dir, "pods", "kube-controller-manager.log"), filepath.Join(w.Dir, "pods", "kwok.log"))
+	}
+	for _, p := range logs {
 		fmt.Fprintf(&b, "--- %s\n%s\n", filepath.Base(p), tailFile(p, n))
 	}
 	return b.String()
@@ -386,5 +411,28 @@ func (w *World) createNamespace(ctx context.Context, name string) error {
 	if err != nil && !strings.Contains(err.Error(), "already exists") {
 		return fmt.Errorf("namespace %s: %w", name, err)
 	}
+	return nil
+}
+
+// startPods starts kube-controller-manager and KWOK (Options.RunPods), both
+// logging into <Dir>/pods. KWOK plays only the nodes the simulated Talos
+// registered (talosapi.AnnotationKubelet) and no Node stage: their kubelet
+// keeps their status and Lease.
+func (w *World) startPods(ctx context.Context) error {
+	dir := filepath.Join(w.Dir, "pods")
+	kcm, err := testenv.NewControllerManager(ctx, w.Kube, testenv.ControllerManagerOptions{Dir: dir})
+	if err != nil {
+		return fmt.Errorf("kube-controller-manager: %w", err)
+	}
+	w.ControllerManager = kcm
+	w.onStop(kcm.Stop)
+	kw, err := testenv.NewKWOK(ctx, w.Kube, testenv.KWOKOptions{Dir: dir,
+		ManageNodesWithAnnotation: talosapi.AnnotationKubelet + "=" + talosapi.KubeletSimulated})
+	if err != nil {
+		return fmt.Errorf("kwok: %w", err)
+	}
+	w.KWOK = kw
+	w.onStop(kw.Stop)
+	w.Opts.Logf("world: kube-controller-manager and KWOK running (pods of the simulated Talos nodes go Running)")
 	return nil
 }

@@ -46,7 +46,9 @@
 //   - addresses (IPv4 and IPv6 InternalIP, Hostname), nodeInfo (kubelet
 //     version from the kubelet image tag, OS image "Talos (<version>)", arch);
 //   - Ready=True (or False "KubeletNotReady" with NeverReady), then a Lease in
-//     kube-node-lease and the Ready heartbeat every HeartbeatInterval.
+//     kube-node-lease and the Ready heartbeat every HeartbeatInterval;
+//   - the annotation AnnotationKubelet, by which the world's KWOK knows the
+//     nodes whose pods it plays (it never writes the Node itself).
 //
 // JoinPolicy makes configs that could not join fail to register: the
 // bootstrap token must exist as a kube-system bootstrap-token Secret, the

@@ -55,6 +55,14 @@ type JoinPolicy struct {
 	Endpoint string
 }
 
+// AnnotationKubelet is on every Node a simulated kubelet registered, with
+// the value KubeletSimulated: the world's KWOK (world.Options.RunPods)
+// plays the pods of those Nodes, and of no other.
+const (
+	AnnotationKubelet = "sim.karpenter-scaleway-em.io/kubelet"
+	KubeletSimulated  = "talosapi"
+)
+
 // KubeletOptions configure one simulated kubelet.
 type KubeletOptions struct {
 	Client   kubernetes.Interface
@@ -287,6 +295,7 @@ func desiredNode(cfg config.Provider, hw Hardware) (*corev1.Node, error) {
 	annotations := map[string]string{
 		"node.alpha.kubernetes.io/ttl":                           "0",
 		"volumes.kubernetes.io/controller-managed-attach-detach": "true",
+		AnnotationKubelet:                                        KubeletSimulated,
 	}
 	for k, v := range cfg.Machine().NodeAnnotations() {
 		annotations[k] = v

@@ -36,7 +36,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -524,31 +523,11 @@ func (d *demo) watchNodeClaimEvents(ctx context.Context) {
 }
 
 func (d *demo) waitNodeClassReady(ctx context.Context, name string) error {
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
-		if err := d.w.Kube.Client.Get(ctx, types.NamespacedName{Name: name}, nc); err != nil {
-			return err
-		}
-		msg := "no Ready condition yet"
-		for _, c := range nc.Status.Conditions {
-			if c.Type == "Ready" {
-				if c.Status == metav1.ConditionTrue {
-					d.printf("NodeClass %s Ready (image manifest read from the bucket, join Secret parsed)", name)
-					return nil
-				}
-				msg = fmt.Sprintf("%s: %s", c.Reason, c.Message)
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("NodeClass %s not Ready after 2m: %s", name, msg)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+	if err := d.w.WaitNodeClassReady(ctx, name, 2*time.Minute); err != nil {
+		return err
 	}
+	d.printf("NodeClass %s Ready (image manifest read from the bucket, join Secret parsed)", name)
+	return nil
 }
 
 func (d *demo) waitPods(ctx context.Context, timeout time.Duration, wls ...*world.Workload) error {
