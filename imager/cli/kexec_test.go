@@ -9,6 +9,7 @@ import (
 	"errors"
 	"math/rand"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -281,5 +282,26 @@ func TestKexecInspect(t *testing.T) {
 		if k == nil || k.Possible != (c.code == "") || k.Code != c.code || k.Reason == "" || k.Loaded || !r.OK {
 			t.Fatalf("%+v: inspect's kexec %+v", c.k, k)
 		}
+	}
+}
+
+// The built binary, run as the simulated rescue hosts run it (a fake root
+// in EM_IMAGER_SYSROOT, over a pipe): it records the jump and exits 0, as
+// a real host's session would end after one.
+func TestKexecBinaryFakeRoot(t *testing.T) {
+	bin := sharedBinary(t)
+	d := kexecHost(t, &faketree.Kexec{}, kexecCmdline, machineConfig)
+	cmd := exec.Command(bin, "kexec", "--disk", "/dev/nvme0n1", "--jump-delay", "0")
+	cmd.Env = append(os.Environ(), hostroot.EnvVar+"="+d.root)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("em-imager kexec: %v\n%s", err, out)
+	}
+	r, err := report.Parse(out)
+	if err != nil || !r.OK || !r.Kexec.Jumping || strings.Contains(string(out), kexecSecret) {
+		t.Fatalf("report %v:\n%s", err, out)
+	}
+	if rec, err := kexec.ReadRecord(hostroot.Root{Dir: d.root}); err != nil || !rec.Jumped || rec.Cmdline != kexecCmdline {
+		t.Fatalf("record: %+v %v", rec, err)
 	}
 }
