@@ -77,6 +77,8 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		return emit(stdout, runWriteConfig(ctx, rest, stdin))
 	case "erase":
 		return emit(stdout, runErase(ctx, rest, std))
+	case "kexec":
+		return runKexec(ctx, rest, stdout, stderr)
 	}
 	fmt.Fprintf(stdout, "em-imager %s (%s %s/%s, report schema v%d)\n", version.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH, report.Version)
 	return 0

@@ -17,22 +17,23 @@ const Usage = `em-imager writes a (compressed) raw disk image from a URL onto a 
   em-imager write-config --disk PATH < config.yaml   machine config -> metal-iso partition
   em-imager erase   (--disk PATH... | --all-disks) [--method auto|discard|overwrite] [--full]
                     erase what a former node left (discard, verified; else zeroes)
+  em-imager kexec   --disk PATH [--dry-run]   boot the written image without a firmware reboot
   em-imager publish --input FILE|URL --schematic ID --talos-version vX.Y.Z   image + manifest -> S3
   em-imager presign --schematic ID --talos-version vX.Y.Z   expiring URLs of a private bucket's image,
                     manifest and em-imager, for a rescue shell
   em-imager schematic [--extension NAME]...   the Image Factory schematic ID to publish (talos.config=metal-iso)
   em-imager version
 
-write, inspect, write-config and erase print exactly one JSON report on stdout; progress goes to stderr.
+write, inspect, write-config, erase and kexec print exactly one JSON report on stdout; progress goes to stderr.
 Run "em-imager COMMAND -h" (or "em-imager help COMMAND") for a command's flags.
 Exit status: 0 ok, 2 bad arguments, 3 download, 4 image data (digest, corrupt,
 truncated, format, manifest), 5 disk, 6 write/verify/erase, 7 not confirmed,
-130 interrupted, 1 other.
+8 kexec refused (nothing loaded: reboot instead), 130 interrupted, 1 other.
 `
 
 // Commands are em-imager's subcommands; publish, presign and schematic are
 // dispatched by imager/cmd/em-imager, the others by Main.
-var Commands = []string{"write", "inspect", "write-config", "erase", "publish", "presign", "schematic", "version"}
+var Commands = []string{"write", "inspect", "write-config", "erase", "kexec", "publish", "presign", "schematic", "version"}
 
 const writeHelp = `usage: em-imager write --manifest URL [--disk PATH|auto] [flags]
        em-imager write --image URL --sha256 HEX [--image-size BYTES] [--disk PATH|auto] [flags]
@@ -82,6 +83,10 @@ func help(w io.Writer, command string) bool {
 	case "erase":
 		fs := newEraseFlagSet(&eraseFlags{})
 		fmt.Fprint(w, EraseUsage)
+		printDefaults(w, fs)
+	case "kexec":
+		fs := newKexecFlagSet(&kexecFlags{})
+		fmt.Fprint(w, KexecUsage)
 		printDefaults(w, fs)
 	case "version":
 		fmt.Fprint(w, versionHelp)

@@ -23,6 +23,7 @@ func TestHelpPerCommand(t *testing.T) {
 		"inspect":      {"usage: em-imager inspect", "-manifest string", "-disk string", "disk to describe", "-allow-virtual"},
 		"write-config": {"usage: em-imager write-config --disk PATH", "-disk PATH", "that em-imager write imaged"},
 		"erase":        {"usage: em-imager erase", "-all-disks", "-method string", "-full", "hours on an HDD"},
+		"kexec":        {"usage: em-imager kexec --disk PATH", "-dry-run", "-config-sha256 HEX", "-jump-delay duration"},
 		"version":      {"usage: em-imager version"},
 	}
 	for cmd, wants := range cases {
@@ -52,7 +53,7 @@ func TestUnknownCommand(t *testing.T) {
 	for _, args := range [][]string{{"frobnicate"}, {"wirte", "--help"}, {"help", "wirte"}} {
 		code, out, errb := mainRun(args...)
 		if code != 2 || out != "" || !strings.Contains(errb, "unknown command") ||
-			!strings.Contains(errb, "the commands are write, inspect, write-config, erase, publish, presign, schematic, version") {
+			!strings.Contains(errb, "the commands are write, inspect, write-config, erase, kexec, publish, presign, schematic, version") {
 			t.Fatalf("%v: exit %d stdout %q stderr %q", args, code, out, errb)
 		}
 	}

@@ -51,6 +51,7 @@ func runInspect(ctx context.Context, args []string, std streams) *report.Report 
 	}
 	root := hostroot.Resolve(f.sysroot)
 	r.NICs, r.Warnings = nics(root, r.Warnings)
+	r.Kexec = kexecVerdict(root)
 	c, err := blockdev.Choose(root, blockdev.Request{Disk: f.disk, ImageSize: spec.size, AllowVirtual: f.allowVirtual})
 	r.Disk, r.RejectedDisks = c.Disk, c.Rejected
 	hostDisks(root, r)
@@ -154,6 +155,11 @@ func tables(w io.Writer, root hostroot.Root, r *report.Report, f inspectFlags, s
 	}
 	for _, l := range table(rows) {
 		fmt.Fprintln(w, l)
+	}
+	if k := r.Kexec; k != nil && k.Possible {
+		fmt.Fprintln(w, "\nkexec: possible: "+k.Reason)
+	} else if k != nil {
+		fmt.Fprintf(w, "\nkexec: not possible (%s): %s\n", k.Code, k.Reason)
 	}
 	for _, warn := range r.Warnings {
 		fmt.Fprintln(w, "warning: "+warn)

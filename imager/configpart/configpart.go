@@ -259,6 +259,22 @@ func Read(path string, sectorSize int) ([]byte, Volume, error) {
 	return d.read()
 }
 
+// Imaged checks, read-only, that the disk at path holds what a verified
+// `em-imager write` leaves (a valid primary GPT and a boot signature: a
+// failed write wipes them) and returns its sector size (sectorSize, or
+// the GPT's when 0). Errors wrap ErrNotImaged as Write's do.
+func Imaged(path string, sectorSize int) (int, error) {
+	d, err := open(path, true, sectorSize)
+	if err != nil {
+		return 0, err
+	}
+	defer d.Close()
+	if _, err := d.table(); err != nil {
+		return 0, err
+	}
+	return int(d.LogicalBlocksize), nil
+}
+
 // partitionDisk is an open disk: go-diskfs's Disk and how it was opened.
 type partitionDisk struct {
 	*disk.Disk

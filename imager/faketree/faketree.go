@@ -71,6 +71,21 @@ type Host struct {
 	// DefaultRoute names the interface of the IPv4 default route (and IPv6 when DefaultRoute6 is set).
 	DefaultRoute  string
 	DefaultRoute6 string
+	// Kexec describes the kernel's kexec switches (imager/kexec reads
+	// them); nil leaves them out: a kernel without kexec.
+	Kexec *Kexec
+}
+
+// Kexec is what em-imager kexec and inspect find about kexec on the host.
+type Kexec struct {
+	Disabled bool // proc/sys/kernel/kexec_load_disabled reads 1 (else 0)
+	// Lockdown is the active mode in sys/kernel/security/lockdown (none,
+	// integrity, confidentiality); "" leaves the file out.
+	Lockdown   string
+	SecureBoot bool // the SecureBoot efivar's last byte is 1 (else 0)
+	// Refuse is an errno name (ENOSYS, EBUSY, EPERM, EKEYREJECTED...)
+	// written to kexec/refuse: the fake kexec_file_load fails with it.
+	Refuse string
 }
 
 func write(path, content string) error {
@@ -136,11 +151,53 @@ func Build(dir string, h Host) error {
 	if err := os.WriteFile(filepath.Join(dir, "proc", "net", "route"), []byte(route), 0o644); err != nil {
 		return err
 	}
+	if h.Kexec != nil {
+		if err := buildKexec(dir, *h.Kexec); err != nil {
+			return err
+		}
+	}
 	v6 := ""
 	if h.DefaultRoute6 != "" {
 		v6 = strings.Repeat("0", 32) + " 00 " + strings.Repeat("0", 32) + " 00 fe800000000000000000000000000001 00000400 00000001 00000000 00000003 " + h.DefaultRoute6 + "\n"
 	}
 	return os.WriteFile(filepath.Join(dir, "proc", "net", "ipv6_route"), []byte(v6), 0o644)
+}
+
+// secureBootVar is imager/kexec.SecureBootVar (faketree imports nothing of em-imager's).
+const secureBootVar = "SecureBoot-8be4df61-93ca-11d0-aa0d-00e098032b8c"
+
+func buildKexec(dir string, k Kexec) error {
+	if err := write(filepath.Join(dir, "proc", "sys", "kernel", "kexec_load_disabled"), b01(k.Disabled)); err != nil {
+		return err
+	}
+	if k.Lockdown != "" {
+		modes := []string{}
+		for _, m := range []string{"none", "integrity", "confidentiality"} {
+			if m == k.Lockdown {
+				m = "[" + m + "]"
+			}
+			modes = append(modes, m)
+		}
+		if err := write(filepath.Join(dir, "sys", "kernel", "security", "lockdown"), strings.Join(modes, " ")); err != nil {
+			return err
+		}
+	}
+	// efivarfs: four attribute bytes (NV|BS|RT), then the value.
+	sb := []byte{0x06, 0, 0, 0, 0}
+	if k.SecureBoot {
+		sb[4] = 1
+	}
+	efivars := filepath.Join(dir, "sys", "firmware", "efi", "efivars")
+	if err := os.MkdirAll(efivars, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(efivars, secureBootVar), sb, 0o644); err != nil {
+		return err
+	}
+	if k.Refuse != "" {
+		return write(filepath.Join(dir, "kexec", "refuse"), k.Refuse)
+	}
+	return nil
 }
 
 // mountinfo renders h.Mounts as /proc/self/mountinfo does: with the

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/diskfs/go-diskfs/backend"
 	"github.com/diskfs/go-diskfs/backend/file"
 	"github.com/diskfs/go-diskfs/filesystem/fat32"
 	"github.com/diskfs/go-diskfs/partition/gpt"
@@ -113,14 +114,63 @@ type Found struct {
 // FromDisk reads the command line of the UKI in the EFI system partition of
 // the disk image (or disk) at path, whose GPT uses sectorSize-byte sectors.
 func FromDisk(p string, sectorSize int) (Found, error) {
-	b, err := file.OpenFromPath(p, true)
+	u, err := OpenUKI(p, sectorSize)
 	if err != nil {
 		return Found{}, err
 	}
-	defer b.Close()
+	defer u.Close()
+	cmdline, err := peCmdline(u)
+	if err != nil {
+		return Found{}, fmt.Errorf("%s: %w", u.Source, err)
+	}
+	return Found{Cmdline: cmdline, Source: u.Source}, nil
+}
+
+// UKI is the unified kernel image found on a disk, open for reading: an
+// io.ReaderAt over the PE file, Size bytes long. Close it when done.
+type UKI struct {
+	io.ReaderAt
+	Size int64
+	// Source names the file, e.g. "EFI/Linux/Talos-v1.12.1.efi".
+	Source  string
+	closers []io.Closer
+}
+
+// Close releases the file and the disk.
+func (u *UKI) Close() error {
+	var first error
+	for i := len(u.closers) - 1; i >= 0; i-- {
+		if err := u.closers[i].Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	u.closers = nil
+	return first
+}
+
+// OpenUKI finds the one UKI in the EFI system partition of the disk image
+// (or disk) at path, whose GPT uses sectorSize-byte sectors, and opens it:
+// the file sd-boot boots, read as FromDisk reads its command line, and what
+// imager/kexec takes the kernel and initramfs from. Errors wrap ErrNotFound
+// when the disk has no UKI.
+func OpenUKI(p string, sectorSize int) (*UKI, error) {
+	b, err := file.OpenFromPath(p, true)
+	if err != nil {
+		return nil, err
+	}
+	u, err := findUKI(b, sectorSize)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	u.closers = append([]io.Closer{b}, u.closers...)
+	return u, nil
+}
+
+func findUKI(b backend.Storage, sectorSize int) (*UKI, error) {
 	t, err := gpt.Read(b, sectorSize, sectorSize)
 	if err != nil {
-		return Found{}, fmt.Errorf("%w: no GPT: %v", ErrNotFound, err)
+		return nil, fmt.Errorf("%w: no GPT: %v", ErrNotFound, err)
 	}
 	var esp *gpt.Partition
 	for _, part := range t.Partitions {
@@ -130,15 +180,15 @@ func FromDisk(p string, sectorSize int) (Found, error) {
 		}
 	}
 	if esp == nil {
-		return Found{}, fmt.Errorf("%w: no EFI system partition", ErrNotFound)
+		return nil, fmt.Errorf("%w: no EFI system partition", ErrNotFound)
 	}
 	fs, err := fat32.Read(b, int64(esp.End-esp.Start+1)*int64(sectorSize), int64(esp.Start)*int64(sectorSize), int64(sectorSize))
 	if err != nil {
-		return Found{}, fmt.Errorf("%w: the EFI system partition is not FAT32: %v", ErrNotFound, err)
+		return nil, fmt.Errorf("%w: the EFI system partition is not FAT32: %v", ErrNotFound, err)
 	}
 	entries, err := fs.ReadDir("EFI/Linux") // an io/fs path: no leading slash
 	if err != nil {
-		return Found{}, fmt.Errorf("%w: no EFI/Linux directory", ErrNotFound)
+		return nil, fmt.Errorf("%w: no EFI/Linux directory", ErrNotFound)
 	}
 	var ukis []string
 	for _, e := range entries {
@@ -148,36 +198,28 @@ func FromDisk(p string, sectorSize int) (Found, error) {
 	}
 	switch len(ukis) {
 	case 0:
-		return Found{}, fmt.Errorf("%w: EFI/Linux holds no .efi file", ErrNotFound)
+		return nil, fmt.Errorf("%w: EFI/Linux holds no .efi file", ErrNotFound)
 	case 1:
 	default:
 		// A freshly built image has one; more means an upgraded disk, whose
 		// default entry only sd-boot's state knows.
-		return Found{}, fmt.Errorf("several unified kernel images (%s): cannot tell which one boots", strings.Join(ukis, ", "))
+		return nil, fmt.Errorf("several unified kernel images (%s): cannot tell which one boots", strings.Join(ukis, ", "))
 	}
 	st, err := fs.Stat(ukis[0])
 	if err != nil {
-		return Found{}, fmt.Errorf("%s: %w", ukis[0], err)
+		return nil, fmt.Errorf("%s: %w", ukis[0], err)
 	}
 	f, err := fs.OpenFile("/"+ukis[0], os.O_RDONLY)
 	if err != nil {
-		return Found{}, fmt.Errorf("%s: %w", ukis[0], err)
+		return nil, fmt.Errorf("%s: %w", ukis[0], err)
 	}
-	defer f.Close()
-	cmdline, err := peCmdline(&seekerReaderAt{rs: f, size: st.Size()})
-	if err != nil {
-		return Found{}, fmt.Errorf("%s: %w", ukis[0], err)
-	}
-	return Found{Cmdline: cmdline, Source: ukis[0]}, nil
+	return &UKI{ReaderAt: &seekerReaderAt{rs: f, size: st.Size()}, Size: st.Size(), Source: ukis[0], closers: []io.Closer{f}}, nil
 }
 
-// peCmdline returns the first .cmdline section of a PE file (the default
-// profile of a multi-profile UKI), read up to its VirtualSize as Talos does.
-func peCmdline(r io.ReaderAt) (string, error) {
-	f, err := pe.NewFile(r)
-	if err != nil {
-		return "", fmt.Errorf("not a PE file: %w", err)
-	}
+// Cmdline returns the first .cmdline section of the PE file f (the default
+// profile of a multi-profile UKI), read up to its VirtualSize as Talos
+// does. Errors wrap ErrNotFound when there is none.
+func Cmdline(f *pe.File) (string, error) {
 	s := f.Section(".cmdline")
 	if s == nil {
 		return "", fmt.Errorf("%w: the PE file has no .cmdline section", ErrNotFound)
@@ -190,6 +232,15 @@ func peCmdline(r io.ReaderAt) (string, error) {
 		b = b[:i]
 	}
 	return strings.TrimSpace(string(b)), nil
+}
+
+// peCmdline returns the command line of the PE file r (see Cmdline).
+func peCmdline(r io.ReaderAt) (string, error) {
+	f, err := pe.NewFile(r)
+	if err != nil {
+		return "", fmt.Errorf("not a PE file: %w", err)
+	}
+	return Cmdline(f)
 }
 
 // seekerReaderAt gives debug/pe the io.ReaderAt it needs over a go-diskfs

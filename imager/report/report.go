@@ -53,7 +53,55 @@ const (
 	CodeEraseUnverified = "erase_unverified"
 	CodeInterrupted     = "interrupted"
 	CodeInternal        = "internal"
+	// CodeConfigNotVerified: kexec found an image that reads its config
+	// from the metal-iso partition (talos.config=metal-iso) and no config
+	// there, or one whose sha256 is not --config-sha256. Neither a jump
+	// nor a reboot would boot a node: run write-config again.
+	CodeConfigNotVerified = "config_not_verified"
 )
+
+// Kexec refusal codes: `em-imager kexec` did not jump and changed nothing
+// (an image it loaded is unloaded again), so the caller boots the disk
+// with an ordinary reboot instead (KexecFallback). All exit with status 8.
+const (
+	// CodeKexecDisabled: /proc/sys/kernel/kexec_load_disabled is 1, or
+	// kexec_load_limit_reboot is 0.
+	CodeKexecDisabled = "kexec_disabled"
+	// CodeKexecLockdown: kernel lockdown (integrity or confidentiality)
+	// lets only kernels signed with a key the rescue kernel trusts load.
+	CodeKexecLockdown = "kexec_lockdown"
+	// CodeKexecSecureBoot: the firmware booted with SecureBoot on; Talos's
+	// SecureBoot images seal their disk encryption to what the firmware
+	// and systemd-stub measure, which a jump would skip.
+	CodeKexecSecureBoot = "kexec_secure_boot"
+	// CodeKexecUnsupported: the kernel has no kexec_file_load (ENOSYS, or
+	// no kexec at all: no kexec_load_disabled sysctl).
+	CodeKexecUnsupported = "kexec_unsupported"
+	// CodeKexecNotPermitted: EPERM (no CAP_SYS_BOOT, or a policy refused).
+	CodeKexecNotPermitted = "kexec_not_permitted"
+	// CodeKexecBusy: EBUSY, another kexec load was in progress.
+	CodeKexecBusy = "kexec_busy"
+	// CodeKexecSignatureRequired: the kernel checks kexec images'
+	// signatures and refused this one (EKEYREJECTED, EBADMSG, ENOKEY).
+	CodeKexecSignatureRequired = "kexec_signature_required"
+	// CodeKexecNoKernel: the disk's EFI system partition holds no unified
+	// kernel image (or not exactly one, or one without .linux).
+	CodeKexecNoKernel = "kexec_no_kernel"
+	// CodeKexecFailed: kexec_file_load failed otherwise (ENOEXEC, EINVAL,
+	// ENOMEM), or reboot(LINUX_REBOOT_CMD_KEXEC) returned.
+	CodeKexecFailed = "kexec_failed"
+)
+
+// KexecFallback reports whether code is a kexec refusal: nothing jumped,
+// nothing changed, and an ordinary reboot boots the disk as before.
+func KexecFallback(code string) bool {
+	switch code {
+	case CodeKexecDisabled, CodeKexecLockdown, CodeKexecSecureBoot, CodeKexecUnsupported, CodeKexecNotPermitted,
+		CodeKexecBusy, CodeKexecSignatureRequired, CodeKexecNoKernel, CodeKexecFailed:
+		return true
+	}
+	return false
+}
 
 // ExitCode maps an error code to the process exit status, so shell users get
 // a distinct status per class of failure. 0 is reserved for success.
@@ -67,12 +115,15 @@ func ExitCode(code string) int {
 		return 3
 	case CodeDigestMismatch, CodeTruncatedInput, CodeCorruptInput, CodeUnsupportedFormat, CodeManifestInvalid:
 		return 4
-	case CodeDiskTooSmall, CodeDiskNotFound, CodeDiskBusy, CodeDiskUnsuitable, CodeDiskNotImaged:
+	case CodeDiskTooSmall, CodeDiskNotFound, CodeDiskBusy, CodeDiskUnsuitable, CodeDiskNotImaged, CodeConfigNotVerified:
 		return 5
 	case CodeWriteFailed, CodeVerifyFailed, CodeWipeFailed, CodeEraseFailed, CodeEraseUnverified:
 		return 6
 	case CodeNotConfirmed:
 		return 7
+	case CodeKexecDisabled, CodeKexecLockdown, CodeKexecSecureBoot, CodeKexecUnsupported, CodeKexecNotPermitted,
+		CodeKexecBusy, CodeKexecSignatureRequired, CodeKexecNoKernel, CodeKexecFailed:
+		return 8
 	case CodeInterrupted:
 		return 130
 	default:
@@ -84,7 +135,7 @@ func ExitCode(code string) int {
 // (network trouble) as opposed to a failure that needs a different input.
 func Retryable(code string) bool {
 	switch code {
-	case CodeSourceUnreachable, CodeStalled, CodeSourceChanged, CodeInterrupted, CodeTruncatedInput, CodeEraseFailed:
+	case CodeSourceUnreachable, CodeStalled, CodeSourceChanged, CodeInterrupted, CodeTruncatedInput, CodeEraseFailed, CodeKexecBusy:
 		return true
 	}
 	return false
@@ -93,7 +144,7 @@ func Retryable(code string) bool {
 // Report is the single JSON object on stdout.
 type Report struct {
 	Version int    `json:"version"`
-	Command string `json:"command"` // write | inspect | write-config | erase
+	Command string `json:"command"` // write | inspect | write-config | erase | kexec
 	OK      bool   `json:"ok"`
 	Error   *Error `json:"error,omitempty"`
 	// Imager is the em-imager build that wrote the report.
@@ -113,7 +164,11 @@ type Report struct {
 	Config *Config `json:"config,omitempty"`
 	// Erased says what erase did to each disk it was asked to erase, in
 	// the order asked (also the disks it failed on).
-	Erased  []Erase  `json:"erased,omitempty"`
+	Erased []Erase `json:"erased,omitempty"`
+	// Kexec says whether this rescue kernel can jump into the written
+	// image without a firmware reboot (inspect, kexec), and what kexec
+	// loaded.
+	Kexec   *Kexec   `json:"kexec,omitempty"`
 	Timings *Timings `json:"timings,omitempty"`
 	// Warnings are things that did not fail the command but an operator may
 	// want to know (no O_DIRECT, no hole punching, BLKRRPART refused...).
@@ -281,6 +336,45 @@ type Erase struct {
 	Left  string `json:"left,omitempty"`
 	Error *Error `json:"error,omitempty"`
 }
+
+// Kexec is `em-imager kexec`'s plan and outcome, or inspect's verdict on
+// the host (Possible, Code, Reason only). It never holds the command line:
+// Talos's can carry secrets (a talos.config URL with a token, SideroLink's
+// join token); only its digest and length, and whether it is metal-iso.
+type Kexec struct {
+	// Possible: nothing known refuses kexec here (inspect: the kernel's
+	// switches; kexec: also the load itself).
+	Possible bool `json:"possible"`
+	// Code is the refusal's error code when not Possible; Reason says why
+	// in words, or what was checked.
+	Code   string `json:"code,omitempty"`
+	Reason string `json:"reason"`
+	// Layout is where the kernel came from: KexecLayoutUKI.
+	Layout string `json:"layout,omitempty"`
+	// Source is the UKI's path in the EFI system partition.
+	Source        string `json:"source,omitempty"`
+	KernelBytes   int64  `json:"kernelBytes,omitempty"`
+	KernelSHA256  string `json:"kernelSha256,omitempty"`
+	InitrdBytes   int64  `json:"initrdBytes,omitempty"`
+	InitrdSHA256  string `json:"initrdSha256,omitempty"`
+	CmdlineBytes  int    `json:"cmdlineBytes,omitempty"`
+	CmdlineSHA256 string `json:"cmdlineSha256,omitempty"`
+	// MetalISO: the command line has talos.config=metal-iso, and
+	// ConfigSHA256 is the config found in the metal-iso partition.
+	MetalISO     bool   `json:"metalIso,omitempty"`
+	ConfigSHA256 string `json:"configSha256,omitempty"`
+	// Loaded: kexec_file_load accepted the kernel. Jumping: the report is
+	// printed, then em-imager syncs and reboots into it: the SSH session
+	// ends without an exit status (under a fake root, em-imager writes
+	// Record and exits 0 instead).
+	Loaded  bool `json:"loaded"`
+	Jumping bool `json:"jumping"`
+	// Record is the file a fake root's jump was recorded in.
+	Record string `json:"record,omitempty"`
+}
+
+// Kexec.Layout values.
+const KexecLayoutUKI = "uki"
 
 // Erase.Method values.
 const (

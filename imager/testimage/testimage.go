@@ -30,6 +30,10 @@ type Spec struct {
 	// line (see UKI), as Talos's images have.
 	UKICmdline   string
 	TalosVersion string // in the UKI's name (default v1.12.0)
+	// UKILinux, when set, is the UKI's .linux section (the kernel) instead
+	// of random bytes; UKIInitrd, when set, adds an .initrd section. Tests
+	// that extract them (imager/kexec) compare with these bytes.
+	UKILinux, UKIInitrd []byte
 }
 
 type part struct {
@@ -190,9 +194,12 @@ func Write(path string, s Spec) (string, error) {
 			version = "v1.12.0"
 		}
 		// The kernel stands in for the data the EFI partition had.
-		linux := make([]byte, min(int64(float64(s.DataBytes)*layout[0].share), exts[0].n*ss/2))
-		rng.Read(linux)
-		if err := FormatEFI(path, exts[0].start*ss, exts[0].n*ss, int(ss), version, UKI(s.UKICmdline, version, linux)); err != nil {
+		linux := s.UKILinux
+		if linux == nil {
+			linux = make([]byte, min(int64(float64(s.DataBytes)*layout[0].share), exts[0].n*ss/2))
+			rng.Read(linux)
+		}
+		if err := FormatEFI(path, exts[0].start*ss, exts[0].n*ss, int(ss), version, UKIWithInitrd(s.UKICmdline, version, linux, s.UKIInitrd)); err != nil {
 			return "", err
 		}
 	}

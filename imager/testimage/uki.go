@@ -17,16 +17,25 @@ import (
 // sections .osrel, .cmdline (the kernel arguments), .uname and .linux (linux
 // stands in for the kernel). It parses with debug/pe; it does not run.
 func UKI(cmdline, version string, linux []byte) []byte {
+	return UKIWithInitrd(cmdline, version, linux, nil)
+}
+
+// UKIWithInitrd is UKI with an .initrd section holding initrd (none when
+// nil), in the place ukify and Talos's imager put it, after .cmdline.
+func UKIWithInitrd(cmdline, version string, linux, initrd []byte) []byte {
 	const fileAlign = 512
-	sections := []struct {
+	type section struct {
 		name string
 		data []byte
-	}{
+	}
+	sections := []section{
 		{".osrel", fmt.Appendf(nil, "NAME=Talos\nID=talos\nVERSION_ID=%s\n", version)},
 		{".cmdline", []byte(cmdline)},
-		{".uname", []byte("6.18.0-talos")},
-		{".linux", linux},
 	}
+	if initrd != nil {
+		sections = append(sections, section{".initrd", initrd})
+	}
+	sections = append(sections, section{".uname", []byte("6.18.0-talos")}, section{".linux", linux})
 	align := func(n int) int { return (n + fileAlign - 1) / fileAlign * fileAlign }
 	var hdr bytes.Buffer
 	dos := make([]byte, 0x40)
