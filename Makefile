@@ -93,13 +93,13 @@ tidy-check: ## fail when go mod tidy would change go.mod or go.sum
 # imager/diskprobe must recognise and lay out the disks --wipe-other-disks erases, blkid and wipefs check them; tmux is
 # the real terminal em-imager's terminal tests type into; prometheus gives promtool, which checks and unit-tests the
 # chart's alerts, and the Prometheus that scrapes the controller in test/monitoring; kubectl runs the token cleanup line
-# docs/security.md gives) and make image uses
-# (ca-certificates' certificates go into the images).
+# docs/security.md gives; buildah builds the top-level Dockerfiles in build/ociimage's test, daemonless) and make image
+# uses (ca-certificates' certificates go into the images).
 deps: ## install the Debian packages the tests and make image use
 	@missing=""; for c in xz:xz-utils zstd:zstd curl:curl sgdisk:gdisk mtype:mtools fsck.fat:dosfstools objdump:binutils \
 		qemu-aarch64:qemu-user qemu-x86_64:qemu-user losetup:mount partx:util-linux unshare:util-linux mkfs.ext4:e2fsprogs \
 		mkfs.xfs:xfsprogs mkfs.vfat:dosfstools mkswap:util-linux sfdisk:fdisk blkid:util-linux wipefs:util-linux \
-		tmux:tmux sha256sum:coreutils prometheus:prometheus promtool:prometheus kubectl:kubernetes-client; do \
+		tmux:tmux sha256sum:coreutils prometheus:prometheus promtool:prometheus kubectl:kubernetes-client buildah:buildah; do \
 		command -v $${c%%:*} >/dev/null || missing="$$missing $${c##*:}"; done; \
 	[ -d /usr/share/ca-certificates/mozilla ] || missing="$$missing ca-certificates"; \
 	missing=$$(printf '%s\n' $$missing | sort -u | xargs); \
