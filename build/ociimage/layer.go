@@ -78,7 +78,7 @@ func readCABundle(dir string) (bundle []byte, count int, err error) {
 		return nil, 0, err
 	}
 	if len(paths) == 0 {
-		return nil, 0, fmt.Errorf("no *.crt in %s: install Debian's ca-certificates (make deps) or pass the directory holding them", dir)
+		return nil, 0, fmt.Errorf("no *.crt in %s: install Debian's ca-certificates (make image-deps) or pass the directory holding them", dir)
 	}
 	slices.Sort(paths)
 	var buf bytes.Buffer
