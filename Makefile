@@ -20,7 +20,7 @@ export TEST_ASSET_KUBE_SCHEDULER := $(BIN)/kube-scheduler
 export TEST_ASSET_VERSITYGW := $(BIN)/versitygw
 export TEST_ASSET_EM_IMAGER := $(BIN)/em-imager
 
-.PHONY: all help build imager-binaries image image-push test fuzz bench bench-nodes demo world soak e2e tools lint deps vet fmt-check tidy-check clean chart-crds chart-package docs dashboards catalog-snapshot licenses smoke-live
+.PHONY: all help build imager-binaries image image-push test fuzz bench bench-nodes demo world soak e2e tools lint deps image-deps vet fmt-check tidy-check clean chart-crds chart-package docs dashboards catalog-snapshot licenses smoke-live
 
 all: build
 
@@ -57,9 +57,20 @@ $(BIN)/em-imager-linux-%: FORCE
 # (default: the chart's, ghcr.io/karpenter-scaleway-em) names them. SOURCE_DATE_EPOCH defaults to
 # the commit's time, so a commit always gives the same digests.
 IMAGE_OUT ?= bin/image
-IMAGE_FLAGS = -out $(IMAGE_OUT)$(if $(IMAGE_VERSION), -version $(IMAGE_VERSION))$(if $(REGISTRY), -registry $(REGISTRY))
-image: deps ## the container images as OCI layouts and archives in bin/image (no Docker engine)
+# It also writes bin/image/context, what the top-level Dockerfile and Dockerfile.imager copy (docs/install.md).
+# CA_CERTS names another directory of *.crt files than Debian's /usr/share/ca-certificates/mozilla.
+IMAGE_FLAGS = -out $(IMAGE_OUT)$(if $(IMAGE_VERSION), -version $(IMAGE_VERSION))$(if $(REGISTRY), -registry $(REGISTRY))$(if $(CA_CERTS), -ca-certs $(CA_CERTS))
+image: image-deps ## the container images as OCI layouts and archives in bin/image (no Docker engine)
 	$(GO) run ./build/ociimage/cmd/ociimage build $(IMAGE_FLAGS)
+
+# What make image needs beyond Go (go.mod's version or newer), the Go module proxy and git (for the revision label;
+# optional): only the certificates it puts into the images, Debian's ca-certificates, installed when missing unless
+# CA_CERTS names other ones. Not deps: the tests' packages have nothing to do with an image (docs/install.md says so,
+# and build/ociimage's TestMakeImageInstallsOnlyCACertificates checks both).
+IMAGE_PACKAGES := ca-certificates
+image-deps: ## install what make image needs beyond Go: Debian's ca-certificates
+	@if [ -z "$(CA_CERTS)" ] && [ ! -d /usr/share/ca-certificates/mozilla ]; then echo "installing $(IMAGE_PACKAGES)"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(IMAGE_PACKAGES)) >/dev/null; fi
 
 # Push both images to REGISTRY (e.g. ghcr.io/me) with the credentials of docker/podman/crane login.
 image-push: image ## push both images: make image-push REGISTRY=ghcr.io/me
@@ -93,13 +104,15 @@ tidy-check: ## fail when go mod tidy would change go.mod or go.sum
 # imager/diskprobe must recognise and lay out the disks --wipe-other-disks erases, blkid and wipefs check them; tmux is
 # the real terminal em-imager's terminal tests type into; prometheus gives promtool, which checks and unit-tests the
 # chart's alerts, and the Prometheus that scrapes the controller in test/monitoring; kubectl runs the token cleanup line
-# docs/security.md gives and the docs-as-tests; ssh and jq run imager/README.md's rescue walkthrough in test/docs) and make image uses
+# docs/security.md gives and the docs-as-tests; ssh and jq run imager/README.md's rescue walkthrough in test/docs;
+# buildah builds the top-level Dockerfiles in build/ociimage's test, daemonless) and make image uses
 # (ca-certificates' certificates go into the images).
-deps: ## install the Debian packages the tests and make image use
+deps: ## install the Debian packages the tests use
 	@missing=""; for c in xz:xz-utils zstd:zstd curl:curl sgdisk:gdisk mtype:mtools fsck.fat:dosfstools objdump:binutils \
 		qemu-aarch64:qemu-user qemu-x86_64:qemu-user losetup:mount partx:util-linux unshare:util-linux mkfs.ext4:e2fsprogs \
 		mkfs.xfs:xfsprogs mkfs.vfat:dosfstools mkswap:util-linux sfdisk:fdisk blkid:util-linux wipefs:util-linux \
-		tmux:tmux sha256sum:coreutils ssh:openssh-client jq:jq prometheus:prometheus promtool:prometheus kubectl:kubernetes-client; do \
+		tmux:tmux sha256sum:coreutils ssh:openssh-client jq:jq prometheus:prometheus promtool:prometheus \
+		kubectl:kubernetes-client buildah:buildah; do \
 		command -v $${c%%:*} >/dev/null || missing="$$missing $${c##*:}"; done; \
 	[ -d /usr/share/ca-certificates/mozilla ] || missing="$$missing ca-certificates"; \
 	missing=$$(printf '%s\n' $$missing | sort -u | xargs); \

@@ -27,7 +27,7 @@
 // eviction memory.available 100Mi, nodefs.available 10%).
 //
 // Requirements carry every Karpenter well-known label (instance-type, arch amd64/arm64/riscv64 from the CPU
-// name, os linux, zone, region, capacity-type on-demand, windows-build DoesNotExist) and the labels under
+// name, "unknown" for a CPU not recognised, never guessed amd64; os linux, zone, region, capacity-type on-demand, windows-build DoesNotExist) and the labels under
 // karpenter-scaleway-em.io/ listed in labels.go, registered as well-known so NodePools can select on them.
 // Labels an offer does not have (gpu-model and gpu-count on CPU offers) are DoesNotExist.
 //

@@ -54,6 +54,11 @@ const (
 // ArchitectureRiscv64 is the kubernetes.io/arch value of RISC-V offers (Karpenter names only amd64 and arm64).
 const ArchitectureRiscv64 = "riscv64"
 
+// ArchitectureUnknown is the kubernetes.io/arch value of an offer whose CPU name the catalogue does not
+// recognise (a CPU Scaleway added after this release). It is no real architecture, so no image and no NodePool
+// asking for amd64 or arm64 matches it: an offer is never ordered on a guess of its architecture.
+const ArchitectureUnknown = "unknown"
+
 // ResourceNvidiaGPU is the extended resource GPU offers carry.
 const ResourceNvidiaGPU = "nvidia.com/gpu"
 

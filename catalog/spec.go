@@ -50,7 +50,7 @@ func newSpec(o *baremetal.Offer) *spec {
 			cpuName = c.Name
 		}
 	}
-	s.arch = archOf(cpuName, o.Tags)
+	s.arch = OfferArch(o)
 	s.cpu = *resource.NewQuantity(int64(threads), resource.DecimalSI)
 	s.labels[LabelCPUVendor] = vendorOf(cpuName)
 	s.labels[LabelCPUModel] = labelValue(cpuName)
@@ -133,22 +133,53 @@ func (s *spec) capacity(pods int64, m localdisks.Machine, observed corev1.Resour
 var riscvCPUs = []string{"th1520", "riscv", "risc-v", "sg2042", "jh7110", "u74"}
 var armCPUs = []string{"ampere", "altra", "neoverse", "cavium", "thunderx", "graviton", "kunpeng", "arm", "aarch64"}
 
-// archOf tells the architecture from the CPU name (and the offer tags, which say "riscv" for the labs boards).
-func archOf(cpu string, tags []string) string {
-	n := strings.ToLower(cpu)
-	if slices.ContainsFunc(riscvCPUs, func(s string) bool { return strings.Contains(n, s) }) ||
-		slices.ContainsFunc(tags, func(t string) bool { return strings.EqualFold(t, "riscv") || strings.EqualFold(t, "risc-v") }) {
-		return ArchitectureRiscv64
-	}
-	for _, w := range strings.FieldsFunc(n, func(r rune) bool { return r == ' ' || r == '-' || r == '_' }) {
-		if slices.ContainsFunc(armCPUs, func(s string) bool { return w == s || (len(s) > 3 && strings.HasPrefix(w, s)) }) {
-			return karpv1.ArchitectureArm64
+// x86CPUs are words of x86-64 CPU names: Intel's and AMD's server and desktop lines, as the offers name them
+// ("Intel Xeon E5 2620 or equivalent", "AMD EPYC 8124P", "AMD Ryzen PRO 3600").
+var x86CPUs = []string{"intel", "xeon", "amd", "epyc", "ryzen", "opteron", "pentium", "celeron", "atom"}
+
+// OfferArch is the kubernetes.io/arch of an offer, as its instance type's requirement says: amd64, arm64,
+// riscv64, or ArchitectureUnknown. The offer API has no architecture field; it is read from the CPU name.
+func OfferArch(o *baremetal.Offer) string {
+	cpuName := ""
+	for _, c := range o.CPUs {
+		if c != nil && cpuName == "" {
+			cpuName = c.Name
 		}
 	}
-	if strings.Contains(n, "apple m") {
+	return archOf(cpuName, o.Tags)
+}
+
+// archOf tells the architecture from the CPU name (and the offer tags, which say "riscv" for the labs boards).
+// amd64 only for a CPU known to be x86-64: an unknown CPU (a new ARM line, say) is ArchitectureUnknown rather
+// than taken for amd64, which would order servers em-imager cannot install and bill each attempt.
+func archOf(cpu string, tags []string) string {
+	n := strings.ToLower(cpu)
+	words := strings.FieldsFunc(n, func(r rune) bool { return r == ' ' || r == '-' || r == '_' || r == '(' || r == ')' })
+	switch {
+	case isRiscv(n, tags):
+		return ArchitectureRiscv64
+	case isArm(n, words):
 		return karpv1.ArchitectureArm64
+	case slices.ContainsFunc(words, func(w string) bool { return slices.Contains(x86CPUs, w) }):
+		return karpv1.ArchitectureAmd64
 	}
-	return karpv1.ArchitectureAmd64
+	return ArchitectureUnknown
+}
+
+// isRiscv: a RISC-V CPU name (n, lower case) or an offer tagged riscv.
+func isRiscv(n string, tags []string) bool {
+	return slices.ContainsFunc(riscvCPUs, func(s string) bool { return strings.Contains(n, s) }) ||
+		slices.ContainsFunc(tags, func(t string) bool { return strings.EqualFold(t, "riscv") || strings.EqualFold(t, "risc-v") })
+}
+
+// isArm: a word of the CPU name is an ARM line (or starts with one: "ampereone"), or it is Apple's.
+func isArm(n string, words []string) bool {
+	for _, w := range words {
+		if slices.ContainsFunc(armCPUs, func(s string) bool { return w == s || (len(s) > 3 && strings.HasPrefix(w, s)) }) {
+			return true
+		}
+	}
+	return strings.Contains(n, "apple m")
 }
 
 func vendorOf(cpu string) string {

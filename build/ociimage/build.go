@@ -37,7 +37,8 @@ const (
 type Options struct {
 	// Root is the module root (holds go.mod); Out the output directory:
 	// Out/<name>/ is an OCI image layout, Out/<name>.tar the same as an
-	// archive (podman load, ctr images import, docker load).
+	// archive (podman load, ctr images import, docker load), Out/context the
+	// files the top-level Dockerfiles copy (writeContext).
 	Root, Out string
 	// Version tags the images, fills the version label and is stamped into
 	// the binaries. Empty: the chart's appVersion (ChartVersion).
@@ -62,7 +63,9 @@ type Options struct {
 
 // Result is what Build wrote.
 type Result struct {
-	Images   []Built
+	Images []Built
+	// Context is the Dockerfiles' build context (Out/ContextDir).
+	Context  string
 	CACerts  int // certificates in the bundle
 	Duration time.Duration
 }
@@ -158,7 +161,11 @@ func Build(ctx context.Context, o Options) (*Result, error) {
 	if o.CACerts == DefaultCACerts {
 		caCopyright, _ = os.ReadFile(debianCACopyright)
 	}
-	base, err := newLayer(baseFiles(caBundle, caCopyright), created)
+	baseTar, err := layerTar(baseFiles(caBundle, caCopyright), created)
+	if err != nil {
+		return nil, err
+	}
+	base, err := gzipLayer(baseTar)
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +201,11 @@ func Build(ctx context.Context, o Options) (*Result, error) {
 	if err := os.MkdirAll(o.Out, 0o755); err != nil {
 		return nil, err
 	}
-	res := &Result{CACerts: caCount}
+	res := &Result{CACerts: caCount, Context: filepath.Join(o.Out, ContextDir)}
+	if err := writeContext(res.Context, baseTar, binaries, o, created); err != nil {
+		return nil, fmt.Errorf("write %s: %w", res.Context, err)
+	}
+	logf("%s: the Dockerfiles' build context (rootfs.tar, binaries, build-args)", rel(o.Root, res.Context))
 	for _, img := range Images {
 		ref, _ := img.Reference(o.Registry, o.Version) // checked in defaults
 		b := Built{Image: img, Reference: ref.String(),

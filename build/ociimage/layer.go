@@ -78,7 +78,7 @@ func readCABundle(dir string) (bundle []byte, count int, err error) {
 		return nil, 0, err
 	}
 	if len(paths) == 0 {
-		return nil, 0, fmt.Errorf("no *.crt in %s: install Debian's ca-certificates (make deps) or pass the directory holding them", dir)
+		return nil, 0, fmt.Errorf("no *.crt in %s: install Debian's ca-certificates (make image-deps) or pass the directory holding them", dir)
 	}
 	slices.Sort(paths)
 	var buf bytes.Buffer
@@ -122,10 +122,21 @@ func countCerts(b []byte) (int, error) {
 	}
 }
 
-// newLayer writes files as a gzipped tar with every timestamp at mtime, in
-// path order, owned by root unless said otherwise: the same files always give
-// the same digest. Parents must be listed before their children.
+// newLayer writes files as a gzipped tar (layerTar) with every timestamp at
+// mtime: the same files always give the same digest.
 func newLayer(files []file, mtime time.Time) (v1.Layer, error) {
+	tarBytes, err := layerTar(files, mtime)
+	if err != nil {
+		return nil, err
+	}
+	return gzipLayer(tarBytes)
+}
+
+// layerTar writes files as a tar in path order, every timestamp at mtime,
+// owned by root unless said otherwise. Parents must be listed before their
+// children. The Dockerfiles' build context holds the base layer's tar as
+// written here (rootfs.tar), so both ways of building unpack the same files.
+func layerTar(files []file, mtime time.Time) ([]byte, error) {
 	files = slices.Clone(files)
 	slices.SortFunc(files, func(a, b file) int { return strings.Compare(a.path, b.path) })
 	var tarBuf bytes.Buffer
@@ -154,6 +165,11 @@ func newLayer(files []file, mtime time.Time) (v1.Layer, error) {
 	if err := tw.Close(); err != nil {
 		return nil, err
 	}
+	return tarBuf.Bytes(), nil
+}
+
+// gzipLayer is the layer of an uncompressed tar.
+func gzipLayer(tarBytes []byte) (v1.Layer, error) {
 	// Compressed once here (the library would compress again for each
 	// digest and write); stdlib gzip writes no name or time in its header.
 	var gzBuf bytes.Buffer
@@ -161,7 +177,7 @@ func newLayer(files []file, mtime time.Time) (v1.Layer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := zw.Write(tarBuf.Bytes()); err != nil {
+	if _, err := zw.Write(tarBytes); err != nil {
 		return nil, err
 	}
 	if err := zw.Close(); err != nil {

@@ -38,7 +38,9 @@ const (
 
 // TestBuild builds both images twice, as `make image` does, then opens what
 // the first build wrote with go-containerregistry and checks every platform's
-// image: config, filesystem, the binaries, and that they run.
+// image: config, filesystem, the binaries, and that they run. Then it builds
+// the top-level Dockerfiles from the first build's context with buildah and
+// compares them with it (testDockerfiles, about 30 s more).
 //
 // Cost: four go builds (em-imager and the controller, amd64 and arm64) per
 // build; with the build cache warm, links and gzip dominate: about 1m10s per
@@ -65,7 +67,10 @@ func TestBuild(t *testing.T) {
 		return res
 	}
 	dir := t.TempDir()
-	first := build(filepath.Join(dir, "first"))
+	// The first build's output stands where `make image` writes it, under
+	// bin/image of a repository top level, where the Dockerfiles read it.
+	top := filepath.Join(dir, "first")
+	first := build(filepath.Join(top, "bin", "image"))
 	second := build(filepath.Join(dir, "second"))
 	t.Logf("first build %s, second %s", first.Duration.Round(time.Millisecond), second.Duration.Round(time.Millisecond))
 
@@ -126,6 +131,7 @@ func TestBuild(t *testing.T) {
 	}
 
 	t.Run("push", func(t *testing.T) { testPush(t, ctx, first, version) })
+	t.Run("dockerfiles", func(t *testing.T) { testDockerfiles(t, root, top, first) })
 }
 
 type logWriter struct{ t *testing.T }

@@ -154,3 +154,28 @@ func TestRescueLoginComesFromTheAPI(t *testing.T) {
 		t.Errorf("empty rescue_server: %v", got)
 	}
 }
+
+// The API's rescue user may be one the rescue system does not take the key
+// for: the login is tried once more as RESCUE_SSH_USER (Dialer.User), which
+// keeps the boot's password for sudo. When that user is refused too, the
+// error names both.
+func TestRescueLoginFallsBackToTheConfiguredUser(t *testing.T) {
+	key := newKey(t)
+	var log syncBuffer
+	d, host, _, _ := loginHost(t, key, "rescue", "", &log)
+	d.User = "rescue"
+	s, err := d.DialAs(t.Context(), host, Login{User: "em-a1b2c", Password: "pw-api"})
+	if err != nil {
+		t.Fatalf("the API's user refused, RESCUE_SSH_USER accepted: %v", err)
+	}
+	defer s.Close()
+	if s.login.User != "rescue" || s.login.Password != "pw-api" {
+		t.Errorf("session logged in as %v, want rescue with the API's password", s.login)
+	}
+
+	d.User = "someone-else"
+	if _, err := d.DialAs(t.Context(), host, Login{User: "em-a1b2c"}); err == nil ||
+		!strings.Contains(err.Error(), "as em-a1b2c") || !strings.Contains(err.Error(), "as someone-else") {
+		t.Errorf("both users refused: %v, want an error naming both", err)
+	}
+}

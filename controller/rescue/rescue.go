@@ -57,10 +57,36 @@ func (d *Dialer) Dial(ctx context.Context, host string) (*Session, error) {
 
 // DialAs is Dial as login.User; the session runs em-imager with sudo and,
 // when sudo wants one, login.Password (LoginFor gives the boot's login).
+//
+// When the rescue system refuses the controller's key for login.User (the
+// API's rescue_server user) and that user is not d.User (RESCUE_SSH_USER),
+// it tries once more as d.User, keeping the password for sudo: public
+// accounts of Scaleway's rescue systems disagree on which user takes the
+// key, and the API's user is the one that may be wrong.
 func (d *Dialer) DialAs(ctx context.Context, host string, login Login) (*Session, error) {
 	if login.User == "" {
 		login.User = d.User
 	}
+	s, err := d.dialOnce(ctx, host, login)
+	if err != nil && login.User != d.User && d.User != "" && isAuthRefused(err) {
+		fallback := Login{User: d.User, Password: login.Password}
+		s, err2 := d.dialOnce(ctx, host, fallback)
+		if err2 != nil {
+			return nil, fmt.Errorf("as %s: %s; as %s: %w", login.User, err.Error(), d.User, err2)
+		}
+		return s, nil
+	}
+	return s, err
+}
+
+// isAuthRefused: the SSH handshake failed because no offered key was
+// accepted for the user (golang.org/x/crypto/ssh says so only in words).
+func isAuthRefused(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "unable to authenticate")
+}
+
+// dialOnce opens one connection as login.User.
+func (d *Dialer) dialOnce(ctx context.Context, host string, login Login) (*Session, error) {
 	timeout := d.Timeout
 	if timeout == 0 {
 		timeout = 15 * time.Second

@@ -40,7 +40,8 @@ type Offers interface {
 // Entries is nc's pool by key (entries of one key added up) and, for every
 // entry that cannot be served, why: a zone the NodeClass does not use, a
 // billing period it does not allow, an offer the catalogue does not know
-// there (nil offers: not checked), more than WarmPoolMaxServers in all (the
+// there or whose CPU is not of the image's architecture (nil offers: not
+// checked), more than WarmPoolMaxServers in all (the
 // CRD refuses it; checked again for objects stored before the rule). A
 // NodeClass being deleted wants no pool. defaultZone is the controller's
 // (SCW_DEFAULT_ZONE); "" falls back to the zones the status resolved.
@@ -58,6 +59,10 @@ func Entries(nc *v1alpha1.ScalewayElasticMetalNodeClass, defaultZone string, off
 	periods := nc.Spec.Billing.Periods
 	if len(periods) == 0 {
 		periods = []string{string(catalog.BillingHourly)}
+	}
+	arch := nc.Spec.Image.Architecture
+	if arch == "" {
+		arch = "amd64"
 	}
 	want := map[Key]int{}
 	var problems []string
@@ -77,9 +82,7 @@ func Entries(nc *v1alpha1.ScalewayElasticMetalNodeClass, defaultZone string, off
 		case !contains(periods, string(k.Billing)):
 			bad = fmt.Sprintf("billing period %s is not allowed by spec.billing.periods %v", k.Billing, periods)
 		case offers != nil:
-			if _, ok := offers.Offer(k.Zone, k.Offer, k.Billing); !ok {
-				bad = fmt.Sprintf("offer %s is not sold %s in %s", k.Offer, k.Billing, k.Zone)
-			}
+			bad = offerProblem(offers, k, arch)
 		}
 		if bad == "" && total+int(e.Servers) > v1alpha1.WarmPoolMaxServers {
 			bad = fmt.Sprintf("more than %d servers in all", v1alpha1.WarmPoolMaxServers)
@@ -92,6 +95,23 @@ func Entries(nc *v1alpha1.ScalewayElasticMetalNodeClass, defaultZone string, off
 		want[k] += int(e.Servers)
 	}
 	return want, problems
+}
+
+// offerProblem says why key k's offer cannot be in the pool, or "": the
+// catalogue must sell it there, and its CPU must be of the image's
+// architecture. A pool names its offer by hand, past the instance-type
+// filter that keeps other architectures from NodeClaims: without the check,
+// a RISC-V board (or an offer whose CPU the catalogue does not know) would be
+// ordered, billed, and never installed.
+func offerProblem(offers Offers, k Key, arch string) string {
+	o, ok := offers.Offer(k.Zone, k.Offer, k.Billing)
+	if !ok {
+		return fmt.Sprintf("offer %s is not sold %s in %s", k.Offer, k.Billing, k.Zone)
+	}
+	if a := catalog.OfferArch(o); a != arch {
+		return fmt.Sprintf("offer %s is %s (from its CPU), the image is %s: em-imager cannot install it", k.Offer, a, arch)
+	}
+	return ""
 }
 
 // SlotTag is the idempotency tag of the order for slot i of key in nc's

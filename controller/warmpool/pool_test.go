@@ -101,7 +101,7 @@ type offers map[Key]bool
 
 func (o offers) Offer(zone, name string, billing catalog.BillingPeriod) (*baremetal.Offer, bool) {
 	if o[Key{zone, name, billing}] {
-		return &baremetal.Offer{Name: name}, true
+		return &baremetal.Offer{Name: name, CPUs: []*baremetal.CPU{{Name: "AMD EPYC 7232P"}}}, true
 	}
 	return nil, false
 }
@@ -143,5 +143,31 @@ func TestEntries(t *testing.T) {
 	nc.DeletionTimestamp = &now
 	if want, _ := Entries(nc, "fr-par-2", known); len(want) != 0 {
 		t.Errorf("a nodeclass being deleted wants %v", want)
+	}
+}
+
+// A pool names its offer by hand: one whose CPU is not the image's
+// architecture (the RISC-V labs board of the real catalogue) is refused, not
+// ordered, billed and never installed.
+func TestEntriesRefusesOffersOfAnotherArchitecture(t *testing.T) {
+	cat := catalog.New(catalog.Options{})
+	const rv1 = "EM-RV1-C4M16S128-A"
+	if _, ok := cat.Offer("fr-par-2", rv1, catalog.BillingMonthly); !ok {
+		t.Fatalf("the catalogue does not sell %s monthly in fr-par-2: the test shows nothing", rv1)
+	}
+	nc := &v1alpha1.ScalewayElasticMetalNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "nc"}}
+	nc.Spec.Zones = []string{"fr-par-2"}
+	nc.Spec.Billing.Periods = []string{"hourly", "monthly"}
+	nc.Spec.WarmPool = []v1alpha1.WarmPoolEntry{
+		{Offer: rv1, BillingPeriod: "monthly", Servers: 1},
+		{Offer: "EM-A115X-SSD", BillingPeriod: "monthly", Servers: 1},
+	}
+	want, problems := Entries(nc, "", cat)
+	amd64 := Key{Zone: "fr-par-2", Offer: "EM-A115X-SSD", Billing: catalog.BillingMonthly}
+	if len(want) != 1 || want[amd64] != 1 {
+		t.Errorf("want %v, only %v", want, amd64)
+	}
+	if len(problems) != 1 || !strings.Contains(problems[0], "spec.warmPool[0]: offer "+rv1+" is riscv64") {
+		t.Errorf("problems %q, want spec.warmPool[0] refused as riscv64", problems)
 	}
 }

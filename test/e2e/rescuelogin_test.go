@@ -155,3 +155,30 @@ func assertNoRescuePassword(t *testing.T, e *harness.Env) {
 		t.Errorf("rescue password leaked: %s", h)
 	}
 }
+
+// The API shows a per-server user for the rescue boot, but the rescue system
+// takes the controller's key only for "rescue": the controller's login as
+// the API's user is refused, it logs in once more as RESCUE_SSH_USER
+// ("rescue") and the node joins.
+func TestRescueLoginAPIUserRefusedFallsBackToRescueSSHUser(t *testing.T) {
+	e := harness.Start(t, harness.Setup{World: world.Options{RescueLogin: world.RescueLoginAPIUserRefused}})
+	e.Run("app", 1, "3", "1Gi", false)
+	e.WaitBound("app", 1, harness.WaitLong)
+	hostLog, err := os.ReadFile(filepath.Join(e.W.Dir, "machines", "machines.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := regexp.MustCompile(`msg="ssh login" .*?\buser=(\S+)`).FindAllStringSubmatch(string(hostLog), -1)
+	if len(users) == 0 {
+		t.Fatal("no rescue login in the rescue hosts' log")
+	}
+	for _, u := range users {
+		if u[1] != "rescue" {
+			t.Errorf("the controller logged into rescue as %q, want rescue (RESCUE_SSH_USER)", u[1])
+		}
+	}
+	if !regexp.MustCompile(`msg="ssh login refused" .*?\buser=em-[a-z0-9]{5}\b`).Match(hostLog) {
+		t.Error("the rescue hosts' log shows no refused login as the API's em-XXXXX user: the variant was not exercised")
+	}
+	assertNoRescuePassword(t, e)
+}

@@ -43,7 +43,7 @@ type Machines struct {
 	alive      map[string]bool
 }
 
-func newMachines(w *World, join Join, opts HostOptions, sudo machine.SudoPolicy) (*Machines, error) {
+func newMachines(w *World, join Join, opts HostOptions, sudo machine.SudoPolicy, sshUser string) (*Machines, error) {
 	if opts.DiskDivisor == 0 {
 		opts.DiskDivisor = 1000
 	}
@@ -73,9 +73,10 @@ func newMachines(w *World, join Join, opts HostOptions, sudo machine.SudoPolicy)
 			defer m.mu.Unlock()
 			return m.neverReady
 		},
-		OnEvent:    m.record,
-		RescueSudo: sudo,
-		Logger:     slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		OnEvent:       m.record,
+		RescueSudo:    sudo,
+		RescueSSHUser: sshUser,
+		Logger:        slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {
 		f.Close()

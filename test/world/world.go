@@ -111,21 +111,31 @@ const (
 	// RescueLoginRefused: as RescueLoginPassword, but sudo refuses the
 	// API's password: every install fails in imaging (RescueSudoRefused).
 	RescueLoginRefused RescueLogin = "refused-password"
+	// RescueLoginAPIUserRefused: the API shows a per-server user em-XXXXX
+	// for the boot, but the rescue system takes the key only for "rescue"
+	// (passwordless sudo): the controller's login as the API's user is
+	// refused and it logs in as RESCUE_SSH_USER instead.
+	RescueLoginAPIUserRefused RescueLogin = "api-user-refused"
 )
 
-// rescueLogin sets the simulator and machines up for login.
-func rescueLogin(login RescueLogin, sim *scwsim.Options) (machine.SudoPolicy, error) {
+// rescueLogin sets the simulator up for login and says what the machines'
+// sudo wants and which user their SSH takes ("": the API's).
+func rescueLogin(login RescueLogin, sim *scwsim.Options) (machine.SudoPolicy, string, error) {
 	switch login {
 	case "", RescueLoginKey:
-		return machine.SudoPasswordless, nil
+		return machine.SudoPasswordless, "", nil
 	case RescueLoginPassword:
 		sim.RescueUser = scwsim.RescueUserPerServer
-		return machine.SudoAPIPassword, nil
+		return machine.SudoAPIPassword, "", nil
 	case RescueLoginRefused:
 		sim.RescueUser = scwsim.RescueUserPerServer
-		return machine.SudoRefusesAPIPassword, nil
+		return machine.SudoRefusesAPIPassword, "", nil
+	case RescueLoginAPIUserRefused:
+		sim.RescueUser = scwsim.RescueUserPerServer
+		return machine.SudoPasswordless, "rescue", nil
 	}
-	return "", fmt.Errorf("world: RescueLogin %q is not one of %q", login, []RescueLogin{RescueLoginKey, RescueLoginPassword, RescueLoginRefused})
+	return "", "", fmt.Errorf("world: RescueLogin %q is not one of %q", login,
+		[]RescueLogin{RescueLoginKey, RescueLoginPassword, RescueLoginRefused, RescueLoginAPIUserRefused})
 }
 
 // World is a running simulated Scaleway world with a Kubernetes control plane.
@@ -326,7 +336,7 @@ func New(ctx context.Context, opts Options) (w *World, err error) {
 		return w, fmt.Errorf("join Secret: %w", err)
 	}
 
-	sudo, err := rescueLogin(opts.RescueLogin, &simOpts)
+	sudo, sshUser, err := rescueLogin(opts.RescueLogin, &simOpts)
 	if err != nil {
 		return w, err
 	}
@@ -351,7 +361,7 @@ func New(ctx context.Context, opts Options) (w *World, err error) {
 	}
 	w.Sim = scwsim.New(simOpts)
 	w.onStop(func() error { w.Sim.Close(); return nil })
-	machines, err := newMachines(w, join, opts.Host, sudo)
+	machines, err := newMachines(w, join, opts.Host, sudo, sshUser)
 	if err != nil {
 		return w, fmt.Errorf("machines: %w", err)
 	}

@@ -23,7 +23,7 @@ import (
 // their doc comments from catalog/labels.go.
 var wellKnown = []struct{ key, what string }{
 	{corev1.LabelInstanceTypeStable, "The Elastic Metal offer name."},
-	{corev1.LabelArchStable, "From the offer's CPU: amd64 (Intel, AMD), riscv64 (the RISC-V labs boards). Only amd64 servers can be installed (em-imager and the rescue system are amd64)."},
+	{corev1.LabelArchStable, "From the offer's CPU: amd64 (Intel, AMD), arm64 (ARM lines such as Ampere), riscv64 (the RISC-V labs boards), unknown (a CPU this release does not recognise, never taken for amd64). Only amd64 servers can be installed (em-imager and the rescue system are amd64): a NodeClass offers only instance types of its image's architecture."},
 	{corev1.LabelOSStable, "Always linux."},
 	{corev1.LabelTopologyZone, "The zone of the offering."},
 	{corev1.LabelTopologyRegion, "The zone's region."},

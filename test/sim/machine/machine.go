@@ -115,7 +115,12 @@ type Options struct {
 	// SudoPasswordless). The user itself is the one the API shows for the
 	// boot (scwsim.Options.RescueUser).
 	RescueSudo SudoPolicy
-	Logger     *slog.Logger
+	// RescueSSHUser, when set, is the only user the rescue hosts take the
+	// key for, whatever user the API shows for the boot: with a per-server
+	// API user, the variant where the API's rescue_server.user refuses the
+	// key and the configured user (RESCUE_SSH_USER) is the one to use.
+	RescueSSHUser string
+	Logger        *slog.Logger
 }
 
 // SudoPolicy is what sudo wants from the rescue user in rescue boots.
@@ -351,9 +356,13 @@ func (h *Hosts) bootRescue(x *host, keys []string, log *slog.Logger) error {
 	case SudoRefusesAPIPassword:
 		sudoPassword = "not-" + x.m.RescuePassword
 	}
+	sshUser := x.m.RescueUser
+	if h.opts.RescueSSHUser != "" {
+		sshUser = h.opts.RescueSSHUser
+	}
 	srv, err := rescue.Start(rescue.Options{
 		Addr:           net.JoinHostPort(x.m.IPv4, strconv.Itoa(h.opts.SSHPort)),
-		User:           x.m.RescueUser,
+		User:           sshUser,
 		SudoPassword:   sudoPassword,
 		AuthorizedKeys: keys,
 		Home:           home,

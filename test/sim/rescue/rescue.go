@@ -223,6 +223,9 @@ func Start(opts Options) (*Server, error) {
 	s.config = &ssh.ServerConfig{
 		PublicKeyCallback: func(c ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
 			if c.User() != opts.User {
+				// Logged: tests of the variant where the API's user is
+				// refused read it.
+				log.Debug("ssh login refused", "user", c.User(), "remote", c.RemoteAddr())
 				return nil, fmt.Errorf("user %q not allowed", c.User())
 			}
 			m := key.Marshal()
