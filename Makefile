@@ -20,7 +20,7 @@ export TEST_ASSET_KUBE_SCHEDULER := $(BIN)/kube-scheduler
 export TEST_ASSET_VERSITYGW := $(BIN)/versitygw
 export TEST_ASSET_EM_IMAGER := $(BIN)/em-imager
 
-.PHONY: all help build imager-binaries image image-push test fuzz bench bench-nodes demo world soak e2e tools lint deps image-deps vet fmt-check tidy-check clean chart-crds chart-package docs dashboards catalog-snapshot licenses smoke-live
+.PHONY: all help build imager-binaries image image-push test test-fast fuzz bench bench-nodes demo world soak e2e tools lint deps image-deps vet fmt-check tidy-check clean chart-crds chart-package docs dashboards catalog-snapshot licenses smoke-live
 
 all: build
 
@@ -118,6 +118,16 @@ deps: ## install the Debian packages the tests use
 	missing=$$(printf '%s\n' $$missing | sort -u | xargs); \
 	if [ -n "$$missing" ]; then echo "installing $$missing"; \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null; fi
+
+# The fast tier: `go test -short` skips every test that starts a simulated world, a kube-apiserver, an S3
+# server or a loop device (the skip sits once in their starters: test/testenv, test/world, test/e2e/harness,
+# imager/loopdev), so this needs neither bin/ nor root. Three packages whose unit tests are slow without a
+# world (real image builds, the em-imager binary, large xz streams) are left to `make test`.
+empty :=
+space := $(empty) $(empty)
+FAST_SLOW_PKGS := build/ociimage imager/cli imager/decompress
+test-fast: ## unit tests with fakes only (go test -short, no world/envtest/S3/loop devices): the inner loop
+	$(GO) test -short -count=1 -timeout 10m $$($(GO) list ./... | grep -v -E '/($(subst $(space),|,$(FAST_SLOW_PKGS)))$$')
 
 test: deps fmt-check vet build tools ## unit, integration and end-to-end suites (what CI runs), then every fuzz target for a few seconds
 	$(GO) test $(GOTEST_FLAGS) ./...

@@ -382,10 +382,15 @@ func (c *CloudProvider) IsDrifted(ctx context.Context, claim *karpv1.NodeClaim) 
 }
 
 func (c *CloudProvider) publish(claim *karpv1.NodeClaim, typ, reason, msg string) {
-	if c.Recorder == nil {
+	publish(c.Recorder, claim, typ, reason, msg)
+}
+
+// publish records an event about claim on rec (nil: none).
+func publish(rec events.Recorder, claim *karpv1.NodeClaim, typ, reason, msg string) {
+	if rec == nil {
 		return
 	}
-	c.Recorder.Publish(events.Event{
+	rec.Publish(events.Event{
 		InvolvedObject: claim,
 		Type:           typ,
 		Reason:         reason,

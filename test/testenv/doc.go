@@ -4,7 +4,8 @@
 // bin/.
 //
 // Tests call the testing.TB starters, which stop everything on t.Cleanup and
-// fail the test (never skip) when a binary is missing:
+// fail the test (never skip) when a binary is missing. Under `go test -short`
+// (make test-fast) they skip the test instead, before looking for one:
 //
 //	k := testenv.StartKube(t, testenv.KubeOptions{})       // Karpenter CRDs included
 //	testenv.StartScheduler(t, k)                           // real kube-scheduler
