@@ -116,18 +116,7 @@ func onlyImage(t *testing.T, dir string) v1.Image {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ii, err := p.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := ii.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(m.Manifests) != 1 {
-		t.Fatalf("%s holds %d manifests, want 1", dir, len(m.Manifests))
-	}
-	im, err := ii.Image(m.Manifests[0].Digest)
+	im, err := p.Image(topDescriptor(t, dir).Digest)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -237,20 +238,28 @@ func write(t *testing.T, root string, args ...string) run {
 	return writeCtx(context.Background(), t, root, args...)
 }
 
-func writeCtx(ctx context.Context, t *testing.T, root string, args ...string) run {
+// mainReport runs Main and parses the one report it must print; secret,
+// when not empty, must appear in neither stdout nor stderr.
+func mainReport(ctx context.Context, t *testing.T, args []string, stdin io.Reader, secret string) run {
 	t.Helper()
 	var out, errb bytes.Buffer
-	full := append([]string{"write", "--sysroot", root, "--progress", "json", "--stall-timeout", "2s", "--connect-timeout", "2s", "--retries", "2"}, args...)
-	code := Main(ctx, full, nil, &out, &errb)
+	code := Main(ctx, args, stdin, &out, &errb)
 	r := run{code: code, stdout: out.String(), stderr: errb.String()}
 	rep, err := report.Parse(out.Bytes())
 	if err != nil {
-		t.Fatalf("stdout is not one report: %v\n%s", err, out.String())
+		t.Fatalf("%s: stdout is not one report: %v\n%s", args[0], err, out.String())
 	}
 	r.rep = rep
-	if strings.Contains(r.stdout, "topsecret") || strings.Contains(r.stderr, "topsecret") {
-		t.Fatal("the presigned URL's signature leaked into the output")
+	if secret != "" && strings.Contains(r.stdout+r.stderr, secret) {
+		t.Fatalf("%s: a secret leaked into the output:\n%s\n%s", args[0], r.stdout, r.stderr)
 	}
+	return r
+}
+
+func writeCtx(ctx context.Context, t *testing.T, root string, args ...string) run {
+	t.Helper()
+	full := append([]string{"write", "--sysroot", root, "--progress", "json", "--stall-timeout", "2s", "--connect-timeout", "2s", "--retries", "2"}, args...)
+	r := mainReport(ctx, t, full, nil, "topsecret") // the presigned URL's signature
 	// stderr holds only progress JSON lines.
 	sc := bufio.NewScanner(strings.NewReader(r.stderr))
 	for sc.Scan() {

@@ -90,13 +90,7 @@ func canaryHits(t *testing.T, d *loopdev.Device, canaries []string) []string {
 
 func eraseRun(t *testing.T, args ...string) run {
 	t.Helper()
-	var out, errb bytes.Buffer
-	code := Main(context.Background(), append([]string{"erase"}, args...), nil, &out, &errb)
-	rep, err := report.Parse(out.Bytes())
-	if err != nil {
-		t.Fatalf("stdout is not one report: %v\n%s", err, out.String())
-	}
-	return run{code: code, rep: rep, stdout: out.String(), stderr: errb.String()}
+	return mainReport(context.Background(), t, append([]string{"erase"}, args...), nil, "")
 }
 
 // TestLoopEraseDiscardCanaries: a loop device over a regular file takes

@@ -111,18 +111,9 @@ func (d kexecDisk) digest(t *testing.T) string {
 
 func kexecRun(t *testing.T, root string, args ...string) run {
 	t.Helper()
-	var out, errb bytes.Buffer
 	args = append([]string{"kexec", "--disk", "/dev/nvme0n1", "--jump-delay", "0", "--sysroot", root}, args...)
-	code := Main(context.Background(), args, nil, &out, &errb)
-	r := run{code: code, stdout: out.String(), stderr: errb.String()}
-	rep, err := report.Parse(out.Bytes())
-	if err != nil {
-		t.Fatalf("stdout is not one report: %v\n%s", err, out.String())
-	}
-	r.rep = rep
-	if strings.Contains(r.stdout+r.stderr, kexecSecret) {
-		t.Fatalf("the command line leaked into the output:\n%s\n%s", r.stdout, r.stderr)
-	}
+	r := mainReport(context.Background(), t, args, nil, kexecSecret) // the command line
+	rep, code := r.rep, r.code
 	if rep.Command != "kexec" || rep.Kexec == nil || report.ExitCode(errCode(r)) != code {
 		t.Fatalf("report: exit %d\n%s", code, r.stdout)
 	}

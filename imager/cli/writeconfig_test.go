@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,22 +40,11 @@ func configHost(t *testing.T) string {
 
 func writeConfigRun(t *testing.T, stdin *os.File, cfg []byte, args ...string) run {
 	t.Helper()
-	var out, errb bytes.Buffer
-	var code int
+	var in io.Reader = bytes.NewReader(cfg)
 	if stdin != nil {
-		code = Main(context.Background(), append([]string{"write-config"}, args...), stdin, &out, &errb)
-	} else {
-		code = Main(context.Background(), append([]string{"write-config"}, args...), bytes.NewReader(cfg), &out, &errb)
+		in = stdin
 	}
-	r := run{code: code, stdout: out.String(), stderr: errb.String()}
-	rep, err := report.Parse(out.Bytes())
-	if err != nil {
-		t.Fatalf("stdout is not one report: %v\n%s", err, out.String())
-	}
-	r.rep = rep
-	if strings.Contains(r.stdout+r.stderr, configSecret) {
-		t.Fatalf("the config leaked into the output:\n%s\n%s", r.stdout, r.stderr)
-	}
+	r := mainReport(context.Background(), t, append([]string{"write-config"}, args...), in, configSecret) // the config
 	if r.stderr != "" {
 		t.Fatalf("write-config printed on stderr: %q", r.stderr)
 	}

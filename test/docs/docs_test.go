@@ -45,6 +45,8 @@ var notHere = []struct{ File, Prefix, Reason string }{
 	{"docs/install.md", "curl -sS -X POST --data-binary @schematic.yaml https://factory.talos.dev", "Image Factory on the internet"},
 	{"docs/install.md", "em-imager publish", "downloads from factory.talos.dev; imager/publish's tests and the walkthrough's world publish"},
 	{"docs/install.md", "talosctl gen secrets", "talosctl is not installed here; the test puts a secrets.yaml in place"},
+	{"docs/install.md", "docker buildx build", "pushes to a real registry (registry.example.com) after make image; TestBuild/dockerfiles (build/ociimage) builds both Dockerfiles with buildah and compares them with make image's"},
+	{"docs/install.md", "buildah bud", "needs make image's bin/image/context (a minute of builds); TestBuild/dockerfiles (build/ociimage) runs the same buildah build"},
 	{"docs/install.md", "make chart-package", "a make target of a checkout; build/chartpkg's tests package both charts"},
 	{"docs/install.md", "helm push", "pushes to a real registry (registry.example.com)"},
 	{"docs/install.md", "helm upgrade --install karpenter-scaleway-em oci://", "installs from a real registry"},
@@ -290,15 +292,8 @@ func docsEnv(t *testing.T, k *testenv.Kube, work string) []string {
 	if err := os.Symlink(imager, filepath.Join(bin, "em-imager")); err != nil {
 		t.Fatal(err)
 	}
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Fatalf("kubectl: %v", err)
-	}
 	// A watch lists once: -w and --watch are dropped.
-	wrapper := fmt.Sprintf("#!/bin/bash\nargs=()\nfor a in \"$@\"; do case \"$a\" in -w|--watch) ;; *) args+=(\"$a\");; esac; done\nexec %s \"${args[@]}\"\n", kubectl)
-	if err := os.WriteFile(filepath.Join(bin, "kubectl"), []byte(wrapper), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	wrapOnPath(t, bin, "kubectl", "#!/bin/bash\nargs=()\nfor a in \"$@\"; do case \"$a\" in -w|--watch) ;; *) args+=(\"$a\");; esac; done\nexec %s \"${args[@]}\"\n")
 	return []string{
 		"PATH=" + bin + ":" + os.Getenv("PATH"),
 		"HOME=" + filepath.Dir(bin),

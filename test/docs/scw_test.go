@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -38,6 +39,20 @@ func standInOnPath(t *testing.T, dir, name string) {
 		t.Fatal(err)
 	}
 	if err := os.Symlink(self, filepath.Join(dir, name)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wrapOnPath writes an executable script dir/name that runs the real name
+// found on PATH: script is a format whose first verb is that program's path.
+func wrapOnPath(t *testing.T, dir, name, script string, args ...any) {
+	t.Helper()
+	real, err := exec.LookPath(name)
+	if err != nil {
+		t.Fatalf("%s is not on PATH (make deps installs it): %v", name, err)
+	}
+	body := fmt.Sprintf(script, append([]any{real}, args...)...)
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o755); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/pem"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -252,15 +251,8 @@ func walkthroughEnv(t *testing.T, w *world.World, bin, keyFile, imager, render s
 	if err := os.Symlink(render, filepath.Join(bin, "talosgen-render")); err != nil {
 		t.Fatal(err)
 	}
-	sshPath, err := exec.LookPath("ssh")
-	if err != nil {
-		t.Fatalf("OpenSSH's ssh client: %v", err)
-	}
-	wrapper := fmt.Sprintf("#!/bin/sh\nexec %s -p %d -i %s -o IdentitiesOnly=yes -o BatchMode=yes -o LogLevel=ERROR \"$@\"\n",
-		sshPath, w.Machines.SSHPort(), keyFile)
-	if err := os.WriteFile(filepath.Join(bin, "ssh"), []byte(wrapper), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	wrapOnPath(t, bin, "ssh", "#!/bin/sh\nexec %s -p %d -i %s -o IdentitiesOnly=yes -o BatchMode=yes -o LogLevel=ERROR \"$@\"\n",
+		w.Machines.SSHPort(), keyFile)
 	sim := w.Sim.Options()
 	return []string{
 		"PATH=" + bin + ":" + os.Getenv("PATH"),
