@@ -111,14 +111,8 @@ Flags:
 	fs.DurationVar(&o.expiry, "expires", DefaultPresignExpiry, "lifetime of the URLs (at most 168h): long enough to write the image")
 	fs.StringVar(&bucket, "bucket", "", "bucket (default $"+EnvBucket+")")
 	fs.StringVar(&endpoint, "endpoint", "", "S3 endpoint URL (default $"+EnvEndpoint+")")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, &Error{Code: CodeInvalidArgument, Err: err}
-	}
-	if fs.NArg() > 0 {
-		return nil, &Error{Code: CodeInvalidArgument, Err: fmt.Errorf("unexpected arguments %q", fs.Args())}
+	if err := parseFlagSet(fs, args); err != nil {
+		return nil, err
 	}
 	o.s3 = S3ConfigFromEnv(getenv)
 	if bucket != "" {

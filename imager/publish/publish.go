@@ -195,14 +195,8 @@ Flags:
 		return nil
 	})
 	noImager := fs.Bool("no-imager", false, "upload no em-imager build")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, &Error{Code: CodeInvalidArgument, Err: err}
-	}
-	if fs.NArg() > 0 {
-		return nil, &Error{Code: CodeInvalidArgument, Err: fmt.Errorf("unexpected arguments %q", fs.Args())}
+	if err := parseFlagSet(fs, args); err != nil {
+		return nil, err
 	}
 	switch {
 	case *noImager && len(o.ImagerBinaries) > 0:
@@ -506,4 +500,19 @@ func metaSHA256(meta map[string]string) string {
 		}
 	}
 	return ""
+}
+
+// parseFlagSet parses args into fs: -h is flag.ErrHelp as it is, a bad flag
+// or a positional argument an invalid_argument Error.
+func parseFlagSet(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &Error{Code: CodeInvalidArgument, Err: err}
+	}
+	if fs.NArg() > 0 {
+		return &Error{Code: CodeInvalidArgument, Err: fmt.Errorf("unexpected arguments %q", fs.Args())}
+	}
+	return nil
 }

@@ -29,14 +29,7 @@ func TestRescueLoginKeyOnlyAndPerServerPasswordBothInstall(t *testing.T) {
 			e := harness.Start(t, harness.Setup{World: world.Options{RescueLogin: login}})
 			e.Run("app", 1, "3", "1Gi", false)
 			e.WaitBound("app", 1, harness.WaitLong)
-			hostLog, err := os.ReadFile(filepath.Join(e.W.Dir, "machines", "machines.log"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			users := regexp.MustCompile(`msg="ssh login" .*?\buser=(\S+)`).FindAllStringSubmatch(string(hostLog), -1)
-			if len(users) == 0 {
-				t.Fatal("no rescue login in the rescue hosts' log")
-			}
+			users, hostLog := rescueLogins(t, e)
 			wantUser := regexp.MustCompile(`^rescue$`)
 			if login == world.RescueLoginPassword {
 				wantUser = regexp.MustCompile(`^em-[a-z0-9]{5}$`)
@@ -164,14 +157,7 @@ func TestRescueLoginAPIUserRefusedFallsBackToRescueSSHUser(t *testing.T) {
 	e := harness.Start(t, harness.Setup{World: world.Options{RescueLogin: world.RescueLoginAPIUserRefused}})
 	e.Run("app", 1, "3", "1Gi", false)
 	e.WaitBound("app", 1, harness.WaitLong)
-	hostLog, err := os.ReadFile(filepath.Join(e.W.Dir, "machines", "machines.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	users := regexp.MustCompile(`msg="ssh login" .*?\buser=(\S+)`).FindAllStringSubmatch(string(hostLog), -1)
-	if len(users) == 0 {
-		t.Fatal("no rescue login in the rescue hosts' log")
-	}
+	users, hostLog := rescueLogins(t, e)
 	for _, u := range users {
 		if u[1] != "rescue" {
 			t.Errorf("the controller logged into rescue as %q, want rescue (RESCUE_SSH_USER)", u[1])
@@ -181,4 +167,19 @@ func TestRescueLoginAPIUserRefusedFallsBackToRescueSSHUser(t *testing.T) {
 		t.Error("the rescue hosts' log shows no refused login as the API's em-XXXXX user: the variant was not exercised")
 	}
 	assertNoRescuePassword(t, e)
+}
+
+// rescueLogins are the users the rescue hosts logged a login of (each
+// match's [1]), and their log.
+func rescueLogins(t *testing.T, e *harness.Env) ([][]string, []byte) {
+	t.Helper()
+	hostLog, err := os.ReadFile(filepath.Join(e.W.Dir, "machines", "machines.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := regexp.MustCompile(`msg="ssh login" .*?\buser=(\S+)`).FindAllStringSubmatch(string(hostLog), -1)
+	if len(users) == 0 {
+		t.Fatal("no rescue login in the rescue hosts' log")
+	}
+	return users, hostLog
 }
