@@ -119,15 +119,18 @@ deps: ## install the Debian packages the tests use
 	if [ -n "$$missing" ]; then echo "installing $$missing"; \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null; fi
 
-# The fast tier: `go test -short` skips every test that starts a simulated world, a kube-apiserver, an S3
-# server or a loop device (the skip sits once in their starters: test/testenv, test/world, test/e2e/harness,
-# imager/loopdev), so this needs neither bin/ nor root. Three packages whose unit tests are slow without a
-# world (real image builds, the em-imager binary, large xz streams) are left to `make test`.
 empty :=
 space := $(empty) $(empty)
 FAST_SLOW_PKGS := build/ociimage imager/cli imager/decompress
-test-fast: ## unit tests with fakes only (go test -short, no world/envtest/S3/loop devices): the inner loop
-	$(GO) test -short -count=1 -timeout 10m $$($(GO) list ./... | grep -v -E '/($(subst $(space),|,$(FAST_SLOW_PKGS)))$$')
+# The fast tier: every package whose test binary links none of the starters of
+# a simulated world, an API server, an S3 server or loop devices (test/testenv,
+# test/world, test/e2e/harness, imager/loopdev), read from go list's dependencies
+# rather than kept by hand, minus FAST_SLOW_PKGS, whose unit tests alone take minutes.
+FAST_PKGS = $(GO) list -test -f '{{.ImportPath}} {{join .Deps " "}}' ./... | grep '\.test ' | \
+	grep -v -E '/(test/testenv|test/world|test/e2e/harness|imager/loopdev)(\.test)?( |$$)' | sed 's/\.test .*//' | \
+	grep -v -E '/($(subst $(space),|,$(FAST_SLOW_PKGS)))$$'
+test-fast: ## unit tests of the packages that start no world, API server, S3 server or loop device: the inner loop
+	$(GO) test -count=1 -timeout 10m $$($(FAST_PKGS))
 
 test: deps fmt-check vet build tools ## unit, integration and end-to-end suites (what CI runs), then every fuzz target for a few seconds
 	$(GO) test $(GOTEST_FLAGS) ./...

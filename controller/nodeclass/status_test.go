@@ -111,7 +111,6 @@ func startShared(ctx context.Context) error {
 
 func start(t *testing.T) *env {
 	t.Helper()
-	testenv.SkipIfShort(t, "a kube-apiserver and etcd shared by the package")
 	ctx := context.Background()
 	shared.once.Do(func() { shared.err = startShared(ctx) })
 	if shared.err != nil {

@@ -26,9 +26,6 @@ import (
 // brings a pending pod's node up: nothing it needs is missing from the chart's
 // tenant RBAC.
 func TestLayoutHostedControllerRunsOnTenantRBAC(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts the simulated world and the controller")
-	}
 	w := world.Start(t, world.Options{})
 	ctx := t.Context()
 	c := loadChart(t, controllerChart)

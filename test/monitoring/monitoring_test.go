@@ -41,7 +41,6 @@ var expectedEmpty = map[string]string{}
 // scraping the controller through a run with hourly and monthly nodes, a
 // spare and throttled API calls.
 func TestAlertsAndDashboardAgainstRealPrometheus(t *testing.T) {
-	testenv.SkipIfShort(t, "a simulated world, the controller and Prometheus")
 	if _, err := world.FindBinary(world.BinController); err != nil {
 		t.Fatal(err)
 	}

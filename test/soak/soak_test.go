@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testenv"
 )
 
 // fixedSeeds run in `make test`: together they order hourly and monthly
@@ -21,7 +19,6 @@ var fixedSeeds = []uint64{4, 8}
 // controller and checks every invariant over the ledger. A failure prints
 // the seed to replay: make soak SEEDS=<seed>.
 func TestSoakFixedSeeds(t *testing.T) {
-	testenv.SkipIfShort(t, "a simulated world per seed")
 	for _, seed := range fixedSeeds {
 		ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 		r := Run(ctx, seed, Options{Dir: t.TempDir(), Logf: t.Logf})

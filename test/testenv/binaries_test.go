@@ -90,10 +90,6 @@ func runStarter(t *testing.T, start func(tb testing.TB)) string {
 }
 
 func TestStartersFailNamingMakeTarget(t *testing.T) {
-	// Under -short the starters skip before they look for a binary.
-	if testing.Short() {
-		t.Skip("-short: the starters skip before looking for their binaries")
-	}
 	missing := filepath.Join(t.TempDir(), "missing")
 	t.Setenv("TEST_ASSET_KUBE_APISERVER", missing)
 	t.Setenv("TEST_ASSET_VERSITYGW", missing)

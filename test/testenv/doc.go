@@ -4,8 +4,8 @@
 // bin/.
 //
 // Tests call the testing.TB starters, which stop everything on t.Cleanup and
-// fail the test (never skip) when a binary is missing. Under `go test -short`
-// (make test-fast) they skip the test instead, before looking for one:
+// fail the test (never skip) when a binary is missing. make test-fast leaves
+// out every package whose tests link this one:
 //
 //	k := testenv.StartKube(t, testenv.KubeOptions{})       // Karpenter CRDs included
 //	testenv.StartScheduler(t, k)                           // real kube-scheduler

@@ -302,7 +302,6 @@ func (k *Kube) Stop() error {
 // the test, naming `make tools`, when a binary is missing.
 func StartKube(t testing.TB, opts KubeOptions) *Kube {
 	t.Helper()
-	SkipIfShort(t, "a kube-apiserver and etcd")
 	if opts.Dir == "" {
 		opts.Dir = t.TempDir()
 	}

@@ -211,7 +211,6 @@ func StartS3(t testing.TB) *S3 {
 // StartS3WithOptions is StartS3 with options; Dir defaults to t.TempDir().
 func StartS3WithOptions(t testing.TB, opts S3Options) *S3 {
 	t.Helper()
-	SkipIfShort(t, "an S3 server")
 	if opts.Dir == "" {
 		opts.Dir = t.TempDir()
 	}

@@ -170,7 +170,6 @@ func StartScheduler(t testing.TB, k *Kube) *Scheduler {
 // t.TempDir().
 func StartSchedulerWithOptions(t testing.TB, k *Kube, opts SchedulerOptions) *Scheduler {
 	t.Helper()
-	SkipIfShort(t, "a kube-scheduler")
 	if opts.Dir == "" {
 		opts.Dir = t.TempDir()
 	}

@@ -259,7 +259,6 @@ func StartReplicas(t testing.TB, w *World, n int, opts ControllerOptions) []*Con
 // t.Cleanup and, if the test failed, the tail of its log goes to the test log.
 func StartController(t testing.TB, w *World, opts ControllerOptions) *Controller {
 	t.Helper()
-	testenv.SkipIfShort(t, "the controller in a simulated world")
 	c, err := w.NewController(opts)
 	if err != nil {
 		t.Fatalf("controller: %v", err)

@@ -175,7 +175,6 @@ type World struct {
 // binary fails the test with the make target that builds it.
 func Start(t testing.TB, opts Options) *World {
 	t.Helper()
-	testenv.SkipIfShort(t, "a simulated world")
 	if opts.Dir == "" {
 		opts.Dir = t.TempDir()
 	}

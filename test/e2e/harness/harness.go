@@ -21,7 +21,6 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/invariants"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/diskimage"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testenv"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/world"
 )
 
@@ -65,7 +64,6 @@ type Setup struct {
 // "default" and a NodePool "default" on it.
 func Start(t testing.TB, s Setup) *Env {
 	t.Helper()
-	testenv.SkipIfShort(t, "a simulated world and the controller")
 	// Binaries first, so a missing one fails with its make target at once.
 	if _, err := world.FindBinary(world.BinController); err != nil {
 		t.Fatalf("%v", err)
