@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	ociregistry "github.com/google/go-containerregistry/pkg/registry"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,9 +51,6 @@ var notHere = []struct{ File, Prefix, Reason string }{
 	{"docs/install.md", "talosctl gen secrets", "talosctl is not installed here; the test puts a secrets.yaml in place"},
 	{"docs/install.md", "docker buildx build", "pushes to a real registry (registry.example.com) after make image; TestBuild/dockerfiles (build/ociimage) builds both Dockerfiles with buildah and compares them with make image's"},
 	{"docs/install.md", "buildah bud", "needs make image's bin/image/context (a minute of builds); TestBuild/dockerfiles (build/ociimage) runs the same buildah build"},
-	{"docs/install.md", "make chart-package", "a make target of a checkout; build/chartpkg's tests package both charts"},
-	{"docs/install.md", "helm push", "pushes to a real registry (registry.example.com)"},
-	{"docs/install.md", "helm upgrade --install karpenter-scaleway-em oci://", "installs from a real registry"},
 	{"docs/install.md", "kubectl -n karpenter logs deploy/karpenter-scaleway-em -f", "needs the controller running (no pods here: no kube-controller-manager)"},
 	{"docs/uninstall.md", "SCW_ACCESS_KEY=... SCW_SECRET_KEY=...", "make smoke-live against a real Scaleway account; TestRunOnTheSimulatorReadsOnly (test/live) runs it on the simulator"},
 	{"imager/README.md", "go test -run '^$' -fuzz", "fuzzes for 10 minutes; make fuzz"},
@@ -72,6 +73,7 @@ func isWalkthrough(b block) bool {
 var placeholders = []struct{ From, To, Why string }{
 	{"<your selector>", "example.com/pool=bare-metal", "uninstall.md: the NodePools' selector"},
 	{"emnc <name>", "emnc general-purpose", "uninstall.md: the NodeClass install.md applied"},
+	{"oci://registry.example.com/charts", "oci://$OCI_REGISTRY/charts", "install.md: the reader's chart registry, here an OCI registry in the test (docsRegistry)"},
 }
 
 // requiredValues are the chart values without a default, as install.md's
@@ -118,7 +120,10 @@ type scenario struct{ Before, After string }
 //   - kubectl: the system's, on that API server, with -w dropped (a watch
 //     ends only when the reader stops it: it lists once);
 //   - helm: the stand-in of helm_test.go (render with the chart's schema,
-//     then apply server side); em-imager: bin/em-imager;
+//     then apply server side; push and oci:// charts with Helm's registry
+//     client, against an OCI registry in the test at $OCI_REGISTRY, which
+//     replaces registry.example.com/charts); em-imager: bin/em-imager;
+//   - make: chart-package only, the repository's target;
 //   - tenant.kubeconfig, controlplane.yaml, worker.yaml and secrets.yaml in
 //     place (the reader's own files; the API server plays both the tenant
 //     and the management cluster), and the namespace tenant-a (the hosted
@@ -292,14 +297,47 @@ func docsEnv(t *testing.T, k *testenv.Kube, work string) []string {
 	if err := os.Symlink(imager, filepath.Join(bin, "em-imager")); err != nil {
 		t.Fatal(err)
 	}
+	// make chart-package is the repository's own target (the reader's
+	// checkout is this one), writing into the reader's bin/charts; the Go
+	// caches are the test's, as HOME is not.
+	wrapOnPath(t, bin, "make", "#!/bin/bash\n[ \"$*\" = chart-package ] || { echo \"make (test stand-in): only chart-package is mapped, not $*\" >&2; exit 1; }\n"+
+		"exec %s -C %s CHART_OUT=\"$PWD/bin/charts\" chart-package\n", root(t))
 	// A watch lists once: -w and --watch are dropped.
 	wrapOnPath(t, bin, "kubectl", "#!/bin/bash\nargs=()\nfor a in \"$@\"; do case \"$a\" in -w|--watch) ;; *) args+=(\"$a\");; esac; done\nexec %s \"${args[@]}\"\n")
-	return []string{
+	return append([]string{
 		"PATH=" + bin + ":" + os.Getenv("PATH"),
 		"HOME=" + filepath.Dir(bin),
 		"KUBECONFIG=" + k.KubeconfigPath,
 		"HELM_STANDIN_STATE=" + state,
+		"OCI_REGISTRY=" + docsRegistry(t),
+	}, goEnv(t)...)
+}
+
+// docsRegistry starts an OCI registry (go-containerregistry's, in memory)
+// for install.md's helm push and helm upgrade oci://, and returns its
+// host:port. It speaks plain HTTP, which helm v3 falls back to when a
+// registry does not answer HTTPS.
+func docsRegistry(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(ociregistry.New(ociregistry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+// goEnv is the Go environment the blocks' go commands (make chart-package's
+// go run) need with HOME elsewhere: the test's caches and toolchain, and
+// no network.
+func goEnv(t *testing.T) []string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOCACHE", "GOMODCACHE", "GOPATH").Output()
+	if err != nil {
+		t.Fatalf("go env: %v", err)
 	}
+	v := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(v) != 3 {
+		t.Fatalf("go env: %q", out)
+	}
+	return []string{"GOCACHE=" + v[0], "GOMODCACHE=" + v[1], "GOPATH=" + v[2], "GOTOOLCHAIN=local", "GOPROXY=off", "GOFLAGS=-mod=readonly"}
 }
 
 // checkYAML applies a YAML example: Kubernetes objects with a server-side

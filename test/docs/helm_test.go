@@ -1,17 +1,21 @@
 package docs
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 
 	helmchart "helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/registry"
 	"helm.sh/helm/v3/pkg/strvals"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -34,17 +38,22 @@ import (
 // helmMain plays the helm commands the docs use (Helm is not installed
 // here), with Helm's Go SDK and this project's renderer:
 //
-//	helm [--kubeconfig K] upgrade [--install] NAME CHART-DIR -n NS [--create-namespace] [-f FILE]... [--set K=V]... [--skip-crds]
+//	helm [--kubeconfig K] upgrade [--install] NAME CHART -n NS [--version V] [--create-namespace] [-f FILE]... [--set K=V]... [--skip-crds]
 //	helm [--kubeconfig K] uninstall NAME -n NS
+//	helm push ARCHIVE oci://REGISTRY/PATH
 //
-// upgrade merges the values as helm does (-f files in order, then --set),
+// CHART is a chart directory or oci://REGISTRY/PATH/NAME: upgrade finds it
+// as helm does (Helm's own ChartPathOptions.LocateChart and registry
+// client, so a wrong name or --version fails as it would for a reader), and
+// push is Helm's push action. Both reach the registry as helm v3 does, over
+// HTTPS with a fallback to plain HTTP. upgrade merges the values as helm does (-f files in order, then --set),
 // renders the chart with test/chart/helmrender (values.schema.json and the
 // chart's kubeVersion checked against the API server's version), creates
 // the chart's crds/ that do not exist yet (unless --skip-crds), and applies
 // every object server side, as Helm would create or patch them; it keeps
 // the list of what it applied in $HELM_STANDIN_STATE for uninstall, which
 // deletes it. No release history, hooks or ownership checks. Any other
-// command (push, an oci:// chart) fails, naming itself.
+// command fails, naming itself.
 func helmMain(args []string, stderr io.Writer) int {
 	if err := runHelm(context.Background(), args); err != nil {
 		fmt.Fprintf(stderr, "helm (test stand-in, test/docs/helm_test.go): %v\n", err)
@@ -56,6 +65,7 @@ func helmMain(args []string, stderr io.Writer) int {
 // helmArgs are a helm command line's parts.
 type helmArgs struct {
 	kubeconfig, namespace     string
+	version                   string
 	pos, valueFiles, sets     []string
 	createNamespace, skipCRDs bool
 }
@@ -84,6 +94,8 @@ func parseHelm(args []string) (helmArgs, error) {
 			var v string
 			v, err = next(&i)
 			a.sets = append(a.sets, v)
+		case "--version":
+			a.version, err = next(&i)
 		case "--create-namespace":
 			a.createNamespace = true
 		case "--skip-crds":
@@ -149,6 +161,9 @@ func runHelm(ctx context.Context, args []string) error {
 	if len(a.pos) == 0 {
 		return errors.New("no command")
 	}
+	if a.pos[0] == "push" && len(a.pos) == 3 {
+		return pushChart(a.pos[1], a.pos[2])
+	}
 	c, err := newHelmClients(a.kubeconfig)
 	if err != nil {
 		return err
@@ -163,11 +178,8 @@ func runHelm(ctx context.Context, args []string) error {
 }
 
 func (c *helmClients) upgrade(ctx context.Context, a helmArgs) error {
-	name, chartDir := a.pos[1], a.pos[2]
-	if strings.Contains(chartDir, "://") {
-		return fmt.Errorf("chart %s: only a local chart directory is mapped", chartDir)
-	}
-	chart, err := loader.Load(chartDir)
+	name := a.pos[1]
+	chart, err := locateChart(a.pos[2], a.version)
 	if err != nil {
 		return err
 	}
@@ -204,6 +216,68 @@ func (c *helmClients) upgrade(ctx context.Context, a helmArgs) error {
 		applied = append(applied, ref)
 	}
 	return saveRelease(name, a.namespace, applied)
+}
+
+// registryClient is Helm's OCI registry client as the helm command makes
+// it: credentials from helm's and docker's files under $HOME.
+func registryClient() (*registry.Client, error) {
+	return registry.NewClient(registry.ClientOptWriter(io.Discard))
+}
+
+// locateChart loads the chart an upgrade names: a directory, or an oci://
+// reference pulled at version. It does what helm install and upgrade do
+// (pkg/action's LocateChart, whose downloader and getter packages need
+// modules this one does not build with) with the registry client they use:
+// the reference and --version checked against each other, the tag resolved,
+// the chart layer pulled.
+func locateChart(ref, version string) (*helmchart.Chart, error) {
+	if !registry.IsOCI(ref) {
+		return loader.Load(ref)
+	}
+	rc, err := registryClient()
+	if err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(ref)
+	if err != nil {
+		return nil, err
+	}
+	resolved, err := rc.ValidateReference(ref, version, u)
+	if err != nil {
+		return nil, fmt.Errorf("chart %s (version %q): %w", ref, version, err)
+	}
+	// The resolved URL's path is the repository without its leading
+	// slash: String puts it back, as Helm's OCI getter reads it.
+	pulled, err := rc.Pull(strings.TrimPrefix(resolved.String(), registry.OCIScheme+"://"))
+	if err != nil {
+		return nil, fmt.Errorf("chart %s (version %q): %w", ref, version, err)
+	}
+	return loader.LoadArchive(bytes.NewReader(pulled.Chart.Data))
+}
+
+// pushChart is helm push (pkg/pusher's OCI pusher, whose package needs the
+// same missing modules): the archive goes to <remote>/<chart name>, tagged
+// with the chart's version, in strict mode (the reference must match the
+// chart's name and version).
+func pushChart(archive, remote string) error {
+	if !registry.IsOCI(remote) {
+		return fmt.Errorf("push to %s: only oci:// is mapped", remote)
+	}
+	c, err := loader.Load(archive)
+	if err != nil {
+		return err
+	}
+	data, err := os.ReadFile(archive)
+	if err != nil {
+		return err
+	}
+	rc, err := registryClient()
+	if err != nil {
+		return err
+	}
+	ref := fmt.Sprintf("%s:%s", path.Join(strings.TrimPrefix(remote, registry.OCIScheme+"://"), c.Name()), c.Metadata.Version)
+	_, err = rc.Push(data, ref, registry.PushOptStrictMode(true))
+	return err
 }
 
 // mergeValues is helm's order: each -f file over the previous ones (maps
