@@ -423,6 +423,14 @@ func RunInspect(ctx context.Context, s *Session, binary []byte, disk string) (*r
 	return runReporting(ctx, s, binary, nil, "inspect", "--disk", disk)
 }
 
+// RunProbe uploads em-imager (unless the same build is already there) and
+// runs `inspect` with no image and no disk named: what the host has (disks,
+// NICs, whether kexec is possible), nothing written. make smoke-live's
+// rescue probe.
+func RunProbe(ctx context.Context, s *Session, binary []byte) (*report.Report, error) {
+	return runReporting(ctx, s, binary, nil, "inspect")
+}
+
 // RunErase uploads em-imager (unless the same build is already there) and
 // runs `erase --all-disks --full --yes`: every disk of the host discarded
 // and read back as zeroes, or overwritten whole where discard is refused
