@@ -152,7 +152,7 @@ func Build(dir string, h Host) error {
 		return err
 	}
 	if h.Kexec != nil {
-		if err := buildKexec(dir, *h.Kexec); err != nil {
+		if err := BuildKexec(dir, *h.Kexec); err != nil {
 			return err
 		}
 	}
@@ -166,7 +166,9 @@ func Build(dir string, h Host) error {
 // secureBootVar is imager/kexec.SecureBootVar (faketree imports nothing of em-imager's).
 const secureBootVar = "SecureBoot-8be4df61-93ca-11d0-aa0d-00e098032b8c"
 
-func buildKexec(dir string, k Kexec) error {
+// BuildKexec writes k's switches under dir alone, for hosts laid out by
+// other means (the simulated rescue hosts of test/sim/machine).
+func BuildKexec(dir string, k Kexec) error {
 	if err := write(filepath.Join(dir, "proc", "sys", "kernel", "kexec_load_disabled"), b01(k.Disabled)); err != nil {
 		return err
 	}

@@ -58,7 +58,10 @@ import (
 	"time"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/configpart"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/faketree"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/hostroot"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/kernelargs"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/kexec"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/localdisks"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/diskimage"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/hardware"
@@ -149,6 +152,15 @@ const (
 	// PhaseBootFailed: Talos booted but has no usable config (metal-iso
 	// missing or invalid, invalid STATE): it retries forever, nothing listens.
 	PhaseBootFailed Phase = "boot-failed"
+	// PhaseKexec: em-imager kexec jumped from rescue: rescue is gone and
+	// the loaded Talos boots (Machine.KexecBoot), nothing listens yet.
+	PhaseKexec Phase = "kexec"
+)
+
+// How a running system was booted (Status.BootedBy).
+const (
+	BootedByFirmware = "firmware" // an API reboot, start or delivery
+	BootedByKexec    = "kexec"    // em-imager's jump from rescue
 )
 
 // Where a running Talos got its config (Status.ConfigSource).
@@ -193,6 +205,9 @@ type Status struct {
 	// KubeletError is why the node did not register (join rejected...) or the
 	// last heartbeat failure.
 	KubeletError string
+	// BootedBy says how the running system started: BootedByFirmware or
+	// BootedByKexec ("" while off).
+	BootedBy string
 }
 
 // Hosts implements scwsim.Host for any number of machines.
@@ -242,6 +257,7 @@ type host struct {
 	talosLogs   []interface{ Calls() []talosapi.Call } // every Talos API this machine served
 	kubelet     *talosapi.Kubelet
 	unknown     *time.Timer // pending MarkUnknown after power-off
+	kexecBoot   *time.Timer // pending Talos start after a kexec jump
 	bootCount   int
 }
 
@@ -326,13 +342,18 @@ func (h *Hosts) Boot(_ context.Context, m scwsim.Machine, mode scwsim.BootMode, 
 	if x.tree, err = hardware.Create(x.dir, spec); err != nil {
 		return fmt.Errorf("machine %s: hardware: %w", m.ID, err)
 	}
+	if err := writeKexecSwitches(x.tree.Sysroot, mode, m.Kexec); err != nil {
+		return fmt.Errorf("machine %s: kexec switches: %w", m.ID, err)
+	}
 	x.bootCount++
 	log := h.log.With("server", m.ID, "mode", mode)
 	switch mode {
 	case scwsim.BootRescue:
 		return h.bootRescue(x, sshPublicKeys, log)
 	case scwsim.BootNormal:
-		return h.bootNormal(x, log)
+		err := h.bootNormal(x, log)
+		x.status.BootedBy = BootedByFirmware
+		return err
 	}
 	return fmt.Errorf("machine %s: unknown boot mode %q", m.ID, mode)
 }
@@ -373,15 +394,91 @@ func (h *Hosts) bootRescue(x *host, keys []string, log *slog.Logger) error {
 		// Kept beside the machines (not in the machine's directory, which
 		// goes with the server) for tests that read what rescue said.
 		Transcript: filepath.Join(h.opts.Dir, "transcripts", x.m.ID),
+		Halted:     h.kexecHalt(x, x.bootCount),
 	})
 	if err != nil {
 		return fmt.Errorf("machine %s: rescue: %w", x.m.ID, err)
 	}
 	x.rescue = srv
-	x.status = Status{Phase: PhaseRescue, SSHAddr: srv.Addr()}
+	x.status = Status{Phase: PhaseRescue, SSHAddr: srv.Addr(), BootedBy: BootedByFirmware}
 	log.Info("rescue system up", "ssh", srv.Addr())
 	h.event(x.m.ID, "rescue", srv.Addr())
 	return nil
+}
+
+// writeKexecSwitches lays out what the rescue kernel says about kexec
+// (refusal: scwsim.Options.Kexec's value, "" accepts) and removes what a
+// jump of the previous boot left: a new kernel has nothing loaded.
+func writeKexecSwitches(sysroot string, mode scwsim.BootMode, refusal string) error {
+	// hardware.Create rewrote sys/ and proc/; kexec/ is only ours.
+	if err := os.RemoveAll(filepath.Join(sysroot, "kexec")); err != nil {
+		return err
+	}
+	if mode != scwsim.BootRescue || refusal == scwsim.KexecUnsupported {
+		// No kexec_load_disabled: em-imager finds no kexec at all.
+		return nil
+	}
+	var k faketree.Kexec
+	switch refusal {
+	case "":
+	case scwsim.KexecDisabled:
+		k.Disabled = true
+	case scwsim.KexecLockdown:
+		k.Lockdown = "integrity"
+	case scwsim.KexecSecureBoot:
+		k.SecureBoot = true
+	default:
+		k.Refuse = refusal // an errno name kexec_file_load fails with
+	}
+	return faketree.BuildKexec(sysroot, k)
+}
+
+// kexecHalt is the rescue server's Halted hook for boot number boot: after
+// each command, a jump recorded in the fake root ends rescue (the command's
+// connection drops without an exit status) and starts the loaded Talos.
+func (h *Hosts) kexecHalt(x *host, boot int) func() bool {
+	sysroot := x.tree.Sysroot
+	return func() bool {
+		rec, err := kexec.ReadRecord(hostroot.Root{Dir: sysroot})
+		if err != nil || !rec.Jumped {
+			return false
+		}
+		// Not under x.mu here: the command's session goroutine calls this,
+		// and closing rescue waits for that goroutine.
+		go h.kexecJump(x, boot)
+		return true
+	}
+}
+
+// kexecJump plays what follows reboot(LINUX_REBOOT_CMD_KEXEC): rescue
+// goes away at once (its listeners and commands with it), and after
+// Machine.KexecBoot the Talos on the disk runs, without the firmware: the
+// API's status and boot type see nothing of it.
+func (h *Hosts) kexecJump(x *host, boot int) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.bootCount != boot {
+		return // rebooted or powered off meanwhile
+	}
+	h.stopLocked(x, false)
+	x.bootCount++
+	boot = x.bootCount
+	x.status = Status{Phase: PhaseKexec, BootedBy: BootedByKexec}
+	h.event(x.m.ID, "kexec", x.m.KexecBoot.String())
+	log := h.log.With("server", x.m.ID, "mode", "kexec")
+	log.Info("kexec jump: rescue is gone, Talos boots", "in", x.m.KexecBoot)
+	x.kexecBoot = time.AfterFunc(x.m.KexecBoot, func() {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		if x.bootCount != boot {
+			return
+		}
+		x.kexecBoot = nil
+		if err := h.bootNormal(x, log); err != nil {
+			log.Warn("talos after kexec", "err", err)
+		}
+		x.status.BootedBy = BootedByKexec
+	})
 }
 
 // bootNormal plays the firmware (first bootable disk in order) and Talos.
@@ -642,6 +739,10 @@ func (h *Hosts) stopLocked(x *host, markUnknown bool) {
 	if x.api != nil {
 		x.api.Close()
 		x.api = nil
+	}
+	if x.kexecBoot != nil {
+		x.kexecBoot.Stop()
+		x.kexecBoot = nil
 	}
 	if x.kubelet != nil {
 		x.kubelet.Stop()

@@ -85,6 +85,11 @@ type Options struct {
 	// stderr are also written (<n>.stdout, <n>.stderr): what the client was
 	// told, for tests that inspect it (em-imager's report and progress).
 	Transcript string
+	// Halted, when set, is asked after each command whether the machine
+	// left rescue while it ran (em-imager kexec jumped): then no exit
+	// status is sent and the connection drops, as when the kernel goes;
+	// the caller closes the server. It must not block.
+	Halted func() bool
 }
 
 // Server is a running rescue SSH server.
@@ -502,6 +507,11 @@ func (s *Server) run(ch ssh.Channel, reqs <-chan *ssh.Request, shell bool, comma
 	delete(s.procs, cmd.Process)
 	s.mu.Unlock()
 
+	if s.opts.Halted != nil && s.opts.Halted() {
+		// The command's output went out; its exit status never does.
+		s.log.Debug("the machine left rescue during the command", "command", command)
+		return
+	}
 	var ee *exec.ExitError
 	switch {
 	case err == nil:

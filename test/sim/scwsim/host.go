@@ -3,6 +3,7 @@ package scwsim
 import (
 	"context"
 	"sync"
+	"time"
 
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 )
@@ -37,6 +38,12 @@ type Machine struct {
 	// RescueUser and RescuePassword are the rescue_server the API shows
 	// for the boot (rescue boots only): the login and sudo password.
 	RescueUser, RescuePassword string
+	// Kexec is what the rescue kernel answers em-imager kexec (rescue
+	// boots only): "" accepts, else an Options.Kexec refusal.
+	Kexec string
+	// KexecBoot is how long the Talos a kexec jump loaded takes to run
+	// (Delays.KexecBoot, scaled and jittered).
+	KexecBoot time.Duration
 }
 
 // Host plays the machine side of a simulated server. The EM API simulator

@@ -41,6 +41,11 @@ type Delays struct {
 	// unset (reverse_status "unknown", domain "") and ping_status
 	// "ping_status_unknown", as recorded, before they turn active and up.
 	Settle time.Duration
+	// KexecBoot: from em-imager's kexec jump in rescue to the Talos it
+	// loaded running (its kernel, initramfs and Talos's own start): a
+	// Talos boot alone, without the firmware's POST, option ROMs and PXE
+	// that RebootStop and RebootStart hold. The API sees nothing of it.
+	KexecBoot time.Duration
 }
 
 // StockoutMode says how the simulator answers an order when the stock of the
@@ -166,6 +171,47 @@ type Options struct {
 	// RescueUser: the user rescue boots show in rescue_server (default
 	// RescueUserShared, "rescue").
 	RescueUser RescueUserMode
+
+	// Kexec says, per offer, whether the rescue kernel lets em-imager
+	// kexec into the written image, keyed "OFFER-NAME" or "*" (every offer
+	// not named). The value is the refusal (KexecDisabled, KexecLockdown,
+	// KexecSecureBoot, KexecUnsupported, or an errno name such as EBUSY,
+	// ENOSYS, EPERM, EKEYREJECTED or ENOEXEC that kexec_file_load fails
+	// with); "" or KexecAccepted accepts. Offers not named accept: no
+	// recording says what Scaleway's rescue kernels allow.
+	Kexec map[string]string
+}
+
+// Options.Kexec values besides errno names.
+const (
+	KexecAccepted    = "accepted"
+	KexecDisabled    = "disabled"    // kernel.kexec_load_disabled = 1
+	KexecLockdown    = "lockdown"    // lockdown integrity
+	KexecSecureBoot  = "secure-boot" // the firmware booted with SecureBoot on
+	KexecUnsupported = "unsupported" // a rescue kernel without kexec
+)
+
+// KexecFor is the kexec refusal of the rescue hosts of offerName ("":
+// accepted), as Options.Kexec says.
+func (o Options) KexecFor(offerName string) string {
+	v, ok := o.Kexec[offerName]
+	if !ok {
+		v = o.Kexec["*"]
+	}
+	if v == KexecAccepted {
+		return ""
+	}
+	return v
+}
+
+var errnoNameRE = regexp.MustCompile(`^E[A-Z0-9]+$`)
+
+func validKexec(v string) bool {
+	switch v {
+	case "", KexecAccepted, KexecDisabled, KexecLockdown, KexecSecureBoot, KexecUnsupported:
+		return true
+	}
+	return errnoNameRE.MatchString(v)
 }
 
 // DefaultSecretKey is the key used when Options.SecretKey is empty.
@@ -194,19 +240,22 @@ func Profile(name string) (Options, error) {
 			RebootStop: 15 * time.Millisecond, RebootStart: 15 * time.Millisecond,
 			Stop: 20 * time.Millisecond, Start: 20 * time.Millisecond, Delete: 20 * time.Millisecond,
 			OptionEnable: 10 * time.Millisecond, PrivateNetworkAttach: 15 * time.Millisecond,
-			PrivateNetworkDetach: 10 * time.Millisecond, IPsAfterReady: 60 * time.Millisecond, Settle: 30 * time.Millisecond}
+			PrivateNetworkDetach: 10 * time.Millisecond, IPsAfterReady: 60 * time.Millisecond, Settle: 30 * time.Millisecond,
+			KexecBoot: 10 * time.Millisecond}
 	case ProfileFast:
 		d = Delays{Order: 0, Delivery: 3 * time.Second, Install: 2 * time.Second,
 			RebootStop: 1 * time.Second, RebootStart: 1500 * time.Millisecond,
 			Stop: 1 * time.Second, Start: 1500 * time.Millisecond, Delete: 1 * time.Second,
 			OptionEnable: 1 * time.Second, PrivateNetworkAttach: 1 * time.Second,
-			PrivateNetworkDetach: 500 * time.Millisecond, IPsAfterReady: 3 * time.Second, Settle: 2 * time.Second}
+			PrivateNetworkDetach: 500 * time.Millisecond, IPsAfterReady: 3 * time.Second, Settle: 2 * time.Second,
+			KexecBoot: 500 * time.Millisecond}
 	case ProfileRealistic:
 		d = Delays{Order: 10 * time.Second, Delivery: 4*time.Minute + 30*time.Second, Install: 8 * time.Minute,
 			RebootStop: 45 * time.Second, RebootStart: 1*time.Minute + 45*time.Second,
 			Stop: 45 * time.Second, Start: 1*time.Minute + 45*time.Second, Delete: 30 * time.Second,
 			OptionEnable: 20 * time.Second, PrivateNetworkAttach: 30 * time.Second,
-			PrivateNetworkDetach: 20 * time.Second, IPsAfterReady: 2 * time.Minute, Settle: 1 * time.Minute}
+			PrivateNetworkDetach: 20 * time.Second, IPsAfterReady: 2 * time.Minute, Settle: 1 * time.Minute,
+			KexecBoot: 20 * time.Second}
 	default:
 		return Options{}, fmt.Errorf("scwsim: unknown profile %q (want one of %s)", name, strings.Join(Profiles(), ", "))
 	}
@@ -299,6 +348,15 @@ func (o Options) Validate() error {
 	if o.RateLimit < 0 || o.RateBurst < 0 {
 		return fmt.Errorf("scwsim: Options.RateLimit/RateBurst: %v/%d is negative", o.RateLimit, o.RateBurst)
 	}
+	for k, v := range o.Kexec {
+		if k != "*" && !knownOfferName(k) {
+			return fmt.Errorf("scwsim: Options.Kexec[%q]: no offer named %q in the catalogue", k, k)
+		}
+		if !validKexec(v) {
+			return fmt.Errorf("scwsim: Options.Kexec[%q]: %q is not %s, %s, %s, %s, %s or an errno name", k, v,
+				KexecAccepted, KexecDisabled, KexecLockdown, KexecSecureBoot, KexecUnsupported)
+		}
+	}
 	if o.DefaultPageSize > 0 && o.MaxPageSize > 0 && o.DefaultPageSize > o.MaxPageSize {
 		return fmt.Errorf("scwsim: Options.DefaultPageSize: %d is above MaxPageSize %d", o.DefaultPageSize, o.MaxPageSize)
 	}
@@ -322,7 +380,8 @@ func (d Delays) byName() map[string]time.Duration {
 	return map[string]time.Duration{"Order": d.Order, "Delivery": d.Delivery, "Install": d.Install,
 		"RebootStop": d.RebootStop, "RebootStart": d.RebootStart, "Stop": d.Stop, "Start": d.Start,
 		"Delete": d.Delete, "OptionEnable": d.OptionEnable, "PrivateNetworkAttach": d.PrivateNetworkAttach,
-		"PrivateNetworkDetach": d.PrivateNetworkDetach, "IPsAfterReady": d.IPsAfterReady, "Settle": d.Settle}
+		"PrivateNetworkDetach": d.PrivateNetworkDetach, "IPsAfterReady": d.IPsAfterReady, "Settle": d.Settle,
+		"KexecBoot": d.KexecBoot}
 }
 
 func (o Options) withDefaults() Options {

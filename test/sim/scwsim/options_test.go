@@ -100,3 +100,29 @@ func TestJitterStaysWithinBounds(t *testing.T) {
 		t.Fatalf("Jitter 1: %v", err)
 	}
 }
+
+// Options.Kexec: per offer, "*" for the others, accepted by default; a
+// Talos boot alone is far shorter than the firmware's reboot.
+func TestKexecOptionPerOffer(t *testing.T) {
+	o := Options{Kexec: map[string]string{"EM-A610R-NVME": "EBUSY", "EM-B112X-SSD": KexecAccepted, "*": KexecDisabled}}
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for offer, want := range map[string]string{"EM-A610R-NVME": "EBUSY", "EM-B112X-SSD": "", "EM-A410X-SSD": KexecDisabled} {
+		if got := o.KexecFor(offer); got != want {
+			t.Errorf("%s: %q, want %q", offer, got, want)
+		}
+	}
+	if got := (Options{}).KexecFor("EM-A610R-NVME"); got != "" {
+		t.Errorf("no option: %q, want accepted", got)
+	}
+	for _, bad := range []map[string]string{{"EM-NOPE": ""}, {"*": "maybe"}} {
+		if err := (Options{Kexec: bad}).Validate(); err == nil || !strings.Contains(err.Error(), "Options.Kexec") {
+			t.Errorf("%v: %v", bad, err)
+		}
+	}
+	r, _ := Profile(ProfileRealistic)
+	if r.Delays.KexecBoot <= 0 || r.Delays.KexecBoot*4 > r.Delays.RebootStop+r.Delays.RebootStart {
+		t.Fatalf("realistic kexec boot %v against a reboot of %v", r.Delays.KexecBoot, r.Delays.RebootStop+r.Delays.RebootStart)
+	}
+}

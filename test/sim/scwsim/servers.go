@@ -725,6 +725,8 @@ func (s *Sim) boot(sv *server, mode BootMode, keys []string) {
 	m.Tags = append([]string(nil), sv.tags...)
 	if mode == BootRescue {
 		m.RescueUser, m.RescuePassword = sv.rescueUser, sv.rescuePassword
+		m.Kexec = s.opts.KexecFor(sv.offer.Name)
+		m.KexecBoot = s.delay(s.opts.Delays.KexecBoot)
 	}
 	gen := sv.gen
 	host, ctx := s.opts.Host, s.ctx
@@ -985,6 +987,38 @@ func (s *Sim) ready(sv *server, mode BootMode, keys []string) {
 	sv.ping = "ping_status_up"
 	s.setStatus(sv, stReady)
 	s.boot(sv, mode, keys)
+}
+
+// FirmwareReboot reboots server id as its firmware would without an API
+// call (a power cut, a reboot from the console, a kernel panic with
+// reboot): the machine stops, and boots what the API's boot type says,
+// rescue after a kexec jump (the API still says rescue) and normal
+// otherwise; nothing is in the ledger, and the status goes through
+// stopping and starting as for a reboot. A rescue boot this way names no
+// SSH key: nothing logs into it.
+func (s *Sim) FirmwareReboot(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sv := s.servers[id]
+	if sv == nil {
+		return fmt.Errorf("scwsim: no server %s", id)
+	}
+	if sv.status != stReady {
+		return fmt.Errorf("scwsim: server %s is %s, not ready", id, sv.status)
+	}
+	mode := BootMode(sv.bootType)
+	if mode != BootRescue {
+		mode = BootNormal
+	}
+	s.logf("server %s: firmware reboot into %s", id, mode)
+	s.act(sv)
+	s.powerOff(sv)
+	s.setStatus(sv, stStopping)
+	s.schedule(sv, s.opts.Delays.RebootStop, func() {
+		s.setStatus(sv, stStarting)
+		s.schedule(sv, s.opts.Delays.RebootStart, func() { s.ready(sv, mode, nil) })
+	})
+	return nil
 }
 
 func (s *Sim) stopServer(rec *statusRecorder, r *http.Request) (any, *apiError) {
