@@ -6,14 +6,10 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
-	iam "github.com/scaleway/scaleway-sdk-go/api/iam/v1alpha1"
-	"github.com/scaleway/scaleway-sdk-go/scw"
 	"golang.org/x/crypto/ssh"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/report"
@@ -49,9 +45,9 @@ func kexecRun(t *testing.T, c *ssh.Client, cmd string) (r *report.Report, droppe
 	return r, dropped, code
 }
 
-// writeImageAndConfig has em-imager write a metal-iso image and the node's
-// config, and returns the disk and the config's sha256.
-func writeImageAndConfig(t *testing.T, c *ssh.Client, name, providerID string) (string, string) {
+// writeMetalISOImage has em-imager write a Talos-like metal-iso image to the
+// machine's disk over c, and returns the disk.
+func writeMetalISOImage(t *testing.T, c *ssh.Client) string {
 	t.Helper()
 	var buf bytes.Buffer
 	if err := diskimage.WriteTalosLikeImage(&buf, 16<<20, diskimage.WithTalosVersion("v1.12.3"), diskimage.WithKernelArgs(diskimage.MetalISOKernelArgs)); err != nil {
@@ -64,6 +60,14 @@ func writeImageAndConfig(t *testing.T, c *ssh.Client, name, providerID string) (
 		t.Fatalf("write: %+v\n%s", r.Error, stderr)
 	}
 	disk := r.Disk.Path
+	return disk
+}
+
+// writeImageAndConfig has em-imager write a metal-iso image and the node's
+// config, and returns the disk and the config's sha256.
+func writeImageAndConfig(t *testing.T, c *ssh.Client, name, providerID string) (string, string) {
+	t.Helper()
+	disk := writeMetalISOImage(t, c)
 	r, code, stdout, stderr := runStdin(t, c, "sudo -n ./em-imager write-config --disk "+disk, workerConfig(t, name, providerID))
 	if code != 0 || !r.OK || r.Config == nil {
 		t.Fatalf("write-config: exit %d %s\n%s", code, stdout, stderr)
@@ -81,27 +85,7 @@ func TestKexecJumpBootsTalosWithoutTheFirmware(t *testing.T) {
 	imager := emImager(t)
 	kube := startKube(t)
 	h := newHosts(t, Options{Kube: kube, DiskSizeDivisor: 20000})
-	opts, err := scwsim.Profile(scwsim.ProfileTest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.Host = h
-	opts.Delays.KexecBoot = 300 * time.Millisecond
-	sim := scwsim.New(opts)
-	ts := httptest.NewServer(sim.Handler())
-	defer ts.Close()
-	defer sim.Close()
-	cli, err := scw.NewClient(scw.WithAPIURL(ts.URL), scw.WithAuth("SCWXXXXXXXXXXXXXXXXX", sim.SecretKey()),
-		scw.WithDefaultZone(scw.ZoneFrPar2), scw.WithDefaultProjectID(projectID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	bm := baremetal.NewAPI(cli)
-	key, authorized := newKey(t)
-	iamKey, err := iam.NewAPI(cli).CreateSSHKey(&iam.CreateSSHKeyRequest{Name: "controller", PublicKey: strings.TrimSpace(authorized), ProjectID: projectID})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sim, bm, key, iamKey := simAPI(t, h, func(o *scwsim.Options) { o.Delays.KexecBoot = 300 * time.Millisecond })
 	offerID, _ := sim.OfferID("fr-par-2", "EM-A610R-NVME", "hourly")
 	srv, err := bm.CreateServer(&baremetal.CreateServerRequest{OfferID: offerID, Name: "kexec-1"})
 	if err != nil {

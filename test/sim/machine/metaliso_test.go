@@ -83,17 +83,7 @@ func TestMetalISOBootRegistersNode(t *testing.T) {
 	c := bootRescue(t, h, m)
 	upload(t, c, imager, "em-imager")
 
-	var buf bytes.Buffer
-	if err := diskimage.WriteTalosLikeImage(&buf, 16<<20, diskimage.WithTalosVersion("v1.12.3"), diskimage.WithKernelArgs(diskimage.MetalISOKernelArgs)); err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(buf.Bytes())
-	srv := imageServer(t, buf.Bytes())
-	r, code, stderr := runReport(t, c, fmt.Sprintf("sudo -n ./em-imager write --image %s/metal-amd64.raw --sha256 %x --disk auto", srv.URL, sum))
-	if code != 0 || !r.OK {
-		t.Fatalf("write: %+v\n%s", r.Error, stderr)
-	}
-	disk := r.Disk.Path
+	disk := writeMetalISOImage(t, c)
 
 	providerID := "scaleway-em://fr-par-2/" + m.ID
 	cfg := workerConfig(t, "em-"+m.Name, providerID)

@@ -23,6 +23,36 @@ import (
 
 const projectID = "00000000-0000-0000-0000-000000000000"
 
+// simAPI starts the EM API simulator (test profile, edited by tune when not
+// nil) driving the machines of h, and returns it with the SDK's bare-metal
+// API, the controller's SSH key and that key registered in IAM.
+func simAPI(t *testing.T, h *Hosts, tune func(*scwsim.Options)) (*scwsim.Sim, *baremetal.API, ssh.Signer, *iam.SSHKey) {
+	t.Helper()
+	opts, err := scwsim.Profile(scwsim.ProfileTest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Host = h
+	if tune != nil {
+		tune(&opts)
+	}
+	sim := scwsim.New(opts)
+	ts := httptest.NewServer(sim.Handler())
+	t.Cleanup(sim.Close)
+	t.Cleanup(ts.Close)
+	cli, err := scw.NewClient(scw.WithAPIURL(ts.URL), scw.WithAuth("SCWXXXXXXXXXXXXXXXXX", sim.SecretKey()),
+		scw.WithDefaultZone(scw.ZoneFrPar2), scw.WithDefaultProjectID(projectID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, authorized := newKey(t)
+	iamKey, err := iam.NewAPI(cli).CreateSSHKey(&iam.CreateSSHKeyRequest{Name: "controller", PublicKey: strings.TrimSpace(authorized), ProjectID: projectID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sim, baremetal.NewAPI(cli), key, iamKey
+}
+
 // The machines driven by the EM API simulator through the real Scaleway SDK,
 // as the provider drives them: order, rescue reboot with an IAM key, SSH +
 // em-imager, normal reboot, Talos apply, Node; delete.
@@ -31,26 +61,7 @@ func TestDrivenByEMAPISimulator(t *testing.T) {
 	imager := emImager(t)
 	kube := startKube(t)
 	h := newHosts(t, Options{Kube: kube, DiskSizeDivisor: 20000})
-	opts, err := scwsim.Profile(scwsim.ProfileTest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.Host = h
-	sim := scwsim.New(opts)
-	ts := httptest.NewServer(sim.Handler())
-	defer ts.Close()
-	defer sim.Close()
-	cli, err := scw.NewClient(scw.WithAPIURL(ts.URL), scw.WithAuth("SCWXXXXXXXXXXXXXXXXX", sim.SecretKey()),
-		scw.WithDefaultZone(scw.ZoneFrPar2), scw.WithDefaultProjectID(projectID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	bm := baremetal.NewAPI(cli)
-	key, authorized := newKey(t)
-	iamKey, err := iam.NewAPI(cli).CreateSSHKey(&iam.CreateSSHKeyRequest{Name: "controller", PublicKey: strings.TrimSpace(authorized), ProjectID: projectID})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sim, bm, key, iamKey := simAPI(t, h, nil)
 	offerID, ok := sim.OfferID("fr-par-2", "EM-A610R-NVME", "hourly")
 	if !ok {
 		t.Fatal("offer EM-A610R-NVME not in the simulator")
