@@ -53,10 +53,11 @@ func TestBlockDevice(t *testing.T) {
 }
 
 // TestExclusiveOpen: the kernel's exclusive open refuses a mounted device
-// even when nothing else noticed; the device is left as it was.
+// even when nothing else noticed; the device is left as it was. The
+// filesystem is frozen so that only a write under test can change its bytes.
 func TestExclusiveOpen(t *testing.T) {
 	d := loopdev.Attach(t, 32<<20, 512)
-	loopdev.Mount(t, d.Path)
+	loopdev.Freeze(t, loopdev.Mount(t, d.Path))
 	before := d.Ends(t)
 	img, sum := talosImage(t, 12<<20, 512, 51)
 	if _, _, err := Check(img[:HeadSize], Options{Path: d.Path, Capacity: 32 << 20, ExpectedSHA256: sum}); !errors.Is(err, ErrBusy) {
