@@ -103,8 +103,8 @@ func TestLayoutHostedControllerRunsOnTenantRBAC(t *testing.T) {
 	// A request the tenant's RBAC refuses shows as "forbidden" in the log:
 	// stop there rather than wait for a node that cannot come.
 	refused := func() {
-		if logs := controller.LogTail(2000); strings.Contains(logs, "forbidden") {
-			t.Fatalf("the controller was refused something by the tenant's RBAC:\n%s", grepLines(logs, "forbidden"))
+		if lines := controller.LogLines("forbidden"); lines != "" {
+			t.Fatalf("the controller was refused something by the tenant's RBAC:\n%s", lines)
 		}
 	}
 	world.Eventually(ctx, t, "the pending pod bound to a node the controller brought up", 5*time.Minute, func() (bool, string) {
@@ -113,15 +113,4 @@ func TestLayoutHostedControllerRunsOnTenantRBAC(t *testing.T) {
 		return err == nil && bound >= 1, controller.LogTail(5)
 	})
 	refused()
-}
-
-// grepLines returns the lines of s that hold sub.
-func grepLines(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }

@@ -115,6 +115,10 @@ type ControllerOptions struct {
 	// Env overrides or adds environment variables (KEY=VALUE) after
 	// ControllerEnv, e.g. "FEATURE_GATES=NodeRepair=true".
 	Env []string
+	// BaseEnv, when set, replaces ControllerEnv: a test that checks that
+	// an environment made elsewhere (a chart's Deployment) is complete must
+	// not have the world fill in what it lacks.
+	BaseEnv []string
 	// Args are extra flags.
 	Args []string
 	// LogName is the log file's name in <world>/controller (default controller.log).
@@ -287,7 +291,11 @@ func (c *Controller) start() error {
 	c.mu.Unlock()
 	cmd := exec.Command(c.bin, c.opts.Args...)
 	cmd.Stdout, cmd.Stderr = f, f
-	env := append(append(os.Environ(), c.w.ControllerEnv()...),
+	base := c.opts.BaseEnv
+	if base == nil {
+		base = c.w.ControllerEnv()
+	}
+	env := append(append(os.Environ(), base...),
 		"METRICS_PORT="+strconv.Itoa(ports[0]), "HEALTH_PROBE_PORT="+strconv.Itoa(ports[1]))
 	if c.opts.LeaderElection {
 		// Later values win (os/exec keeps the last of a key).
@@ -435,6 +443,19 @@ func (c *Controller) Restart() error {
 
 // LogTail returns the last n lines of the controller's log.
 func (c *Controller) LogTail(n int) string { return tailFile(c.LogPath, n) }
+
+// LogLines returns the lines of the controller's whole log that hold sub
+// ("" when none does), e.g. "forbidden" for what RBAC refused it.
+func (c *Controller) LogLines(sub string) string {
+	b, _ := os.ReadFile(c.LogPath)
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
 
 // Metrics fetches the Prometheus text exposition of the running process.
 func (c *Controller) Metrics(ctx context.Context) (string, error) {
