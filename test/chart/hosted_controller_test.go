@@ -8,12 +8,6 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/world"
 )
 
@@ -57,17 +51,7 @@ func TestLayoutHostedControllerRunsOnTenantRBAC(t *testing.T) {
 	// The kubeconfig of docs/install.md: the tenant's server, its CA and the
 	// ServiceAccount's token (a TokenRequest stands in for the token Secret).
 	sa := mustFind(t, tenantObjs, "ServiceAccount", releaseName)
-	tr, err := kubernetes.NewForConfigOrDie(w.Kube.Config).CoreV1().ServiceAccounts(w.SystemNamespace).CreateToken(ctx, sa.GetName(),
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(3600))}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := clientcmd.Write(clientcmdapi.Config{
-		Clusters:       map[string]*clientcmdapi.Cluster{"tenant": {Server: w.Kube.Config.Host, CertificateAuthorityData: w.Kube.Config.CAData}},
-		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"karpenter": {Token: tr.Status.Token}},
-		Contexts:       map[string]*clientcmdapi.Context{"tenant": {Cluster: "tenant", AuthInfo: "karpenter"}},
-		CurrentContext: "tenant",
-	})
+	data, err := w.ServiceAccountKubeconfig(ctx, w.SystemNamespace, sa.GetName())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,12 +12,9 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/world"
@@ -248,17 +245,7 @@ func serviceAccountKubeconfig(ctx context.Context, t *testing.T, w *world.World,
 	if sa == "" {
 		t.Fatal("the chart's Deployment names no ServiceAccount")
 	}
-	tr, err := w.Clientset.CoreV1().ServiceAccounts(installNamespace).CreateToken(ctx, sa,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(3600))}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("a token of ServiceAccount %s: %v", sa, err)
-	}
-	data, err := clientcmd.Write(clientcmdapi.Config{
-		Clusters:       map[string]*clientcmdapi.Cluster{"c": {Server: w.Kube.Config.Host, CertificateAuthorityData: w.Kube.Config.CAData}},
-		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"sa": {Token: tr.Status.Token}},
-		Contexts:       map[string]*clientcmdapi.Context{"c": {Cluster: "c", AuthInfo: "sa"}},
-		CurrentContext: "c",
-	})
+	data, err := w.ServiceAccountKubeconfig(ctx, installNamespace, sa)
 	if err != nil {
 		t.Fatal(err)
 	}
