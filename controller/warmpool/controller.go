@@ -121,6 +121,8 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 			if nc.StatusConditions().Get(v1alpha1.ConditionTypeWarmPoolReady) != nil {
 				errs = append(errs, c.setCondition(ctx, nc, nil))
 			}
+			// A pool switched off keeps no slot records past their window.
+			errs = append(errs, c.forget(ctx, nc, nil))
 			continue
 		}
 		if err := c.reconcile(ctx, nc, pools[nc.Name], listed); err != nil {
