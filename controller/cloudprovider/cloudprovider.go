@@ -95,7 +95,13 @@ type CloudProvider struct {
 
 // New returns the CloudProvider.
 func New(deps Deps, opts Options, log logr.Logger) *CloudProvider {
-	return &CloudProvider{Deps: deps, opts: opts, log: log, process: newProcessID()}
+	c := &CloudProvider{Deps: deps, opts: opts, log: log, process: newProcessID()}
+	if deps.Limits != nil && deps.Kube != nil {
+		// The orders an earlier process recorded on NodeClaims count
+		// against the spend limits (of Create and the warm pool alike).
+		deps.Limits.Records = append(deps.Limits.Records, c.Records)
+	}
+	return c
 }
 
 // Name implements cloudprovider.CloudProvider.

@@ -83,7 +83,10 @@ type orderer struct {
 	owner *identity.Owner
 	// setAside keeps an offering away from the NodeClass for a while after
 	// it would have crossed a spend limit (spendMarks.mark).
-	setAside                 func(nc *v1alpha1.ScalewayElasticMetalNodeClass, zone, offer string, billing catalog.BillingPeriod, now time.Time)
+	setAside func(nc *v1alpha1.ScalewayElasticMetalNodeClass, zone, offer string, billing catalog.BillingPeriod, now time.Time)
+	// record writes on the NodeClaim, before the order is sent, what it
+	// is for (CloudProvider.recordOffering); nil writes nothing.
+	record                   func(ctx context.Context, claim *karpv1.NodeClaim, zone, offer string, billing catalog.BillingPeriod) error
 	now                      func() time.Time
 	clusterName, defaultZone string
 
@@ -117,7 +120,7 @@ func passOver(why error) step         { return step{err: why, next: true} }
 func (c *CloudProvider) orderer(claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalNodeClass) *orderer {
 	return &orderer{
 		offers: c.Catalog, spares: c.Spares, reservations: c.Reservations, servers: c.API, limits: noSpendLimit{},
-		recorder: c.Recorder, log: c.log, owner: c.Inventory.Owner, setAside: c.spend.mark, now: time.Now,
+		recorder: c.Recorder, log: c.log, owner: c.Inventory.Owner, setAside: c.spend.mark, record: c.recordOffering, now: time.Now,
 		clusterName: c.opts.ClusterName, defaultZone: c.opts.DefaultZone,
 		claim: claim, nc: nc,
 	}
@@ -203,6 +206,11 @@ func (o *orderer) newServer(ctx context.Context, p pick) step {
 		o.setAside(o.nc, p.zone, p.offer.Name, p.billing, o.now())
 		o.publish(o.claim, corev1.EventTypeWarning, "SpendLimitReached", fmt.Sprintf("%s (%s) in %s not ordered: %v", p.offer.Name, p.billing, p.zone, err))
 		return passOver(err)
+	}
+	if o.record != nil {
+		if err := o.record(ctx, o.claim, p.zone, p.offer.Name, p.billing); err != nil {
+			return fail(err) // nothing was sent
+		}
 	}
 	srv, _, err := o.servers.CreateServer(ctx, scaleway.CreateServerRequest{
 		Zone:           scw.Zone(p.zone),

@@ -255,6 +255,12 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 	}, cloudprovider.Options{
 		ClusterName: opts.ClusterName, DefaultZone: string(scwCfg.DefaultZone), RepairToleration: opts.RepairToleration,
 	}, logger.WithName("cloudprovider"))
+	pool := &warmpool.Controller{Kube: kube, API: api, Catalog: cat, Servers: inv.Servers, Saw: inv.Saw,
+		Spares: spares, Breaker: breakers, Limits: limits, DefaultZone: string(scwCfg.DefaultZone),
+		Recorder: recorder, Metrics: warmpool.NewMetrics(reg), Log: logger.WithName("warmpool")}
+	// The slots another process recorded before ordering count against the
+	// spend limits too (the NodeClaims' records are added by cloudprovider.New).
+	limits.Records = append(limits.Records, pool.Records)
 	return &Provider{
 		API: api, Catalog: cat, Images: images, RescueKeys: keys, Installer: installer, Inventory: inv, Spares: spares,
 		Installs: installs, CloudProvider: cp,
@@ -278,9 +284,7 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 			Interval: opts.GCInterval, Gauges: spend.NewGauges(reg), Listed: serverphases.NewGauge(reg, cat).Update},
 		Removal: &removal.Controller{Kube: kube, Servers: inv.Servers, Spares: spares, Records: removals, Recorder: recorder,
 			Log: logger.WithName("removal")},
-		WarmPool: &warmpool.Controller{Kube: kube, API: api, Catalog: cat, Servers: inv.Servers, Saw: inv.Saw,
-			Spares: spares, Breaker: breakers, Limits: limits, DefaultZone: string(scwCfg.DefaultZone),
-			Recorder: recorder, Metrics: warmpool.NewMetrics(reg), Log: logger.WithName("warmpool")},
+		WarmPool: pool,
 		// Every GC interval until servers ordered before billing tags have
 		// them (the catalogue's first refresh settles them), then hourly.
 		Billing: &billing.Backfill{Servers: inv.Servers, API: api, Offers: cat, Interval: opts.GCInterval,

@@ -12,6 +12,11 @@
 // limit on the strength of a lost answer. A NodeClass's checks and orders
 // are serialised; NodeClasses without limits cost nothing (no listing, no
 // lock).
+//
+// What a process remembers dies with it: after a leader change (or a
+// restart) the orders the previous process placed that the listing does
+// not show yet are known only from the records it left in the API server
+// before sending them (Limiter.Records), and count from those.
 package spendlimit
 
 import (
@@ -56,12 +61,27 @@ type Limiter struct {
 	// An order whose answer was lost counts while it is in flight and not
 	// listed; nil: while not listed, for Pending at most.
 	OrderInFlight func(tag string) bool
-	Metrics       *Metrics
+	// Records are sources of the orders another controller process (the
+	// leader before a leader change, this controller before a restart)
+	// recorded in the API server before sending them, that may have been
+	// taken: each counts while no listed server carries its tag. The
+	// sources leave out this process's own records (its memory counts
+	// those) and records older than the order settle window.
+	Records []func(ctx context.Context, nodeClass string) ([]Record, error)
+	Metrics *Metrics
 
 	mu       sync.Mutex
 	locks    map[string]*sync.Mutex
 	pending  map[string]pendingOrder // by server ID
 	inFlight map[string]pendingOrder // by idempotency tag
+}
+
+// Record is an order another process recorded before sending it: its
+// idempotency tag (the NodeClaim's or the warm-pool slot's) and the
+// offering it was for.
+type Record struct {
+	Tag, Zone, Offer string
+	Billing          catalog.BillingPeriod
 }
 
 type pendingOrder struct {
@@ -150,6 +170,12 @@ func (l *Limiter) Begin(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNo
 		}
 	}
 	l.mu.Unlock()
+	recorded, err := l.recorded(ctx, nc.Name, tags)
+	if err != nil {
+		s.unlock()
+		return nil, err
+	}
+	servers = append(servers, recorded...)
 	a := spend.Compute(servers, l.Offers, now).NodeClass(nc.Name)
 	s.hourly, s.committed = a.Hourly, a.Commitment
 	return s, nil
@@ -218,6 +244,31 @@ func (s *Session) InFlight(tag, zone string, offer *baremetal.Offer) {
 		s.l.inFlight = map[string]pendingOrder{}
 	}
 	s.l.inFlight[tag] = pendingOrder{nodeClass: s.nc, server: h, at: now}
+}
+
+// recorded are the orders other processes recorded for nodeClass that no
+// listed server carries the tag of (listedTags), priced as if ordered now.
+// A record whose offering the catalogue does not know cannot be priced:
+// the check fails rather than leave it out.
+func (l *Limiter) recorded(ctx context.Context, nodeClass string, listedTags map[string]bool) ([]*baremetal.Server, error) {
+	var out []*baremetal.Server
+	for _, src := range l.Records {
+		recs, err := src(ctx, nodeClass)
+		if err != nil {
+			return nil, fmt.Errorf("reading the recorded orders of nodeclass %s for its spend limits: %w", nodeClass, err)
+		}
+		for _, r := range recs {
+			if listedTags[r.Tag] {
+				continue // listed: counted with the listing
+			}
+			offer, ok := l.Offers.Offer(r.Zone, r.Offer, r.Billing)
+			if !ok {
+				return nil, fmt.Errorf("nodeclass %s: an order another controller process recorded (%s, %s %s in %s) cannot be priced: the catalogue has no such offer", nodeClass, r.Tag, r.Offer, r.Billing, r.Zone)
+			}
+			out = append(out, l.hypothetical(nodeClass, r.Zone, offer))
+		}
+	}
+	return out, nil
 }
 
 // End releases the NodeClass's lock.

@@ -237,3 +237,48 @@ func TestOrdersInFlightCountUntilListedOrSettled(t *testing.T) {
 	}
 	s.End()
 }
+
+// Orders another process recorded before sending them count while no
+// listed server carries their tag; once one does, the listing counts it
+// (once); a record the catalogue cannot price fails the check instead of
+// being left out.
+func TestRecordedOrdersOfAnotherProcessCountUntilListed(t *testing.T) {
+	f := newFixture()
+	rec := spendlimit.Record{Tag: "karpenter.sh/nodeclaim=a", Zone: "fr-par-2", Offer: "EM-I220E-NVME", Billing: catalog.BillingHourly}
+	var recs []spendlimit.Record
+	f.l.Records = append(f.l.Records, func(_ context.Context, nc string) ([]spendlimit.Record, error) {
+		if nc != "gp" {
+			return nil, nil
+		}
+		return recs, nil
+	})
+	check := func() error {
+		t.Helper()
+		s, err := f.l.Begin(context.Background(), nodeClass("1", ""))
+		if err != nil {
+			return err
+		}
+		defer s.End()
+		return s.Check("fr-par-2", f.offer(t, "EM-I220E-NVME", catalog.BillingHourly))
+	}
+	if err := check(); err != nil {
+		t.Fatalf("nothing spent, nothing recorded: %v", err)
+	}
+	recs = []spendlimit.Record{rec}
+	var ex *spendlimit.ExceededError
+	if err := check(); !errors.As(err, &ex) {
+		t.Fatalf("a recorded EM-I220E-NVME (0.548/h) and another of 1 EUR/h: %v, want the limit exceeded", err)
+	}
+	// Listed: counted by the listing alone, and still over.
+	srv := f.server(t, "s1", "EM-I220E-NVME", catalog.BillingHourly, "gp")
+	srv.Tags = append(srv.Tags, rec.Tag)
+	f.servers = []*baremetal.Server{srv}
+	if err := check(); !errors.As(err, &ex) || ex.Current > 0.6 {
+		t.Fatalf("listed and recorded: %v, want the limit exceeded with the server counted once", err)
+	}
+	f.servers = nil
+	recs = []spendlimit.Record{{Tag: "karpenter.sh/nodeclaim=b", Zone: "fr-par-2", Offer: "EM-NOPE", Billing: catalog.BillingHourly}}
+	if err := check(); err == nil || errors.As(err, &ex) {
+		t.Fatalf("an unpriceable record: %v, want an error", err)
+	}
+}

@@ -69,6 +69,7 @@ type Controller struct {
 
 	mu      sync.Mutex
 	ordered map[string]slotOrder // slot tag -> its order here
+	process string               // names this process in the slot records (processID)
 }
 
 // slotOrder is a slot ordered here: when, and the server the order gave.
@@ -120,6 +121,8 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 			if nc.StatusConditions().Get(v1alpha1.ConditionTypeWarmPoolReady) != nil {
 				errs = append(errs, c.setCondition(ctx, nc, nil))
 			}
+			// A pool switched off keeps no slot records past their window.
+			errs = append(errs, c.forget(ctx, nc, nil))
 			continue
 		}
 		if err := c.reconcile(ctx, nc, pools[nc.Name], listed); err != nil {
@@ -137,8 +140,18 @@ type condition struct {
 func (c *Controller) reconcile(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass, pool []*baremetal.Server, listed map[string]bool) error {
 	want, problems := Entries(nc, c.DefaultZone, c.Catalog)
 	billing := func(s *baremetal.Server) catalog.BillingPeriod { return spare.Billing(c.Catalog, s) }
-	plan := Decide(want, pool, billing, c.inFlight(pool, listed), nc.Name)
+	listedSlots := slotTags(pool)
+	inFlight := c.inFlight(pool, listed)
+	// Slots another process (the leader before a leader change) recorded
+	// and the listing does not show yet count as ordered too.
+	for tag := range c.othersInFlight(nc, listedSlots) {
+		inFlight[tag] = true
+	}
+	plan := Decide(want, pool, billing, inFlight, nc.Name)
 	var errs []error
+	if err := c.forget(ctx, nc, listedSlots); err != nil {
+		errs = append(errs, err)
+	}
 	for _, s := range plan.Release {
 		if _, err := c.Spares.EndSpare(ctx, s.Zone, s.ID, false); err != nil {
 			errs = append(errs, err)
@@ -208,6 +221,9 @@ func (c *Controller) order(ctx context.Context, nc *v1alpha1.ScalewayElasticMeta
 			continue
 		}
 		tag := SlotTag(nc.Name, k, slot.Index)
+		if err := c.recordSlot(ctx, nc, slot); err != nil {
+			return c.blocked(nc, err) // nothing was sent
+		}
 		srv, ordered, err := c.API.CreateServer(ctx, scaleway.CreateServerRequest{
 			Zone:           scw.Zone(k.Zone),
 			OfferID:        offer.ID,
@@ -304,12 +320,7 @@ func equalConditions(a, b *v1alpha1.ScalewayElasticMetalNodeClass) bool {
 // the cluster's servers (listed taken, it left the pool before this pass
 // saw it there: its slot is free again).
 func (c *Controller) inFlight(pool []*baremetal.Server, listedIDs map[string]bool) map[string]bool {
-	listed := map[string]bool{}
-	for _, s := range pool {
-		if v, ok := scaleway.TagValue(s.Tags, scaleway.TagWarmPoolSlot); ok {
-			listed[scaleway.Tag(scaleway.TagWarmPoolSlot, v)] = true
-		}
-	}
+	listed := slotTags(pool)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := map[string]bool{}
@@ -322,6 +333,17 @@ func (c *Controller) inFlight(pool []*baremetal.Server, listedIDs map[string]boo
 		out[tag] = true
 	}
 	return out
+}
+
+// slotTags are the slot tags of the listed pool servers.
+func slotTags(pool []*baremetal.Server) map[string]bool {
+	listed := map[string]bool{}
+	for _, s := range pool {
+		if v, ok := scaleway.TagValue(s.Tags, scaleway.TagWarmPoolSlot); ok {
+			listed[scaleway.Tag(scaleway.TagWarmPoolSlot, v)] = true
+		}
+	}
+	return listed
 }
 
 func (c *Controller) remember(tag, id string) {
