@@ -20,7 +20,7 @@ export TEST_ASSET_KUBE_SCHEDULER := $(BIN)/kube-scheduler
 export TEST_ASSET_VERSITYGW := $(BIN)/versitygw
 export TEST_ASSET_EM_IMAGER := $(BIN)/em-imager
 
-.PHONY: all help build imager-binaries image image-push test test-fast fuzz bench bench-nodes demo world soak e2e tools lint deps image-deps vet fmt-check tidy-check clean chart-crds chart-package docs dashboards catalog-snapshot licenses smoke-live
+.PHONY: all help build imager-binaries image image-push test test-fast fuzz bench bench-nodes demo world conformance soak e2e tools lint deps image-deps vet fmt-check tidy-check clean chart-crds chart-package docs dashboards catalog-snapshot licenses smoke-live
 
 all: build
 
@@ -192,6 +192,16 @@ demo: deps build tools ## the whole provider against the simulated world (DEMO_P
 world: deps build tools ## the simulated world with the provider, kept running: prints KUBECONFIG (WORLD_PROFILE=realistic for real delays)
 	$(GO) build -o $(BIN)/run-world ./test/world/cmd/world
 	$(BIN)/run-world $(WORLD_FLAGS)
+
+# Karpenter's own regression suite (sigs.k8s.io/karpenter/test/suites/regression from the pinned module, built
+# with go test -c, never copied) against make world's world, started in the background without its defaults:
+# docs/conformance.md. FOCUS='<ginkgo focus>' narrows it; test/conformance/skip.txt lists the specs that cannot
+# apply, with reasons. Ends with `conformance: P passed, F failed, N not applicable (total T)`.
+conformance: deps build tools ## Karpenter's regression suite against the simulated world (FOCUS=StandaloneNodeClaim for a few specs)
+	$(GO) build -o $(BIN)/run-world ./test/world/cmd/world
+	$(GO) test -c -o $(BIN)/regression.test sigs.k8s.io/karpenter/test/suites/regression
+	$(GO) build -o $(BIN)/conformance ./test/conformance/cmd/conformance
+	$(BIN)/conformance -focus '$(FOCUS)' $(CONFORMANCE_FLAGS)
 
 # Seeded chaos schedules (test/soak): each plays about a minute of pod waves, NodeClass edits, API faults and
 # controller kills against the real controller on the simulated world (fast profile), then checks the money

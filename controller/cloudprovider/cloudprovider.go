@@ -219,12 +219,8 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 		}
 		return nil, fmt.Errorf("getting nodeclass: %w", err)
 	}
-	if !nc.StatusConditions().Root().IsTrue() {
-		msg := "not ready"
-		if ready := nc.StatusConditions().Get(status.ConditionReady); ready != nil && ready.Message != "" {
-			msg = ready.Message
-		}
-		return nil, cloudprovider.NewNodeClassNotReadyError(fmt.Errorf("nodeclass %q: %s", nc.Name, msg))
+	if err := readyToOrder(nc); err != nil {
+		return nil, err
 	}
 	// A value the controller could not read was left at its zero value
 	// (v1alpha1's UnmarshalJSON): never order on such a spec, even before
@@ -403,4 +399,31 @@ func publish(rec events.Recorder, claim *karpv1.NodeClaim, typ, reason, msg stri
 		Message:        msg,
 		DedupeValues:   []string{claim.Name, reason, msg},
 	})
+}
+
+// readyToOrder says whether a NodeClaim of this NodeClass may be given a
+// server. Only a NodeClass whose status controller said Ready orders. One
+// that said not Ready gets a NodeClassNotReadyError, on which Karpenter
+// deletes the NodeClaim. One whose readiness is not known yet (created
+// with the NodeClaim, as Karpenter's standalone NodeClaim specs do, and not
+// reconciled yet) gets a retryable CreateError instead: Karpenter keeps the
+// NodeClaim and calls Create again, as it does for its own KWOK provider,
+// which refuses only a NodeClass that is Ready=False. Deleting the claim
+// there lost the NodeClaim for good (regression suite: "NodeClaim
+// StandaloneNodeClaim should create a standard NodeClaim").
+func readyToOrder(nc *v1alpha1.ScalewayElasticMetalNodeClass) error {
+	ready := nc.StatusConditions().Get(status.ConditionReady)
+	switch {
+	case ready != nil && ready.IsTrue():
+		return nil
+	case ready == nil || ready.IsUnknown():
+		err := fmt.Errorf("nodeclass %q: readiness not known yet (its status controller has not reconciled it); nothing is ordered until it is Ready", nc.Name)
+		return cloudprovider.NewCreateError(err, "NodeClassReadinessUnknown", err.Error())
+	default:
+		msg := "not ready"
+		if ready.Message != "" {
+			msg = ready.Message
+		}
+		return cloudprovider.NewNodeClassNotReadyError(fmt.Errorf("nodeclass %q: %s", nc.Name, msg))
+	}
 }

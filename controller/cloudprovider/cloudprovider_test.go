@@ -1,6 +1,7 @@
 package cloudprovider_test
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -436,6 +437,45 @@ func TestNodeClassNotReadyReasons(t *testing.T) {
 				t.Fatalf("%d servers ordered for a broken nodeclass", n)
 			}
 		})
+	}
+}
+
+// TestCreateRetriesANodeClassWhoseReadinessIsNotKnown: a NodeClass created
+// together with its NodeClaim (Karpenter's regression suite, "NodeClaim
+// StandaloneNodeClaim should create a standard NodeClaim") has no status
+// yet when Create first runs. Create orders nothing then, but with a
+// retryable error, not NodeClassNotReady (on which Karpenter deletes the
+// NodeClaim); once the status controller says Ready, the same claim orders.
+func TestCreateRetriesANodeClassWhoseReadinessIsNotKnown(t *testing.T) {
+	e := startEnv(t, nil)
+	nc := e.w.NodeClass("fresh")
+	if err := e.kube.Create(e.ctx, nc); err != nil {
+		t.Fatal(err)
+	}
+	claim := e.nodeClaim()
+	claim.Spec.NodeClassRef.Name = nc.Name
+	_, err := e.p.CloudProvider.Create(e.ctx, claim)
+	if err == nil || cloudprovider.IsNodeClassNotReadyError(err) || cloudprovider.IsInsufficientCapacityError(err) {
+		t.Fatalf("Create on a NodeClass without status = %v, want a retryable error (Karpenter deletes the claim on NodeClassNotReady)", err)
+	}
+	var ce *cloudprovider.CreateError
+	if !errors.As(err, &ce) || ce.ConditionReason != "NodeClassReadinessUnknown" {
+		t.Errorf("Create error %v is not a CreateError with reason NodeClassReadinessUnknown", err)
+	}
+	if n := e.creates(claim.Name); n != 0 {
+		t.Fatalf("%d servers ordered before the NodeClass was known to be Ready", n)
+	}
+	if _, err := e.p.NodeClassStatus.Reconcile(e.ctx, e.nodeClass(nc.Name)); err != nil {
+		t.Fatal(err)
+	}
+	if !e.nodeClass(nc.Name).StatusConditions().Root().IsTrue() {
+		t.Fatalf("NodeClass not Ready after its status reconcile: %+v", e.nodeClass(nc.Name).Status.Conditions)
+	}
+	if _, err := e.p.CloudProvider.Create(e.ctx, claim); err != nil {
+		t.Fatalf("Create once the NodeClass is Ready: %v", err)
+	}
+	if n := e.creates(claim.Name); n != 1 {
+		t.Fatalf("%d servers ordered for the claim once the NodeClass is Ready, want 1", n)
 	}
 }
 

@@ -4,7 +4,8 @@
 // Talos-like image, the Elastic Metal API simulator with its rescue hosts
 // and simulated Talos, KWOK playing the pods of the nodes that Talos
 // registered, and bin/karpenter-scaleway-em. It applies a NodeClass and a
-// NodePool named "default" that fit the world, writes an admin kubeconfig,
+// NodePool named "default" that fit the world (not with -defaults=false,
+// for Karpenter's suites, which want none), writes an admin kubeconfig,
 // prints how to use it and how to stop, then follows NodeClaims, nodes and
 // pods until SIGINT or SIGTERM, when it stops everything it started.
 //
@@ -60,6 +61,11 @@ type options struct {
 	dir     string // kubeconfig, the default objects' YAML, pid; the world's files in dir/run
 	profile string
 	keep    bool
+	// defaults applies NodeClass and NodePool "default"; Karpenter's suites
+	// (make conformance) want a cluster without any and bring their own.
+	defaults bool
+	// env adds KEY=VALUE to the controller's environment (FEATURE_GATES...).
+	env []string
 }
 
 // run starts the world, serves until ctx ends and stops it: 0 after a clean
@@ -71,6 +77,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.dir, "dir", "", "where the kubeconfig, the NodeClass and NodePool YAML, and the world's files (run/) go (default <repo>/bin/world)")
 	fs.StringVar(&o.profile, "profile", envOr("WORLD_PROFILE", envOr("DEMO_PROFILE", "fast")), "simulator delays: test, fast or realistic ($WORLD_PROFILE, else $DEMO_PROFILE)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the world's files (logs, disks) in <dir>/run after the stop")
+	fs.BoolVar(&o.defaults, "defaults", true, "apply NodeClass and NodePool default (false: none, as Karpenter's suites want)")
+	fs.Func("controller-env", "KEY=VALUE added to the controller's environment (repeatable), e.g. FEATURE_GATES=StaticCapacity=true", func(v string) error {
+		if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
+			return fmt.Errorf("want KEY=VALUE, got %q", v)
+		}
+		o.env = append(o.env, v)
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -135,7 +149,7 @@ func (s *server) serve(ctx context.Context) (err error) {
 		s.printf("stopping the world")
 		err = errors.Join(err, w.Stop())
 	}()
-	c, err := w.NewController(world.ControllerOptions{})
+	c, err := w.NewController(world.ControllerOptions{Env: s.opts.env})
 	if err != nil {
 		return err
 	}
@@ -146,8 +160,10 @@ func (s *server) serve(ctx context.Context) (err error) {
 		return err
 	}
 	s.printf("bin/karpenter-scaleway-em running (pid %d, log %s)", c.Pid(), c.LogPath)
-	if err := s.applyDefaults(ctx, w, dir); err != nil {
-		return err
+	if s.opts.defaults {
+		if err := s.applyDefaults(ctx, w, dir); err != nil {
+			return err
+		}
 	}
 	kubeconfig := filepath.Join(dir, kubeconfigFile)
 	if err := os.WriteFile(kubeconfig, w.Kube.Kubeconfig, 0o600); err != nil {

@@ -1,0 +1,285 @@
+// Command conformance runs Karpenter's regression suite against the
+// simulated world (`make conformance`): it starts bin/run-world without its
+// default NodeClass and NodePool, runs the suite's test binary (built from
+// the pinned sigs.k8s.io/karpenter module by `go test -c`) with this
+// provider's default NodeClass and NodePool and the skip expression of
+// test/conformance/skip.txt, then stops the world and prints one line per
+// spec and, last,
+//
+//	conformance: P passed, F failed, N not applicable (total T)
+//
+// It exits 0 only when no spec failed. FOCUS (or -focus) narrows the run
+// with a Ginkgo focus expression, e.g. FOCUS=StandaloneNodeClaim.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/conformance"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testenv"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// defaultFeatureGates are the optional Karpenter features the suite
+// exercises that this provider supports: NodeRepair (its RepairPolicies;
+// the suite's Repair Policy specs need it). StaticCapacity and
+// CapacityBuffer are not turned on until the provider is shown to support
+// them (docs/conformance.md).
+const defaultFeatureGates = "NodeRepair=true"
+
+func envOr(k, def string) string {
+	if v, ok := os.LookupEnv(k); ok {
+		return v
+	}
+	return def
+}
+
+// options of one run; paths are absolute after parse.
+type options struct {
+	dir, worldBin, suiteBin       string
+	skipFile, nodeClass, nodePool string
+	focus, profile, featureGates  string
+	timeout                       time.Duration
+	keep                          bool
+}
+
+func parse(args []string, stderr io.Writer) (options, error) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return options{}, err
+	}
+	fs := flag.NewFlagSet("conformance", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	fs.StringVar(&o.dir, "dir", filepath.Join(root, "bin", "conformance-run"), "where the world (world/), the suite's log and its Ginkgo JSON report go")
+	fs.StringVar(&o.worldBin, "world", filepath.Join(root, "bin", "run-world"), "the world's binary (make world builds it)")
+	fs.StringVar(&o.suiteBin, "suite", filepath.Join(root, "bin", "regression.test"), "the regression suite's test binary (go test -c sigs.k8s.io/karpenter/test/suites/regression)")
+	fs.StringVar(&o.skipFile, "skip-file", filepath.Join(root, "test", "conformance", "skip.txt"), "specs not applicable to this provider, with reasons")
+	fs.StringVar(&o.nodeClass, "nodeclass", filepath.Join(root, "test", "conformance", "nodeclass.yaml"), "the suite's --default-nodeclass")
+	fs.StringVar(&o.nodePool, "nodepool", filepath.Join(root, "test", "conformance", "nodepool.yaml"), "the suite's --default-nodepool")
+	fs.StringVar(&o.focus, "focus", os.Getenv("FOCUS"), "Ginkgo focus expression ($FOCUS); empty runs every spec")
+	fs.StringVar(&o.profile, "profile", "fast", "the world's delay profile")
+	fs.StringVar(&o.featureGates, "feature-gates", envOr("CONFORMANCE_FEATURE_GATES", defaultFeatureGates), "the controller's FEATURE_GATES for the run ($CONFORMANCE_FEATURE_GATES); empty keeps the controller's defaults")
+	fs.DurationVar(&o.timeout, "timeout", 3*time.Hour, "the whole suite's timeout (--ginkgo.timeout)")
+	fs.BoolVar(&o.keep, "keep", false, "keep the world's logs in <dir>/world/run after the stop")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	for _, p := range []*string{&o.dir, &o.worldBin, &o.suiteBin, &o.skipFile, &o.nodeClass, &o.nodePool} {
+		if *p, err = filepath.Abs(*p); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parse(args, stderr)
+	if err != nil {
+		return 2
+	}
+	s, err := conformance.ReadSkipFile(o.skipFile)
+	if err != nil {
+		fmt.Fprintln(stderr, "conformance:", err)
+		return 2
+	}
+	for _, b := range []string{o.worldBin, o.suiteBin} {
+		if _, err := os.Stat(b); err != nil {
+			fmt.Fprintf(stderr, "conformance: %v (make conformance builds it)\n", err)
+			return 2
+		}
+	}
+	if err := os.MkdirAll(o.dir, 0o755); err != nil {
+		fmt.Fprintln(stderr, "conformance:", err)
+		return 1
+	}
+	sum, err := runWorldAndSuite(ctx, o, s, stdout)
+	if err != nil {
+		fmt.Fprintln(stderr, "conformance: FAILED:", err)
+		return 1
+	}
+	sum.Report(stdout)
+	if len(sum.Failed) > 0 {
+		return 1
+	}
+	return 0
+}
+
+// runWorldAndSuite starts the world, runs the suite against it and stops
+// the world, also when the suite or the caller's context ended the run.
+func runWorldAndSuite(ctx context.Context, o options, skips []conformance.Skip, stdout io.Writer) (sum conformance.Summary, err error) {
+	t0 := time.Now()
+	w, err := startWorld(ctx, o)
+	if err != nil {
+		return sum, err
+	}
+	defer func() { err = errors.Join(err, w.stop()) }()
+	fmt.Fprintf(stdout, "conformance: world ready after %s (log %s)\n", time.Since(t0).Round(100*time.Millisecond), w.logPath)
+
+	report := filepath.Join(o.dir, "report.json")
+	_ = os.Remove(report)
+	t1 := time.Now()
+	suiteErr := runSuite(ctx, o, skips, w.kubeconfig, report, stdout)
+	fmt.Fprintf(stdout, "conformance: suite process ended after %s (%v); log %s, report %s\n",
+		time.Since(t1).Round(time.Second), suiteErr, filepath.Join(o.dir, "suite.log"), report)
+	f, err := os.Open(report)
+	if err != nil {
+		return sum, fmt.Errorf("no report from the suite: %w", errors.Join(err, suiteErr))
+	}
+	defer f.Close()
+	reports, err := conformance.ReadReport(f)
+	if err != nil {
+		return sum, err
+	}
+	return conformance.Summarize(reports, skips), nil
+}
+
+// world is a running bin/run-world.
+type world struct {
+	cmd        *exec.Cmd
+	done       chan error
+	logPath    string
+	kubeconfig string
+}
+
+// startWorld runs bin/run-world in the background with its output in
+// <dir>/world.log and waits until it printed its kubeconfig.
+func startWorld(ctx context.Context, o options) (*world, error) {
+	logPath := filepath.Join(o.dir, "world.log")
+	log, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"-dir", filepath.Join(o.dir, "world"), "-profile", o.profile, "-defaults=false"}
+	if o.keep {
+		args = append(args, "-keep")
+	}
+	if o.featureGates != "" {
+		args = append(args, "-controller-env", "FEATURE_GATES="+o.featureGates)
+	}
+	cmd := exec.Command(o.worldBin, args...)
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return nil, err
+	}
+	w := &world{cmd: cmd, done: make(chan error, 1), logPath: logPath}
+	go func() {
+		err := cmd.Wait()
+		pw.Close()
+		w.done <- err
+	}()
+	kubeconfig := make(chan string, 1)
+	go func() {
+		defer log.Close()
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			fmt.Fprintln(log, sc.Text())
+			if v, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "export KUBECONFIG="); ok {
+				kubeconfig <- v
+			}
+		}
+	}()
+	select {
+	case w.kubeconfig = <-kubeconfig:
+		return w, nil
+	case err := <-w.done:
+		w.done <- err
+		return nil, fmt.Errorf("the world exited before it was ready, see %s: %w", logPath, err)
+	case <-time.After(5 * time.Minute):
+		return nil, errors.Join(fmt.Errorf("the world was not ready after 5 minutes: see %s", logPath), w.stop())
+	case <-ctx.Done():
+		return nil, errors.Join(ctx.Err(), w.stop())
+	}
+}
+
+// stop interrupts the world as Ctrl-C would, so it stops every process it
+// started, and kills it when it has not exited two minutes later.
+func (w *world) stop() error {
+	_ = w.cmd.Process.Signal(os.Interrupt)
+	select {
+	case err := <-w.done:
+		w.done <- err
+		if err != nil {
+			return fmt.Errorf("world: %w (see %s)", err, w.logPath)
+		}
+		return nil
+	case <-time.After(2 * time.Minute):
+		_ = w.cmd.Process.Kill()
+		return fmt.Errorf("the world did not stop within 2 minutes of SIGINT; killed (see %s)", w.logPath)
+	}
+}
+
+// runSuite runs the regression suite's test binary against the world, its
+// output in <dir>/suite.log and on stdout, and its Ginkgo JSON report in
+// report. Interrupted (ctx), it gets SIGINT, as Ginkgo then still writes the
+// report of the specs that ran.
+func runSuite(ctx context.Context, o options, skips []conformance.Skip, kubeconfig, report string, stdout io.Writer) error {
+	log, err := os.Create(filepath.Join(o.dir, "suite.log"))
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	args := []string{
+		"-test.timeout", (o.timeout + 10*time.Minute).String(),
+		"-ginkgo.timeout", o.timeout.String(),
+		"-ginkgo.no-color",
+		"-ginkgo.json-report", report,
+		"-default-nodeclass", o.nodeClass,
+		"-default-nodepool", o.nodePool,
+	}
+	if e := conformance.SkipExpression(skips); e != "" {
+		args = append(args, "-ginkgo.skip", e)
+	}
+	if o.focus != "" {
+		args = append(args, "-ginkgo.focus", o.focus)
+	}
+	cmd := exec.Command(o.suiteBin, args...)
+	// The suite leaves its timing tables in OUTPUT_DIR; the directory holds
+	// them rather than a new one in /tmp per run.
+	out := filepath.Join(o.dir, "output")
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "OUTPUT_DIR="+out)
+	cmd.Dir = o.dir
+	cmd.Stdout = io.MultiWriter(log, stdout)
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(time.Minute):
+			_ = cmd.Process.Kill()
+			return <-done
+		}
+	}
+}
