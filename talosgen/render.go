@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strings"
 
 	jsonpatch "github.com/evanphx/json-patch"
@@ -345,56 +346,74 @@ func applyPatches(cfg coreconfig.Provider, patches []configpatcher.Patch) (corec
 	for i, p := range patches {
 		field := fmt.Sprintf("node settings: configPatches[%d]", i)
 
-		jp, isJSON := p.(jsonpatch.Patch)
-		if !isJSON {
-			res, err := configpatcher.Apply(configpatcher.WithConfig(cfg), []configpatcher.Patch{p})
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", field, err)
-			}
-
-			if cfg, err = res.Config(); err != nil {
-				return nil, fmt.Errorf("%s: result is not a machine config: %w", field, err)
-			}
-
-			continue
+		var err error
+		if jp, isJSON := p.(jsonpatch.Patch); isJSON {
+			cfg, err = applyJSON6902(cfg, jp, field)
+		} else {
+			cfg, err = applyStrategic(cfg, p, field)
 		}
 
-		v1 := cfg.RawV1Alpha1()
-		if v1 == nil {
-			return nil, fmt.Errorf("%s: no v1alpha1 document to apply a JSON6902 patch to", field)
-		}
-
-		v1Bytes, err := container.NewV1Alpha1(v1).EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", field, err)
+			return nil, err
 		}
+	}
 
-		patched, err := configpatcher.JSON6902(v1Bytes, jp)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", field, err)
+	return cfg, nil
+}
+
+// applyStrategic applies one strategic merge patch, which may touch any
+// document.
+func applyStrategic(cfg coreconfig.Provider, p configpatcher.Patch, field string) (coreconfig.Provider, error) {
+	res, err := configpatcher.Apply(configpatcher.WithConfig(cfg), []configpatcher.Patch{p})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", field, err)
+	}
+
+	if cfg, err = res.Config(); err != nil {
+		return nil, fmt.Errorf("%s: result is not a machine config: %w", field, err)
+	}
+
+	return cfg, nil
+}
+
+// applyJSON6902 applies one JSON6902 patch to the v1alpha1 document alone
+// and puts the other documents back beside it.
+func applyJSON6902(cfg coreconfig.Provider, jp jsonpatch.Patch, field string) (coreconfig.Provider, error) {
+	v1 := cfg.RawV1Alpha1()
+	if v1 == nil {
+		return nil, fmt.Errorf("%s: no v1alpha1 document to apply a JSON6902 patch to", field)
+	}
+
+	v1Bytes, err := container.NewV1Alpha1(v1).EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", field, err)
+	}
+
+	patched, err := configpatcher.JSON6902(v1Bytes, jp)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", field, err)
+	}
+
+	loaded, err := configloader.NewFromBytes(patched)
+	if err != nil {
+		return nil, fmt.Errorf("%s: result is not a machine config: %w", field, err)
+	}
+
+	newV1 := loaded.RawV1Alpha1()
+	if newV1 == nil || len(loaded.Documents()) != 1 {
+		return nil, fmt.Errorf("%s: result is not a single v1alpha1 document", field)
+	}
+
+	docs := []config.Document{newV1}
+
+	for _, d := range cfg.Documents() {
+		if _, isV1 := d.(*v1alpha1.Config); !isV1 {
+			docs = append(docs, d)
 		}
+	}
 
-		loaded, err := configloader.NewFromBytes(patched)
-		if err != nil {
-			return nil, fmt.Errorf("%s: result is not a machine config: %w", field, err)
-		}
-
-		newV1 := loaded.RawV1Alpha1()
-		if newV1 == nil || len(loaded.Documents()) != 1 {
-			return nil, fmt.Errorf("%s: result is not a single v1alpha1 document", field)
-		}
-
-		docs := []config.Document{newV1}
-
-		for _, d := range cfg.Documents() {
-			if _, isV1 := d.(*v1alpha1.Config); !isV1 {
-				docs = append(docs, d)
-			}
-		}
-
-		if cfg, err = container.New(docs...); err != nil {
-			return nil, fmt.Errorf("%s: %w", field, err)
-		}
+	if cfg, err = container.New(docs...); err != nil {
+		return nil, fmt.Errorf("%s: %w", field, err)
 	}
 
 	return cfg, nil
@@ -686,16 +705,24 @@ func checkInvariants(cfg coreconfig.Provider, nc *karpv1.NodeClaim, labels map[s
 		return fmt.Errorf("hostname is %q, must be %q", facts.Hostname, nc.Name)
 	}
 
+	if err := checkRegistration(facts, labels, taints); err != nil {
+		return err
+	}
+
+	if !strings.Contains(facts.UplinkSelector, up.mac) {
+		return fmt.Errorf("uplink alias %q no longer selects MAC %s", UplinkLink, up.mac)
+	}
+
+	return nil
+}
+
+// checkRegistration makes sure the config still registers the node with
+// every taint and label Karpenter expects.
+func checkRegistration(facts *Facts, labels map[string]string, taints []corev1.Taint) error {
 	for _, t := range taints {
-		found := false
-
-		for _, got := range facts.RegisterWithTaints {
-			if got.Key == t.Key && got.Effect == t.Effect && got.Value == t.Value {
-				found = true
-			}
-		}
-
-		if !found {
+		if !slices.ContainsFunc(facts.RegisterWithTaints, func(got corev1.Taint) bool {
+			return got.Key == t.Key && got.Effect == t.Effect && got.Value == t.Value
+		}) {
 			return fmt.Errorf("registerWithTaints lacks %s:%s", t.Key, t.Effect)
 		}
 	}
@@ -704,10 +731,6 @@ func checkInvariants(cfg coreconfig.Provider, nc *karpv1.NodeClaim, labels map[s
 		if facts.NodeLabels[k] != v {
 			return fmt.Errorf("node label %q is %q, must be %q", k, facts.NodeLabels[k], v)
 		}
-	}
-
-	if !strings.Contains(facts.UplinkSelector, up.mac) {
-		return fmt.Errorf("uplink alias %q no longer selects MAC %s", UplinkLink, up.mac)
 	}
 
 	return nil

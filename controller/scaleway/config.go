@@ -124,46 +124,29 @@ const (
 
 // WithDefaults returns c with every zero tuning field set to its default.
 func (c Config) WithDefaults() Config {
-	if c.APIURL == "" {
-		c.APIURL = DefaultAPIURL
-	}
-	if c.DefaultZone == "" {
-		c.DefaultZone = DefaultZone
-	}
-	if c.RateLimit.PerSecond == 0 {
-		c.RateLimit.PerSecond = DefaultRateLimit
-	}
-	if c.RateLimit.Burst == 0 {
-		c.RateLimit.Burst = DefaultRateBurst
-	}
-	if c.Retry.MaxAttempts == 0 {
-		c.Retry.MaxAttempts = DefaultMaxAttempts
-	}
-	if c.Retry.BaseBackoff == 0 {
-		c.Retry.BaseBackoff = DefaultBaseBackoff
-	}
-	if c.Retry.MaxBackoff == 0 {
-		c.Retry.MaxBackoff = DefaultMaxBackoff
-	}
-	if c.Retry.MaxRetryAfter == 0 {
-		c.Retry.MaxRetryAfter = DefaultMaxRetryAfter
-	}
-	if c.RequestTimeout == 0 {
-		c.RequestTimeout = DefaultRequestTimeout
-	}
-	if c.PollInterval == 0 {
-		c.PollInterval = DefaultPollInterval
-	}
-	if c.OrderSettle == 0 {
-		c.OrderSettle = DefaultOrderSettle
-	}
-	if c.Retry.ThrottleWait == 0 {
-		c.Retry.ThrottleWait = DefaultThrottleWait
-	}
-	if c.SettleWait == 0 {
-		c.SettleWait = DefaultSettleWait
-	}
+	defaultTo(&c.APIURL, DefaultAPIURL)
+	defaultTo(&c.DefaultZone, DefaultZone)
+	defaultTo(&c.RateLimit.PerSecond, DefaultRateLimit)
+	defaultTo(&c.RateLimit.Burst, DefaultRateBurst)
+	defaultTo(&c.Retry.MaxAttempts, DefaultMaxAttempts)
+	defaultTo(&c.Retry.BaseBackoff, DefaultBaseBackoff)
+	defaultTo(&c.Retry.MaxBackoff, DefaultMaxBackoff)
+	defaultTo(&c.Retry.MaxRetryAfter, DefaultMaxRetryAfter)
+	defaultTo(&c.RequestTimeout, DefaultRequestTimeout)
+	defaultTo(&c.PollInterval, DefaultPollInterval)
+	defaultTo(&c.OrderSettle, DefaultOrderSettle)
+	defaultTo(&c.Retry.ThrottleWait, DefaultThrottleWait)
+	defaultTo(&c.SettleWait, DefaultSettleWait)
 	return c
+}
+
+// defaultTo sets *v to d when *v is its zero value: one line per field
+// keeps WithDefaults a plain list.
+func defaultTo[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
 }
 
 var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)

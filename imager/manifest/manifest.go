@@ -303,9 +303,7 @@ func (m *Manifest) File(format string) (File, bool) {
 // schematic, version, architecture, sector size, raw digest, boot and files. The
 // tool and creation time do not count, so re-publishing is a no-op.
 func SameImage(a, b *Manifest) bool {
-	if a.SchematicID != b.SchematicID || a.TalosVersion != b.TalosVersion || a.Arch != b.Arch ||
-		a.SectorSize != b.SectorSize || a.Raw != b.Raw || a.Public != b.Public || len(a.Files) != len(b.Files) ||
-		(a.Boot == nil) != (b.Boot == nil) || (a.Boot != nil && *a.Boot != *b.Boot) {
+	if !sameHeader(a, b) || len(a.Files) != len(b.Files) {
 		return false
 	}
 	for _, fa := range a.Files {
@@ -315,6 +313,20 @@ func SameImage(a, b *Manifest) bool {
 		}
 	}
 	return true
+}
+
+// sameHeader compares what describes the image beside its files.
+func sameHeader(a, b *Manifest) bool {
+	return a.SchematicID == b.SchematicID && a.TalosVersion == b.TalosVersion && a.Arch == b.Arch &&
+		a.SectorSize == b.SectorSize && a.Raw == b.Raw && a.Public == b.Public && sameBoot(a, b)
+}
+
+// sameBoot: both without boot, or both with the same.
+func sameBoot(a, b *Manifest) bool {
+	if a.Boot == nil || b.Boot == nil {
+		return a.Boot == b.Boot
+	}
+	return *a.Boot == *b.Boot
 }
 
 // ValidateSchematicID checks an Image Factory schematic ID (64 lowercase hex).

@@ -374,9 +374,7 @@ func (r *Reader) Read(p []byte) (int, error) {
 	}
 	if r.file != nil {
 		n, err := r.file.Read(p)
-		r.mu.Lock()
-		r.offset += int64(n)
-		r.mu.Unlock()
+		r.advance(n)
 		return n, err
 	}
 	for {
@@ -387,39 +385,57 @@ func (r *Reader) Read(p []byte) (int, error) {
 			}
 		}
 		n, err := stallReader{r}.Read(p)
-		r.mu.Lock()
-		r.offset += int64(n)
-		r.mu.Unlock()
+		r.advance(n)
 		if err == nil {
 			return n, nil
 		}
-		complete := r.size >= 0 && r.offset == r.size
-		if errors.Is(err, io.EOF) && (complete || r.size < 0) {
+		if end := r.ended(err); end != nil {
 			r.closeBody()
-			r.err = io.EOF
-			return n, io.EOF
+			r.err = end
+			return n, end
 		}
-		if r.ctx.Err() != nil {
-			r.closeBody()
-			r.err = r.ctxErr()
-			return n, r.err
-		}
-		// Broken or short body: resume from r.offset on the next call.
-		why := redactErr(err)
-		if r.stalled.Load() {
-			why = fmt.Errorf("no data for %v", r.opts.StallTimeout)
-		}
-		r.opts.Log("download interrupted at byte %d: %v; resuming", r.offset, why)
-		r.last = &attemptError{err: why, stalled: r.stalled.Load()}
-		r.closeBody()
-		if r.offset > r.bodyAt {
-			// Progress since the last connect: a fresh set of attempts, so a
-			// long download survives many separate interruptions.
-			r.attempts = 0
-		}
+		r.interrupted(err)
 		if n > 0 {
 			return n, nil
 		}
+	}
+}
+
+// advance counts n bytes read.
+func (r *Reader) advance(n int) {
+	r.mu.Lock()
+	r.offset += int64(n)
+	r.mu.Unlock()
+}
+
+// ended is the error that ends the download for good after the body failed
+// with err: io.EOF once every byte came (or the size is unknown), the
+// context's end; nil when the download should resume.
+func (r *Reader) ended(err error) error {
+	complete := r.size >= 0 && r.offset == r.size
+	if errors.Is(err, io.EOF) && (complete || r.size < 0) {
+		return io.EOF
+	}
+	if r.ctx.Err() != nil {
+		return r.ctxErr()
+	}
+	return nil
+}
+
+// interrupted notes a broken or short body and drops it: the next connect
+// resumes from r.offset.
+func (r *Reader) interrupted(err error) {
+	why := redactErr(err)
+	if r.stalled.Load() {
+		why = fmt.Errorf("no data for %v", r.opts.StallTimeout)
+	}
+	r.opts.Log("download interrupted at byte %d: %v; resuming", r.offset, why)
+	r.last = &attemptError{err: why, stalled: r.stalled.Load()}
+	r.closeBody()
+	if r.offset > r.bodyAt {
+		// Progress since the last connect: a fresh set of attempts, so a
+		// long download survives many separate interruptions.
+		r.attempts = 0
 	}
 }
 
