@@ -476,7 +476,9 @@ func baseConfig(join *JoinMaterial, s *normalized, discovery *bool) (coreconfig.
 	return cfg, nil
 }
 
-// applyNode writes the per-node and NodeClass parts into the v1alpha1 document.
+// applyNode writes the per-node and NodeClass parts into the v1alpha1
+// document: the cluster section (token, and what a worker-config join secret
+// says about the cluster), the kubelet, the node labels and the install.
 func applyNode(c *v1alpha1.Config, join *JoinMaterial, s *normalized, nc *karpv1.NodeClaim,
 	labels map[string]string, taints []corev1.Taint, disks *diskPlan, diskPath, token string, discovery *bool,
 ) error {
@@ -498,33 +500,65 @@ func applyNode(c *v1alpha1.Config, join *JoinMaterial, s *normalized, nc *karpv1
 			return err
 		}
 
-		if discovery != nil {
-			if cl.ClusterDiscoveryConfig == nil {
-				cl.ClusterDiscoveryConfig = &v1alpha1.ClusterDiscoveryConfig{}
-			}
+		applyWorkerCluster(cl, join, discovery)
+	}
 
-			cl.ClusterDiscoveryConfig.DiscoveryEnabled = new(*discovery)
+	applyKubelet(m, join, s, nc.Status.ProviderID, labels, taints)
+
+	if len(labels) > 0 {
+		if m.MachineNodeLabels == nil {
+			m.MachineNodeLabels = map[string]string{}
 		}
 
-		if join.dnsDomain != "" || len(join.podCIDR) > 0 || len(join.serviceCIDR) > 0 {
-			if cl.ClusterNetwork == nil {
-				cl.ClusterNetwork = &v1alpha1.ClusterNetworkConfig{}
-			}
-
-			if join.dnsDomain != "" {
-				cl.ClusterNetwork.DNSDomain = join.dnsDomain
-			}
-
-			if len(join.podCIDR) > 0 {
-				cl.ClusterNetwork.PodSubnet = join.podCIDR
-			}
-
-			if len(join.serviceCIDR) > 0 {
-				cl.ClusterNetwork.ServiceSubnet = join.serviceCIDR
-			}
+		for key, v := range labels {
+			m.MachineNodeLabels[key] = v
 		}
 	}
 
+	applyInstall(m, s, disks, diskPath)
+
+	return nil
+}
+
+// applyWorkerCluster writes what a worker-config join secret overrides about
+// the cluster: discovery, when the NodeClass sets it, and the cluster
+// network's DNS domain and subnets, when the secret names them.
+func applyWorkerCluster(cl *v1alpha1.ClusterConfig, join *JoinMaterial, discovery *bool) {
+	if discovery != nil {
+		if cl.ClusterDiscoveryConfig == nil {
+			cl.ClusterDiscoveryConfig = &v1alpha1.ClusterDiscoveryConfig{}
+		}
+
+		cl.ClusterDiscoveryConfig.DiscoveryEnabled = new(*discovery)
+	}
+
+	if join.dnsDomain == "" && len(join.podCIDR) == 0 && len(join.serviceCIDR) == 0 {
+		return
+	}
+
+	if cl.ClusterNetwork == nil {
+		cl.ClusterNetwork = &v1alpha1.ClusterNetworkConfig{}
+	}
+
+	if join.dnsDomain != "" {
+		cl.ClusterNetwork.DNSDomain = join.dnsDomain
+	}
+
+	if len(join.podCIDR) > 0 {
+		cl.ClusterNetwork.PodSubnet = join.podCIDR
+	}
+
+	if len(join.serviceCIDR) > 0 {
+		cl.ClusterNetwork.ServiceSubnet = join.serviceCIDR
+	}
+}
+
+// applyKubelet writes the kubelet's part: cluster DNS from the join secret,
+// the provider ID, and the labels and taints the Node registers with, over
+// the base's extra config and the NodeClass's kubelet settings.
+func applyKubelet(m *v1alpha1.MachineConfig, join *JoinMaterial, s *normalized, providerID string,
+	labels map[string]string, taints []corev1.Taint,
+) {
 	if m.MachineKubelet == nil {
 		m.MachineKubelet = &v1alpha1.KubeletConfig{}
 	}
@@ -539,8 +573,8 @@ func applyNode(c *v1alpha1.Config, join *JoinMaterial, s *normalized, nc *karpv1
 		k.KubeletExtraArgs = v1alpha1.Args{}
 	}
 
-	k.KubeletExtraArgs["provider-id"] = v1alpha1.NewArgValue(nc.Status.ProviderID, nil)
-	// Labels at registration: machine.nodeLabels below are applied by Talos
+	k.KubeletExtraArgs["provider-id"] = v1alpha1.NewArgValue(providerID, nil)
+	// Labels at registration: machine.nodeLabels are applied by Talos
 	// only once the Node exists, and Karpenter looks at a fresh Node.
 	if len(labels) > 0 {
 		k.KubeletExtraArgs["node-labels"] = v1alpha1.NewArgValue(labelsArg(labels), nil)
@@ -560,17 +594,11 @@ func applyNode(c *v1alpha1.Config, join *JoinMaterial, s *normalized, nc *karpv1
 	// at registration through the kubelet itself.
 	extra["registerWithTaints"] = taintsConfig(taints)
 	k.KubeletExtraConfig = v1alpha1.Unstructured{Object: extra}
+}
 
-	if len(labels) > 0 {
-		if m.MachineNodeLabels == nil {
-			m.MachineNodeLabels = map[string]string{}
-		}
-
-		for key, v := range labels {
-			m.MachineNodeLabels[key] = v
-		}
-	}
-
+// applyInstall writes the install section: the disk, the installer image
+// and the NodeClass's kernel arguments.
+func applyInstall(m *v1alpha1.MachineConfig, s *normalized, disks *diskPlan, diskPath string) {
 	if m.MachineInstall == nil {
 		m.MachineInstall = &v1alpha1.InstallConfig{}
 	}
@@ -592,8 +620,6 @@ func applyNode(c *v1alpha1.Config, join *JoinMaterial, s *normalized, nc *karpv1
 		// machinery refuses extraKernelArgs together with grubUseUKICmdline
 		inst.InstallGrubUseUKICmdline = new(false)
 	}
-
-	return nil
 }
 
 // clearLegacyNetwork removes the hostname settings of a base config (the
