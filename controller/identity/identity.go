@@ -212,8 +212,11 @@ func (o *Owner) mine(ctx context.Context, s *baremetal.Server, claims *map[strin
 			return nil, false, err
 		}
 		return adopted, adopted == nil, nil
+	case Other:
+		return nil, false, nil
 	}
-	return nil, false, nil
+	// Foreign: this cluster's name, another cluster's identity.
+	return nil, true, nil
 }
 
 // Check is Mine for one server read on its own: the server as it is now
