@@ -308,16 +308,35 @@ func (c *Catalog) Refresh(ctx context.Context) error {
 		return ErrNoAPI
 	}
 	start := c.clock.Now()
-	type result struct {
-		zone            scw.Zone
-		hourly, monthly []*baremetal.Offer
-		err             error
+	results := c.listZones(ctx)
+	errs, changed := c.apply(results)
+
+	outcome := "success"
+	if len(errs) > 0 {
+		outcome = "error"
 	}
-	results := make([]result, len(c.opts.Zones))
+	c.metrics.refreshSeconds.WithLabelValues(outcome).Observe(c.clock.Since(start).Seconds())
+	if len(errs) == 0 {
+		c.log.V(1).Info("offers refreshed", "zones", len(results), "changed", changed)
+	}
+	return errors.Join(errs...)
+}
+
+// zoneOffers is one zone's answer to a refresh: both periods' offers, or
+// the error of the first list that failed.
+type zoneOffers struct {
+	zone            scw.Zone
+	hourly, monthly []*baremetal.Offer
+	err             error
+}
+
+// listZones lists every zone's offers for both periods, the zones at once.
+func (c *Catalog) listZones(ctx context.Context) []zoneOffers {
+	results := make([]zoneOffers, len(c.opts.Zones))
 	var wg sync.WaitGroup
 	for i, zone := range c.opts.Zones {
 		wg.Go(func() {
-			r := result{zone: zone}
+			r := zoneOffers{zone: zone}
 			r.hourly, r.err = c.list(ctx, zone, BillingHourly)
 			if r.err == nil {
 				r.monthly, r.err = c.list(ctx, zone, BillingMonthly)
@@ -326,10 +345,17 @@ func (c *Catalog) Refresh(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
+	return results
+}
 
+// apply replaces the data of each zone that answered (when it differs) and
+// keeps the others' data; it returns the failures and whether any zone
+// changed.
+func (c *Catalog) apply(results []zoneOffers) ([]error, bool) {
 	var errs []error
 	now := c.clock.Now()
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	changed := false
 	for _, r := range results {
 		if r.err != nil {
@@ -348,17 +374,7 @@ func (c *Catalog) Refresh(ctx context.Context) error {
 	if changed {
 		c.dataChangedLocked()
 	}
-	c.mu.Unlock()
-
-	outcome := "success"
-	if len(errs) > 0 {
-		outcome = "error"
-	}
-	c.metrics.refreshSeconds.WithLabelValues(outcome).Observe(c.clock.Since(start).Seconds())
-	if len(errs) == 0 {
-		c.log.V(1).Info("offers refreshed", "zones", len(results), "changed", changed)
-	}
-	return errors.Join(errs...)
+	return errs, changed
 }
 
 func (c *Catalog) list(ctx context.Context, zone scw.Zone, period BillingPeriod) ([]*baremetal.Offer, error) {

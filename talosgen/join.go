@@ -577,17 +577,8 @@ func parseEndpoint(raw string) (*url.URL, error) {
 		return nil, errors.New("not a URL")
 	}
 
-	switch {
-	case u.Scheme != "https":
-		return nil, fmt.Errorf("must be an https:// URL, got scheme %q", u.Scheme)
-	case u.Hostname() == "":
-		return nil, errors.New("has no host")
-	case u.User != nil:
-		return nil, errors.New("must not carry user info")
-	case u.RawQuery != "" || u.Fragment != "":
-		return nil, errors.New("must not carry a query or fragment")
-	case u.Path != "" && u.Path != "/":
-		return nil, errors.New("must not carry a path")
+	if err := checkEndpointShape(u); err != nil {
+		return nil, err
 	}
 
 	if p := u.Port(); p != "" {
@@ -602,31 +593,29 @@ func parseEndpoint(raw string) (*url.URL, error) {
 	return u, nil
 }
 
+// checkEndpointShape refuses every part of a URL but https, host and port.
+func checkEndpointShape(u *url.URL) error {
+	switch {
+	case u.Scheme != "https":
+		return fmt.Errorf("must be an https:// URL, got scheme %q", u.Scheme)
+	case u.Hostname() == "":
+		return errors.New("has no host")
+	case u.User != nil:
+		return errors.New("must not carry user info")
+	case u.RawQuery != "" || u.Fragment != "":
+		return errors.New("must not carry a query or fragment")
+	case u.Path != "" && u.Path != "/":
+		return errors.New("must not carry a path")
+	}
+
+	return nil
+}
+
 func (j *JoinMaterial) parseOverrides(data map[string][]byte) error {
-	list := func(key string) []string {
-		var out []string
+	list := func(key string) []string { return splitList(data[key]) }
 
-		for _, s := range strings.Split(string(data[key]), ",") {
-			if s = strings.TrimSpace(s); s != "" {
-				out = append(out, s)
-			}
-		}
-
-		return out
-	}
-
-	for _, ip := range list(KeyClusterDNS) {
-		if _, err := netip.ParseAddr(ip); err != nil {
-			return joinErr(j.secretName, KeyClusterDNS, "%q is not an IP address", ip)
-		}
-	}
-
-	for _, key := range []string{KeyServiceCIDR, KeyPodCIDR} {
-		for _, c := range list(key) {
-			if _, err := netip.ParsePrefix(c); err != nil {
-				return joinErr(j.secretName, key, "%q is not a CIDR", c)
-			}
-		}
+	if err := j.checkOverrideLists(list); err != nil {
+		return err
 	}
 
 	j.clusterDNS = list(KeyClusterDNS)
@@ -648,6 +637,39 @@ func (j *JoinMaterial) parseOverrides(data map[string][]byte) error {
 
 	if j.dnsDomain != "" && !dnsDomainRE.MatchString(j.dnsDomain) {
 		return joinErr(j.secretName, KeyDNSDomain, "%q is not a DNS domain", j.dnsDomain)
+	}
+
+	return nil
+}
+
+// splitList reads a comma-separated list, blanks dropped.
+func splitList(raw []byte) []string {
+	var out []string
+
+	for _, s := range strings.Split(string(raw), ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+
+	return out
+}
+
+// checkOverrideLists wants IP addresses in the cluster DNS list and CIDRs
+// in the service and pod lists.
+func (j *JoinMaterial) checkOverrideLists(list func(key string) []string) error {
+	for _, ip := range list(KeyClusterDNS) {
+		if _, err := netip.ParseAddr(ip); err != nil {
+			return joinErr(j.secretName, KeyClusterDNS, "%q is not an IP address", ip)
+		}
+	}
+
+	for _, key := range []string{KeyServiceCIDR, KeyPodCIDR} {
+		for _, c := range list(key) {
+			if _, err := netip.ParsePrefix(c); err != nil {
+				return joinErr(j.secretName, key, "%q is not a CIDR", c)
+			}
+		}
 	}
 
 	return nil

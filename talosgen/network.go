@@ -47,30 +47,32 @@ func pickUplink(hw *report.Report, wantMAC string) (*uplinkNIC, error) {
 		return nil, errors.New("hardware report: no NIC listed")
 	}
 
-	mk := func(n report.NIC) (*uplinkNIC, error) {
-		mac, err := normalizeMAC(n.HardwareMAC())
-		if err != nil {
-			return nil, fmt.Errorf("hardware report: NIC %q: MAC %q: %w", n.Name, n.HardwareMAC(), err)
-		}
-
-		return &uplinkNIC{name: n.Name, mac: mac, permanent: n.PermanentMAC != ""}, nil
+	if wantMAC != "" {
+		return uplinkByMAC(hw.NICs, wantMAC)
 	}
 
-	if wantMAC != "" {
-		for _, n := range hw.NICs {
-			for _, m := range []string{n.PermanentMAC, n.MAC} {
-				if got, err := normalizeMAC(m); err == nil && got == wantMAC {
-					return mk(n)
-				}
+	return uplinkByRoute(hw.NICs)
+}
+
+// uplinkByMAC is the NIC whose permanent or current MAC the network names.
+func uplinkByMAC(nics []report.NIC, wantMAC string) (*uplinkNIC, error) {
+	for _, n := range nics {
+		for _, m := range []string{n.PermanentMAC, n.MAC} {
+			if got, err := normalizeMAC(m); err == nil && got == wantMAC {
+				return newUplink(n)
 			}
 		}
-
-		return nil, fmt.Errorf("network: uplinkMac %s is not a NIC in the hardware report", wantMAC)
 	}
 
+	return nil, fmt.Errorf("network: uplinkMac %s is not a NIC in the hardware report", wantMAC)
+}
+
+// uplinkByRoute is the one NIC the rescue system routes through, else the
+// only NIC with link; more than one of either is for the NodeClass to say.
+func uplinkByRoute(nics []report.NIC) (*uplinkNIC, error) {
 	var routed, up []report.NIC
 
-	for _, n := range hw.NICs {
+	for _, n := range nics {
 		if n.HasDefaultRoute {
 			routed = append(routed, n)
 		}
@@ -82,14 +84,24 @@ func pickUplink(hw *report.Report, wantMAC string) (*uplinkNIC, error) {
 
 	switch {
 	case len(routed) == 1:
-		return mk(routed[0])
+		return newUplink(routed[0])
 	case len(routed) > 1:
 		return nil, fmt.Errorf("hardware report: %d NICs have the default route; set network.uplinkMac", len(routed))
 	case len(up) == 1:
-		return mk(up[0])
+		return newUplink(up[0])
 	default:
 		return nil, fmt.Errorf("hardware report: cannot tell the uplink (%d NICs with link, none routed); set network.uplinkMac", len(up))
 	}
+}
+
+// newUplink is the uplink NIC n, its MAC normalised.
+func newUplink(n report.NIC) (*uplinkNIC, error) {
+	mac, err := normalizeMAC(n.HardwareMAC())
+	if err != nil {
+		return nil, fmt.Errorf("hardware report: NIC %q: MAC %q: %w", n.Name, n.HardwareMAC(), err)
+	}
+
+	return &uplinkNIC{name: n.Name, mac: mac, permanent: n.PermanentMAC != ""}, nil
 }
 
 // selectorFor matches the uplink by its permanent MAC, which survives the

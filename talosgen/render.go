@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strings"
 
 	jsonpatch "github.com/evanphx/json-patch"
@@ -345,56 +346,74 @@ func applyPatches(cfg coreconfig.Provider, patches []configpatcher.Patch) (corec
 	for i, p := range patches {
 		field := fmt.Sprintf("node settings: configPatches[%d]", i)
 
-		jp, isJSON := p.(jsonpatch.Patch)
-		if !isJSON {
-			res, err := configpatcher.Apply(configpatcher.WithConfig(cfg), []configpatcher.Patch{p})
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", field, err)
-			}
-
-			if cfg, err = res.Config(); err != nil {
-				return nil, fmt.Errorf("%s: result is not a machine config: %w", field, err)
-			}
-
-			continue
+		var err error
+		if jp, isJSON := p.(jsonpatch.Patch); isJSON {
+			cfg, err = applyJSON6902(cfg, jp, field)
+		} else {
+			cfg, err = applyStrategic(cfg, p, field)
 		}
 
-		v1 := cfg.RawV1Alpha1()
-		if v1 == nil {
-			return nil, fmt.Errorf("%s: no v1alpha1 document to apply a JSON6902 patch to", field)
-		}
-
-		v1Bytes, err := container.NewV1Alpha1(v1).EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", field, err)
+			return nil, err
 		}
+	}
 
-		patched, err := configpatcher.JSON6902(v1Bytes, jp)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", field, err)
+	return cfg, nil
+}
+
+// applyStrategic applies one strategic merge patch, which may touch any
+// document.
+func applyStrategic(cfg coreconfig.Provider, p configpatcher.Patch, field string) (coreconfig.Provider, error) {
+	res, err := configpatcher.Apply(configpatcher.WithConfig(cfg), []configpatcher.Patch{p})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", field, err)
+	}
+
+	if cfg, err = res.Config(); err != nil {
+		return nil, fmt.Errorf("%s: result is not a machine config: %w", field, err)
+	}
+
+	return cfg, nil
+}
+
+// applyJSON6902 applies one JSON6902 patch to the v1alpha1 document alone
+// and puts the other documents back beside it.
+func applyJSON6902(cfg coreconfig.Provider, jp jsonpatch.Patch, field string) (coreconfig.Provider, error) {
+	v1 := cfg.RawV1Alpha1()
+	if v1 == nil {
+		return nil, fmt.Errorf("%s: no v1alpha1 document to apply a JSON6902 patch to", field)
+	}
+
+	v1Bytes, err := container.NewV1Alpha1(v1).EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", field, err)
+	}
+
+	patched, err := configpatcher.JSON6902(v1Bytes, jp)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", field, err)
+	}
+
+	loaded, err := configloader.NewFromBytes(patched)
+	if err != nil {
+		return nil, fmt.Errorf("%s: result is not a machine config: %w", field, err)
+	}
+
+	newV1 := loaded.RawV1Alpha1()
+	if newV1 == nil || len(loaded.Documents()) != 1 {
+		return nil, fmt.Errorf("%s: result is not a single v1alpha1 document", field)
+	}
+
+	docs := []config.Document{newV1}
+
+	for _, d := range cfg.Documents() {
+		if _, isV1 := d.(*v1alpha1.Config); !isV1 {
+			docs = append(docs, d)
 		}
+	}
 
-		loaded, err := configloader.NewFromBytes(patched)
-		if err != nil {
-			return nil, fmt.Errorf("%s: result is not a machine config: %w", field, err)
-		}
-
-		newV1 := loaded.RawV1Alpha1()
-		if newV1 == nil || len(loaded.Documents()) != 1 {
-			return nil, fmt.Errorf("%s: result is not a single v1alpha1 document", field)
-		}
-
-		docs := []config.Document{newV1}
-
-		for _, d := range cfg.Documents() {
-			if _, isV1 := d.(*v1alpha1.Config); !isV1 {
-				docs = append(docs, d)
-			}
-		}
-
-		if cfg, err = container.New(docs...); err != nil {
-			return nil, fmt.Errorf("%s: %w", field, err)
-		}
+	if cfg, err = container.New(docs...); err != nil {
+		return nil, fmt.Errorf("%s: %w", field, err)
 	}
 
 	return cfg, nil
@@ -457,7 +476,9 @@ func baseConfig(join *JoinMaterial, s *normalized, discovery *bool) (coreconfig.
 	return cfg, nil
 }
 
-// applyNode writes the per-node and NodeClass parts into the v1alpha1 document.
+// applyNode writes the per-node and NodeClass parts into the v1alpha1
+// document: the cluster section (token, and what a worker-config join secret
+// says about the cluster), the kubelet, the node labels and the install.
 func applyNode(c *v1alpha1.Config, join *JoinMaterial, s *normalized, nc *karpv1.NodeClaim,
 	labels map[string]string, taints []corev1.Taint, disks *diskPlan, diskPath, token string, discovery *bool,
 ) error {
@@ -479,33 +500,65 @@ func applyNode(c *v1alpha1.Config, join *JoinMaterial, s *normalized, nc *karpv1
 			return err
 		}
 
-		if discovery != nil {
-			if cl.ClusterDiscoveryConfig == nil {
-				cl.ClusterDiscoveryConfig = &v1alpha1.ClusterDiscoveryConfig{}
-			}
+		applyWorkerCluster(cl, join, discovery)
+	}
 
-			cl.ClusterDiscoveryConfig.DiscoveryEnabled = new(*discovery)
+	applyKubelet(m, join, s, nc.Status.ProviderID, labels, taints)
+
+	if len(labels) > 0 {
+		if m.MachineNodeLabels == nil {
+			m.MachineNodeLabels = map[string]string{}
 		}
 
-		if join.dnsDomain != "" || len(join.podCIDR) > 0 || len(join.serviceCIDR) > 0 {
-			if cl.ClusterNetwork == nil {
-				cl.ClusterNetwork = &v1alpha1.ClusterNetworkConfig{}
-			}
-
-			if join.dnsDomain != "" {
-				cl.ClusterNetwork.DNSDomain = join.dnsDomain
-			}
-
-			if len(join.podCIDR) > 0 {
-				cl.ClusterNetwork.PodSubnet = join.podCIDR
-			}
-
-			if len(join.serviceCIDR) > 0 {
-				cl.ClusterNetwork.ServiceSubnet = join.serviceCIDR
-			}
+		for key, v := range labels {
+			m.MachineNodeLabels[key] = v
 		}
 	}
 
+	applyInstall(m, s, disks, diskPath)
+
+	return nil
+}
+
+// applyWorkerCluster writes what a worker-config join secret overrides about
+// the cluster: discovery, when the NodeClass sets it, and the cluster
+// network's DNS domain and subnets, when the secret names them.
+func applyWorkerCluster(cl *v1alpha1.ClusterConfig, join *JoinMaterial, discovery *bool) {
+	if discovery != nil {
+		if cl.ClusterDiscoveryConfig == nil {
+			cl.ClusterDiscoveryConfig = &v1alpha1.ClusterDiscoveryConfig{}
+		}
+
+		cl.ClusterDiscoveryConfig.DiscoveryEnabled = new(*discovery)
+	}
+
+	if join.dnsDomain == "" && len(join.podCIDR) == 0 && len(join.serviceCIDR) == 0 {
+		return
+	}
+
+	if cl.ClusterNetwork == nil {
+		cl.ClusterNetwork = &v1alpha1.ClusterNetworkConfig{}
+	}
+
+	if join.dnsDomain != "" {
+		cl.ClusterNetwork.DNSDomain = join.dnsDomain
+	}
+
+	if len(join.podCIDR) > 0 {
+		cl.ClusterNetwork.PodSubnet = join.podCIDR
+	}
+
+	if len(join.serviceCIDR) > 0 {
+		cl.ClusterNetwork.ServiceSubnet = join.serviceCIDR
+	}
+}
+
+// applyKubelet writes the kubelet's part: cluster DNS from the join secret,
+// the provider ID, and the labels and taints the Node registers with, over
+// the base's extra config and the NodeClass's kubelet settings.
+func applyKubelet(m *v1alpha1.MachineConfig, join *JoinMaterial, s *normalized, providerID string,
+	labels map[string]string, taints []corev1.Taint,
+) {
 	if m.MachineKubelet == nil {
 		m.MachineKubelet = &v1alpha1.KubeletConfig{}
 	}
@@ -520,8 +573,8 @@ func applyNode(c *v1alpha1.Config, join *JoinMaterial, s *normalized, nc *karpv1
 		k.KubeletExtraArgs = v1alpha1.Args{}
 	}
 
-	k.KubeletExtraArgs["provider-id"] = v1alpha1.NewArgValue(nc.Status.ProviderID, nil)
-	// Labels at registration: machine.nodeLabels below are applied by Talos
+	k.KubeletExtraArgs["provider-id"] = v1alpha1.NewArgValue(providerID, nil)
+	// Labels at registration: machine.nodeLabels are applied by Talos
 	// only once the Node exists, and Karpenter looks at a fresh Node.
 	if len(labels) > 0 {
 		k.KubeletExtraArgs["node-labels"] = v1alpha1.NewArgValue(labelsArg(labels), nil)
@@ -541,17 +594,11 @@ func applyNode(c *v1alpha1.Config, join *JoinMaterial, s *normalized, nc *karpv1
 	// at registration through the kubelet itself.
 	extra["registerWithTaints"] = taintsConfig(taints)
 	k.KubeletExtraConfig = v1alpha1.Unstructured{Object: extra}
+}
 
-	if len(labels) > 0 {
-		if m.MachineNodeLabels == nil {
-			m.MachineNodeLabels = map[string]string{}
-		}
-
-		for key, v := range labels {
-			m.MachineNodeLabels[key] = v
-		}
-	}
-
+// applyInstall writes the install section: the disk, the installer image
+// and the NodeClass's kernel arguments.
+func applyInstall(m *v1alpha1.MachineConfig, s *normalized, disks *diskPlan, diskPath string) {
 	if m.MachineInstall == nil {
 		m.MachineInstall = &v1alpha1.InstallConfig{}
 	}
@@ -573,8 +620,6 @@ func applyNode(c *v1alpha1.Config, join *JoinMaterial, s *normalized, nc *karpv1
 		// machinery refuses extraKernelArgs together with grubUseUKICmdline
 		inst.InstallGrubUseUKICmdline = new(false)
 	}
-
-	return nil
 }
 
 // clearLegacyNetwork removes the hostname settings of a base config (the
@@ -686,16 +731,24 @@ func checkInvariants(cfg coreconfig.Provider, nc *karpv1.NodeClaim, labels map[s
 		return fmt.Errorf("hostname is %q, must be %q", facts.Hostname, nc.Name)
 	}
 
+	if err := checkRegistration(facts, labels, taints); err != nil {
+		return err
+	}
+
+	if !strings.Contains(facts.UplinkSelector, up.mac) {
+		return fmt.Errorf("uplink alias %q no longer selects MAC %s", UplinkLink, up.mac)
+	}
+
+	return nil
+}
+
+// checkRegistration makes sure the config still registers the node with
+// every taint and label Karpenter expects.
+func checkRegistration(facts *Facts, labels map[string]string, taints []corev1.Taint) error {
 	for _, t := range taints {
-		found := false
-
-		for _, got := range facts.RegisterWithTaints {
-			if got.Key == t.Key && got.Effect == t.Effect && got.Value == t.Value {
-				found = true
-			}
-		}
-
-		if !found {
+		if !slices.ContainsFunc(facts.RegisterWithTaints, func(got corev1.Taint) bool {
+			return got.Key == t.Key && got.Effect == t.Effect && got.Value == t.Value
+		}) {
 			return fmt.Errorf("registerWithTaints lacks %s:%s", t.Key, t.Effect)
 		}
 	}
@@ -704,10 +757,6 @@ func checkInvariants(cfg coreconfig.Provider, nc *karpv1.NodeClaim, labels map[s
 		if facts.NodeLabels[k] != v {
 			return fmt.Errorf("node label %q is %q, must be %q", k, facts.NodeLabels[k], v)
 		}
-	}
-
-	if !strings.Contains(facts.UplinkSelector, up.mac) {
-		return fmt.Errorf("uplink alias %q no longer selects MAC %s", UplinkLink, up.mac)
 	}
 
 	return nil

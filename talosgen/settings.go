@@ -304,50 +304,18 @@ func networkErr(field, format string, args ...any) error {
 	return fmt.Errorf("network: %s: %s", field, fmt.Sprintf(format, args...))
 }
 
+// parseNetwork checks the node's network settings and parses them, one
+// part after the other, stopping at the first problem.
 func parseNetwork(n Network) (*parsedNetwork, error) {
 	p := &parsedNetwork{}
 
-	if n.IPv6Address != "" {
-		raw := n.IPv6Address
-		if !strings.Contains(raw, "/") {
-			raw += "/128"
-		}
-
-		pfx, err := netip.ParsePrefix(raw)
-		if err != nil || !pfx.Addr().Is6() || pfx.Addr().Is4In6() {
-			return nil, networkErr("ipv6Address", "%q is not an IPv6 address", n.IPv6Address)
-		}
-
-		if pfx.Bits() != 128 {
-			return nil, networkErr("ipv6Address", "%q: Scaleway routes a single address, want /128", n.IPv6Address)
-		}
-
-		if !pfx.Addr().IsGlobalUnicast() {
-			return nil, networkErr("ipv6Address", "%q is not a global unicast address", n.IPv6Address)
-		}
-
-		p.ipv6 = pfx
-
-		if n.IPv6Gateway == "" {
-			return nil, networkErr("ipv6Gateway", "required with ipv6Address")
-		}
+	var err error
+	if p.ipv6, err = parseIPv6(n); err != nil {
+		return nil, err
 	}
 
-	if n.IPv6Gateway != "" {
-		if !p.ipv6.IsValid() {
-			return nil, networkErr("ipv6Gateway", "set without ipv6Address")
-		}
-
-		gw, err := netip.ParseAddr(n.IPv6Gateway)
-		if err != nil || !gw.Is6() || gw.Is4In6() || gw.IsUnspecified() || gw.IsMulticast() {
-			return nil, networkErr("ipv6Gateway", "%q is not a unicast IPv6 address", n.IPv6Gateway)
-		}
-
-		if gw == p.ipv6.Addr() {
-			return nil, networkErr("ipv6Gateway", "is the node's own address")
-		}
-
-		p.gateway = gw
+	if p.gateway, err = parseIPv6Gateway(n, p.ipv6); err != nil {
+		return nil, err
 	}
 
 	for i, ns := range n.Nameservers {
@@ -371,43 +339,109 @@ func parseNetwork(n Network) (*parsedNetwork, error) {
 	seen := map[uint16]bool{}
 
 	for i, pn := range n.PrivateNetworks {
-		field := fmt.Sprintf("privateNetworks[%d]", i)
-
-		if pn.VLAN < 1 || pn.VLAN > 4094 {
-			return nil, networkErr(field+".vlan", "%d is not in 1-4094", pn.VLAN)
-		}
-
-		if seen[pn.VLAN] {
-			return nil, networkErr(field+".vlan", "VLAN %d appears twice", pn.VLAN)
-		}
-
-		seen[pn.VLAN] = true
-
-		pp := parsedPrivate{vlan: pn.VLAN, dhcp: pn.DHCP, mtu: pn.MTU}
-
-		for j, a := range pn.Addresses {
-			pfx, err := netip.ParsePrefix(a)
-			if err != nil {
-				return nil, networkErr(fmt.Sprintf("%s.addresses[%d]", field, j), "%q is not an address in CIDR notation", a)
-			}
-
-			pp.addresses = append(pp.addresses, pfx)
-		}
-
-		if !pp.dhcp && len(pp.addresses) == 0 {
-			return nil, networkErr(field, "VLAN %d has neither dhcp nor addresses", pn.VLAN)
-		}
-
-		// A VLAN cannot exceed its parent's MTU, and the uplink also carries
-		// the public network, which stays at 1500.
-		if pn.MTU != 0 && (pn.MTU < 1280 || pn.MTU > 1500) {
-			return nil, networkErr(field+".mtu", "%d is not in 1280-1500 (the uplink carries the public network at 1500)", pn.MTU)
+		pp, err := parsePrivate(fmt.Sprintf("privateNetworks[%d]", i), pn, seen)
+		if err != nil {
+			return nil, err
 		}
 
 		p.private = append(p.private, pp)
 	}
 
 	return p, nil
+}
+
+// parseIPv6 reads the node's public IPv6 address, the zero prefix when it
+// has none. Scaleway routes one address to a server, so only a global /128
+// is accepted (a bare address means /128), and it needs its gateway.
+func parseIPv6(n Network) (netip.Prefix, error) {
+	if n.IPv6Address == "" {
+		return netip.Prefix{}, nil
+	}
+
+	raw := n.IPv6Address
+	if !strings.Contains(raw, "/") {
+		raw += "/128"
+	}
+
+	pfx, err := netip.ParsePrefix(raw)
+	if err != nil || !pfx.Addr().Is6() || pfx.Addr().Is4In6() {
+		return netip.Prefix{}, networkErr("ipv6Address", "%q is not an IPv6 address", n.IPv6Address)
+	}
+
+	if pfx.Bits() != 128 {
+		return netip.Prefix{}, networkErr("ipv6Address", "%q: Scaleway routes a single address, want /128", n.IPv6Address)
+	}
+
+	if !pfx.Addr().IsGlobalUnicast() {
+		return netip.Prefix{}, networkErr("ipv6Address", "%q is not a global unicast address", n.IPv6Address)
+	}
+
+	if n.IPv6Gateway == "" {
+		return netip.Prefix{}, networkErr("ipv6Gateway", "required with ipv6Address")
+	}
+
+	return pfx, nil
+}
+
+// parseIPv6Gateway reads the gateway of the address ipv6 (already parsed):
+// a unicast IPv6 address other than the node's own.
+func parseIPv6Gateway(n Network, ipv6 netip.Prefix) (netip.Addr, error) {
+	if n.IPv6Gateway == "" {
+		return netip.Addr{}, nil
+	}
+
+	if !ipv6.IsValid() {
+		return netip.Addr{}, networkErr("ipv6Gateway", "set without ipv6Address")
+	}
+
+	gw, err := netip.ParseAddr(n.IPv6Gateway)
+	if err != nil || !gw.Is6() || gw.Is4In6() || gw.IsUnspecified() || gw.IsMulticast() {
+		return netip.Addr{}, networkErr("ipv6Gateway", "%q is not a unicast IPv6 address", n.IPv6Gateway)
+	}
+
+	if gw == ipv6.Addr() {
+		return netip.Addr{}, networkErr("ipv6Gateway", "is the node's own address")
+	}
+
+	return gw, nil
+}
+
+// parsePrivate checks one private network, named field in messages: a VLAN
+// ID not seen before (seen records it), addresses in CIDR notation or DHCP,
+// and an MTU the uplink can carry.
+func parsePrivate(field string, pn PrivateNetwork, seen map[uint16]bool) (parsedPrivate, error) {
+	if pn.VLAN < 1 || pn.VLAN > 4094 {
+		return parsedPrivate{}, networkErr(field+".vlan", "%d is not in 1-4094", pn.VLAN)
+	}
+
+	if seen[pn.VLAN] {
+		return parsedPrivate{}, networkErr(field+".vlan", "VLAN %d appears twice", pn.VLAN)
+	}
+
+	seen[pn.VLAN] = true
+
+	pp := parsedPrivate{vlan: pn.VLAN, dhcp: pn.DHCP, mtu: pn.MTU}
+
+	for j, a := range pn.Addresses {
+		pfx, err := netip.ParsePrefix(a)
+		if err != nil {
+			return parsedPrivate{}, networkErr(fmt.Sprintf("%s.addresses[%d]", field, j), "%q is not an address in CIDR notation", a)
+		}
+
+		pp.addresses = append(pp.addresses, pfx)
+	}
+
+	if !pp.dhcp && len(pp.addresses) == 0 {
+		return parsedPrivate{}, networkErr(field, "VLAN %d has neither dhcp nor addresses", pn.VLAN)
+	}
+
+	// A VLAN cannot exceed its parent's MTU, and the uplink also carries
+	// the public network, which stays at 1500.
+	if pn.MTU != 0 && (pn.MTU < 1280 || pn.MTU > 1500) {
+		return parsedPrivate{}, networkErr(field+".mtu", "%d is not in 1280-1500 (the uplink carries the public network at 1500)", pn.MTU)
+	}
+
+	return pp, nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -25,25 +25,13 @@ func Package(outDir string, dirs ...string) ([]string, error) {
 	}
 	charts := make([]*helmchart.Chart, 0, len(dirs))
 	for _, dir := range dirs {
-		c, err := loader.LoadDir(dir)
+		c, err := loadChart(dir)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", dir, err)
+			return nil, err
 		}
-		if err := c.Validate(); err != nil {
-			return nil, fmt.Errorf("%s: %w", dir, err)
-		}
-		if _, err := semver.Parse(c.Metadata.Version); err != nil {
-			return nil, fmt.Errorf("%s: version %q is not a semantic version (an OCI tag needs one): %w", dir, c.Metadata.Version, err)
-		}
-		if len(c.Metadata.Dependencies) > 0 {
-			// None of the project's charts has any; packaging one would
-			// need `helm dependency build`, which this does not do.
-			return nil, fmt.Errorf("%s: chart dependencies are not supported", dir)
-		}
-		if first := charts; len(first) > 0 {
-			if c.Metadata.Version != first[0].Metadata.Version || c.Metadata.AppVersion != first[0].Metadata.AppVersion {
-				return nil, fmt.Errorf("%s is version %s (appVersion %s), %s is %s (%s): the charts share one version",
-					c.Name(), c.Metadata.Version, c.Metadata.AppVersion, first[0].Name(), first[0].Metadata.Version, first[0].Metadata.AppVersion)
+		if len(charts) > 0 {
+			if err := sameVersion(c, charts[0]); err != nil {
+				return nil, err
 			}
 		}
 		charts = append(charts, c)
@@ -60,4 +48,34 @@ func Package(outDir string, dirs ...string) ([]string, error) {
 		out = append(out, path)
 	}
 	return out, nil
+}
+
+// loadChart loads and checks the chart in dir: valid, a semantic version,
+// no dependencies.
+func loadChart(dir string) (*helmchart.Chart, error) {
+	c, err := loader.LoadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	if _, err := semver.Parse(c.Metadata.Version); err != nil {
+		return nil, fmt.Errorf("%s: version %q is not a semantic version (an OCI tag needs one): %w", dir, c.Metadata.Version, err)
+	}
+	if len(c.Metadata.Dependencies) > 0 {
+		// None of the project's charts has any; packaging one would
+		// need `helm dependency build`, which this does not do.
+		return nil, fmt.Errorf("%s: chart dependencies are not supported", dir)
+	}
+	return c, nil
+}
+
+// sameVersion wants c to share first's version and appVersion.
+func sameVersion(c, first *helmchart.Chart) error {
+	if c.Metadata.Version != first.Metadata.Version || c.Metadata.AppVersion != first.Metadata.AppVersion {
+		return fmt.Errorf("%s is version %s (appVersion %s), %s is %s (%s): the charts share one version",
+			c.Name(), c.Metadata.Version, c.Metadata.AppVersion, first.Name(), first.Metadata.Version, first.Metadata.AppVersion)
+	}
+	return nil
 }

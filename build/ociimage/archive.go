@@ -30,30 +30,7 @@ func writeArchive(path, dir string, mtime time.Time) (err error) {
 		if err != nil || p == dir {
 			return err
 		}
-		name, err := filepath.Rel(dir, p)
-		if err != nil {
-			return err
-		}
-		h := &tar.Header{Name: filepath.ToSlash(name), ModTime: mtime, Format: tar.FormatPAX}
-		if d.IsDir() {
-			h.Typeflag, h.Name, h.Mode = tar.TypeDir, h.Name+"/", 0o755
-			return tw.WriteHeader(h)
-		}
-		st, err := d.Info()
-		if err != nil {
-			return err
-		}
-		h.Typeflag, h.Mode, h.Size = tar.TypeReg, 0o644, st.Size()
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		src, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer src.Close()
-		_, err = io.Copy(tw, src)
-		return err
+		return addToArchive(tw, dir, p, d, mtime)
 	})
 	if err != nil {
 		return err
@@ -68,4 +45,33 @@ func writeArchive(path, dir string, mtime time.Time) (err error) {
 		return err
 	}
 	return os.Rename(f.Name(), path)
+}
+
+// addToArchive writes one entry of the layout (a directory, or a file with
+// its bytes) under its path relative to dir.
+func addToArchive(tw *tar.Writer, dir, p string, d fs.DirEntry, mtime time.Time) error {
+	name, err := filepath.Rel(dir, p)
+	if err != nil {
+		return err
+	}
+	h := &tar.Header{Name: filepath.ToSlash(name), ModTime: mtime, Format: tar.FormatPAX}
+	if d.IsDir() {
+		h.Typeflag, h.Name, h.Mode = tar.TypeDir, h.Name+"/", 0o755
+		return tw.WriteHeader(h)
+	}
+	st, err := d.Info()
+	if err != nil {
+		return err
+	}
+	h.Typeflag, h.Mode, h.Size = tar.TypeReg, 0o644, st.Size()
+	if err := tw.WriteHeader(h); err != nil {
+		return err
+	}
+	src, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	_, err = io.Copy(tw, src)
+	return err
 }

@@ -185,8 +185,8 @@ type Failure struct {
 // a second report of a NodeClaim this process already counted, or the one
 // the status names as the last failure, changes nothing.
 func (s *Store) Failed(ctx context.Context, f Failure) error {
-	var pe *install.PhaseError
-	if !errors.As(f.Err, &pe) || f.Claim.Spec.NodeClassRef == nil || pe.Phase == install.PhaseOrdered || scaleway.IsNotFound(pe.Err) {
+	pe := countable(f)
+	if pe == nil {
 		return nil
 	}
 	s.countMu.Lock()
@@ -197,24 +197,19 @@ func (s *Store) Failed(ctx context.Context, f Failure) error {
 	}
 	name := f.Claim.Spec.NodeClassRef.Name
 	code := CodeOf(pe.Err)
-	offering := ""
-	if srv := f.Server; srv != nil {
-		offering = fmt.Sprintf("%s/%s/%s", srv.Zone, srv.OfferName, f.Billing)
-	}
-	var opened, reopened, repeated bool
+	var opened, repeated bool
 	var after *v1alpha1.InstallsStatus
 	var disk string
 	err := s.update(ctx, name, true, func(fresh *v1alpha1.ScalewayElasticMetalNodeClass, key Key) {
 		disk = fresh.Spec.Rescue.Disk
 		before := Current(fresh.Status.Installs, key)
-		if repeated = before != nil && before.LastFailure != nil && before.LastFailure.NodeClaim == f.Claim.Name; repeated {
+		if repeated = failedLastFor(before, f.Claim.Name); repeated {
 			return // counted already (by a process that has restarted since)
 		}
 		after = s.Policy.Failure(before, key, v1alpha1.InstallFailure{
-			Phase: string(pe.Phase), Code: code, Offering: offering, NodeClaim: f.Claim.Name,
+			Phase: string(pe.Phase), Code: code, Offering: offeringOf(f), NodeClaim: f.Claim.Name,
 		}, s.now().Now())
-		opened = after.Opened == 1 && (before == nil || before.Opened == 0)
-		reopened = before != nil && after.Opened > before.Opened && before.Opened > 0
+		opened = opens(before, after)
 		fresh.Status.Installs = after
 	})
 	if repeated && err == nil {
@@ -229,12 +224,45 @@ func (s *Store) Failed(ctx context.Context, f Failure) error {
 		return fmt.Errorf("counting the install failure of nodeclaim %s against nodeclass %s: %w", f.Claim.Name, name, err)
 	}
 	s.remember(f.Claim.Name, now)
-	if opened || reopened {
+	if opened {
 		s.Metrics.openedFor(name)
 		s.publish(name, corev1.EventTypeWarning, EventBreakerOpened, fmt.Sprintf("%s; no server is ordered for this NodeClass before %s",
 			describe(after), after.NextAttempt.UTC().Format("2006-01-02T15:04:05Z")))
 	}
 	return nil
+}
+
+// countable is the install failure f reports, nil when f says nothing about
+// whether its NodeClass can install: not a phase error, no NodeClass, a
+// delivery that failed (Scaleway's), or a server taken away.
+func countable(f Failure) *install.PhaseError {
+	var pe *install.PhaseError
+	if !errors.As(f.Err, &pe) || f.Claim.Spec.NodeClassRef == nil || pe.Phase == install.PhaseOrdered || scaleway.IsNotFound(pe.Err) {
+		return nil
+	}
+	return pe
+}
+
+// offeringOf names the offering f's server was ordered as, "" without one.
+func offeringOf(f Failure) string {
+	if f.Server == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s/%s/%s", f.Server.Zone, f.Server.OfferName, f.Billing)
+}
+
+// failedLastFor says whether the status already names claim as its last
+// failure: counted by a process that has restarted since.
+func failedLastFor(before *v1alpha1.InstallsStatus, claim string) bool {
+	return before != nil && before.LastFailure != nil && before.LastFailure.NodeClaim == claim
+}
+
+// opens says whether counting a failure (before -> after) opened the
+// breaker: for the first time, or again after a close.
+func opens(before, after *v1alpha1.InstallsStatus) bool {
+	first := after.Opened == 1 && (before == nil || before.Opened == 0)
+	again := before != nil && after.Opened > before.Opened && before.Opened > 0
+	return first || again
 }
 
 // remember records that claim's failure was counted at now, and forgets

@@ -131,22 +131,11 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 	// wait for a complete listing. The sweep goes on at its interval
 	// rather than an error's growing backoff, so spares elsewhere expire on
 	// time during one zone's outage.
-	for _, z := range listing.Zones {
-		if err := listing.Failed[z]; err != nil {
-			c.Log.Error(err, "garbage collection skips a zone it cannot list: its servers are left alone until it answers", "zone", z)
-			if c.Unlisted != nil {
-				c.Unlisted.WithLabelValues(z).Inc()
-			}
-		}
-	}
+	c.skipUnlisted(listing)
 	srvs := listing.Servers
-	claims := &karpv1.NodeClaimList{}
-	if err := c.reader().List(ctx, claims); err != nil {
+	byName, err := c.claimsByName(ctx)
+	if err != nil {
 		return reconciler.Result{}, err
-	}
-	byName := map[string]*karpv1.NodeClaim{}
-	for i := range claims.Items {
-		byName[claims.Items[i].Name] = &claims.Items[i]
 	}
 	var errs []error
 	if c.RescueKeys != nil && listing.Complete() {
@@ -155,40 +144,89 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 		}
 	}
 	for _, v := range c.collectable(ctx, srvs, byName, listing.Complete()) {
-		// Released only while tagged as listed (a spare a NodeClaim took
-		// since the listing is that NodeClaim's now), and only if the
-		// reason still holds on a fresh read (stillCollectable).
-		if v.handOver {
-			outcome, err := c.Spares.EndSpare(ctx, v.srv.Zone, v.srv.ID, true)
-			if err != nil {
-				errs = append(errs, err)
-			} else if outcome == spare.HandedOver {
-				c.Log.Info("handed over a spare its deleted nodeclass kept (sparesOnDeletion: Keep) that the nodeclass's finalizer missed",
-					"server", v.srv.ID, "zone", string(v.srv.Zone), "offer", v.srv.OfferName, "detail", v.detail)
-			}
-			continue
-		}
-		listedFor := scaleway.ParseTags(v.srv.Tags)[scaleway.TagNodeClaim]
-		outcome, d, err := c.Spares.ReleaseIf(ctx, v.srv.Zone, v.srv.ID, listedFor, v.nc, c.stillCollectable(v))
-		if err != nil {
+		if err := c.end(ctx, v); err != nil {
 			errs = append(errs, err)
-			continue
-		}
-		switch outcome {
-		case spare.Released:
-			c.Log.Info("released leaked server", "server", v.srv.ID, "zone", string(v.srv.Zone), "name", v.srv.Name, "offer", v.srv.OfferName, "reason", v.reason, "detail", v.detail, "policy", d.Reason)
-			if c.Collected != nil {
-				c.Collected.WithLabelValues(v.reason).Inc()
-			}
-		case spare.Kept:
-			c.Log.Info("kept a server no nodeclaim uses as a spare", "server", v.srv.ID, "zone", string(v.srv.Zone), "offer", v.srv.OfferName, "reason", v.reason, "detail", v.detail, "policy", d.Reason)
-		case spare.Declined:
-			c.Log.Info("left a server alone: it changed hands since the listing", "server", v.srv.ID, "zone", string(v.srv.Zone), "reason", v.reason, "detail", v.detail)
 		}
 	}
-	// Spares kept while their node may still run (a NodeClaim deleted while
-	// its server booted Talos): rebooted into rescue and their stale Node
-	// deleted once they can be, before anything takes them.
+	errs = append(errs, c.settleRescuePending(ctx, srvs)...)
+	if len(errs) > 0 {
+		return reconciler.Result{}, fmt.Errorf("garbage collection: %v", errs)
+	}
+	return reconciler.Result{RequeueAfter: c.interval()}, nil
+}
+
+// interval is the time between two sweeps: Interval, two minutes when unset.
+func (c *Controller) interval() time.Duration {
+	if c.Interval == 0 {
+		return 2 * time.Minute
+	}
+	return c.Interval
+}
+
+// skipUnlisted logs and counts the zones the listing could not read: their
+// servers are left alone this sweep.
+func (c *Controller) skipUnlisted(listing inventory.Listing) {
+	for _, z := range listing.Zones {
+		if err := listing.Failed[z]; err != nil {
+			c.Log.Error(err, "garbage collection skips a zone it cannot list: its servers are left alone until it answers", "zone", z)
+			if c.Unlisted != nil {
+				c.Unlisted.WithLabelValues(z).Inc()
+			}
+		}
+	}
+}
+
+// claimsByName lists the NodeClaims, by name.
+func (c *Controller) claimsByName(ctx context.Context) (map[string]*karpv1.NodeClaim, error) {
+	claims := &karpv1.NodeClaimList{}
+	if err := c.reader().List(ctx, claims); err != nil {
+		return nil, err
+	}
+	byName := map[string]*karpv1.NodeClaim{}
+	for i := range claims.Items {
+		byName[claims.Items[i].Name] = &claims.Items[i]
+	}
+	return byName, nil
+}
+
+// end hands over or releases one victim, and says what became of it.
+// Released only while tagged as listed (a spare a NodeClaim took since the
+// listing is that NodeClaim's now), and only if the reason still holds on a
+// fresh read (stillCollectable).
+func (c *Controller) end(ctx context.Context, v victim) error {
+	if v.handOver {
+		outcome, err := c.Spares.EndSpare(ctx, v.srv.Zone, v.srv.ID, true)
+		if err == nil && outcome == spare.HandedOver {
+			c.Log.Info("handed over a spare its deleted nodeclass kept (sparesOnDeletion: Keep) that the nodeclass's finalizer missed",
+				"server", v.srv.ID, "zone", string(v.srv.Zone), "offer", v.srv.OfferName, "detail", v.detail)
+		}
+		return err
+	}
+	listedFor := scaleway.ParseTags(v.srv.Tags)[scaleway.TagNodeClaim]
+	outcome, d, err := c.Spares.ReleaseIf(ctx, v.srv.Zone, v.srv.ID, listedFor, v.nc, c.stillCollectable(v))
+	if err != nil {
+		return err
+	}
+	switch outcome {
+	case spare.Released:
+		c.Log.Info("released leaked server", "server", v.srv.ID, "zone", string(v.srv.Zone), "name", v.srv.Name, "offer", v.srv.OfferName, "reason", v.reason, "detail", v.detail, "policy", d.Reason)
+		if c.Collected != nil {
+			c.Collected.WithLabelValues(v.reason).Inc()
+		}
+	case spare.Kept:
+		c.Log.Info("kept a server no nodeclaim uses as a spare", "server", v.srv.ID, "zone", string(v.srv.Zone), "offer", v.srv.OfferName, "reason", v.reason, "detail", v.detail, "policy", d.Reason)
+	case spare.Declined:
+		c.Log.Info("left a server alone: it changed hands since the listing", "server", v.srv.ID, "zone", string(v.srv.Zone), "reason", v.reason, "detail", v.detail)
+	}
+	return nil
+}
+
+// settleRescuePending settles the spares kept while their node may still
+// run (a NodeClaim deleted while its server booted Talos): rebooted into
+// rescue and their stale Node deleted once they can be, before anything
+// takes them.
+func (c *Controller) settleRescuePending(ctx context.Context, srvs []*baremetal.Server) []error {
+	var errs []error
 	for _, s := range srvs {
 		if s.Status != baremetal.ServerStatusDeleting && install.PhaseOf(s) == install.PhaseSpare && spare.RescuePending(s) {
 			if err := c.Spares.Settle(ctx, s.Zone, s.ID); err != nil {
@@ -196,14 +234,7 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 			}
 		}
 	}
-	interval := c.Interval
-	if interval == 0 {
-		interval = 2 * time.Minute
-	}
-	if len(errs) > 0 {
-		return reconciler.Result{}, fmt.Errorf("garbage collection: %v", errs)
-	}
-	return reconciler.Result{RequeueAfter: interval}, nil
+	return errs
 }
 
 // reader reads NodeClaims: Reader, else Kube.
@@ -319,31 +350,8 @@ func (c *Controller) collectable(ctx context.Context, srvs []*baremetal.Server, 
 			continue // cannot tell which policy applies now; next sweep
 		}
 		if spareNow {
-			switch {
-			case nc == nil:
-				v := victim{s, nil, ReasonSpareOrphaned, "its nodeclass " + tags[scaleway.TagNodeClass] + " is gone", false}
-				// As the finalizer does: only a monthly spare is handed over
-				// (an hourly one would bill its new owner for nothing), so
-				// only a monthly one needs the record, read once a sweep per
-				// NodeClass.
-				if c.KeptOnDeletion != nil && spare.Monthly(c.Spares.Offers, s) {
-					name := tags[scaleway.TagNodeClass]
-					kept, read := keptOnDeletion[name]
-					if !read {
-						var err error
-						if kept, err = c.KeptOnDeletion(ctx, name); err != nil {
-							c.Log.Error(err, "cannot tell whether a spare's deleted nodeclass kept its spares: left alone until the next sweep", "server", s.ID, "nodeclass", name)
-							continue
-						}
-						keptOnDeletion[name] = kept
-					}
-					v.handOver = kept
-				}
+			if v, ok := c.spareVictim(ctx, s, nc, tags[scaleway.TagNodeClass], now, keptOnDeletion); ok {
 				out = append(out, v)
-			case warmpool.InPool(s) && warmpool.Wants(nc, "", string(s.Zone), s.OfferName, spare.Billing(c.Spares.Offers, s)):
-				// The pool sizes its own (an hourly pool server is idle by design).
-			case !spare.Decide(c.Spares.Offers, s, nc, now).Keep:
-				out = append(out, victim{s, nc, ReasonSpareExpired, "its paid period ends", false})
 			}
 			continue
 		}
@@ -358,23 +366,62 @@ func (c *Controller) collectable(ctx context.Context, srvs []*baremetal.Server, 
 		}
 		perClaim[name] = append(perClaim[name], s)
 	}
+	return append(out, c.duplicates(ctx, perClaim, claims, complete)...)
+}
+
+// spareVictim decides about a spare past its grace, of the NodeClass
+// ncName (nc, nil when deleted): a spare whose NodeClass is gone is
+// orphaned, one the warm pool wants is the pool's, and any other ends with
+// its paid period.
+func (c *Controller) spareVictim(ctx context.Context, s *baremetal.Server, nc *v1alpha1.ScalewayElasticMetalNodeClass,
+	ncName string, now time.Time, keptOnDeletion map[string]bool,
+) (victim, bool) {
+	switch {
+	case nc == nil:
+		return c.orphanedSpare(ctx, s, ncName, keptOnDeletion)
+	case warmpool.InPool(s) && warmpool.Wants(nc, "", string(s.Zone), s.OfferName, spare.Billing(c.Spares.Offers, s)):
+		// The pool sizes its own (an hourly pool server is idle by design).
+		return victim{}, false
+	case !spare.Decide(c.Spares.Offers, s, nc, now).Keep:
+		return victim{s, nc, ReasonSpareExpired, "its paid period ends", false}, true
+	}
+	return victim{}, false
+}
+
+// orphanedSpare is the victim for a spare whose NodeClass ncName is gone:
+// handed over when that NodeClass kept its spares on deletion, else
+// released. keptOnDeletion caches the removal records of this sweep.
+func (c *Controller) orphanedSpare(ctx context.Context, s *baremetal.Server, ncName string, keptOnDeletion map[string]bool) (victim, bool) {
+	v := victim{s, nil, ReasonSpareOrphaned, "its nodeclass " + ncName + " is gone", false}
+	// As the finalizer does: only a monthly spare is handed over (an hourly
+	// one would bill its new owner for nothing), so only a monthly one needs
+	// the record, read once a sweep per NodeClass.
+	if c.KeptOnDeletion == nil || !spare.Monthly(c.Spares.Offers, s) {
+		return v, true
+	}
+	kept, read := keptOnDeletion[ncName]
+	if !read {
+		var err error
+		if kept, err = c.KeptOnDeletion(ctx, ncName); err != nil {
+			c.Log.Error(err, "cannot tell whether a spare's deleted nodeclass kept its spares: left alone until the next sweep", "server", s.ID, "nodeclass", ncName)
+			return victim{}, false
+		}
+		keptOnDeletion[ncName] = kept
+	}
+	v.handOver = kept
+	return v, true
+}
+
+// duplicates ends all but one of the servers tagged for the same NodeClaim.
+func (c *Controller) duplicates(ctx context.Context, perClaim map[string][]*baremetal.Server, claims map[string]*karpv1.NodeClaim, complete bool) []victim {
+	var out []victim
 	for name, list := range perClaim {
 		if len(list) < 2 {
 			continue
 		}
-		pid := claims[name].Status.ProviderID
-		sort.Slice(list, func(i, j int) bool { return created(list[i]).Before(created(list[j])) })
-		var keep *baremetal.Server
-		for _, s := range list {
-			if pid != "" && pid == scaleway.ProviderID(s.Zone, s.ID) {
-				keep = s
-			}
-		}
+		keep := keptDuplicate(list, claims[name].Status.ProviderID, complete)
 		if keep == nil {
-			if !complete {
-				continue
-			}
-			keep = list[0]
+			continue
 		}
 		for _, s := range list {
 			if s != keep {
@@ -384,6 +431,23 @@ func (c *Controller) collectable(ctx context.Context, srvs []*baremetal.Server, 
 		}
 	}
 	return out
+}
+
+// keptDuplicate picks which of a NodeClaim's servers stays: the one its
+// provider ID names, else the oldest. With an incomplete listing the one
+// the provider ID names may be unseen, so none is picked (nil).
+func keptDuplicate(list []*baremetal.Server, providerID string, complete bool) *baremetal.Server {
+	sort.Slice(list, func(i, j int) bool { return created(list[i]).Before(created(list[j])) })
+	var keep *baremetal.Server
+	for _, s := range list {
+		if providerID != "" && providerID == scaleway.ProviderID(s.Zone, s.ID) {
+			keep = s
+		}
+	}
+	if keep == nil && complete {
+		keep = list[0]
+	}
+	return keep
 }
 
 // nodeClass reads a server's NodeClass; known is false when it cannot be read.

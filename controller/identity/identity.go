@@ -169,45 +169,54 @@ func (o *Owner) Mine(ctx context.Context, zone scw.Zone, srvs []*baremetal.Serve
 	out := make([]*baremetal.Server, 0, len(srvs))
 	seen := map[string]bool{}
 	for _, s := range srvs {
-		switch o.Classify(s.Tags) {
-		case Owned:
-			if o.Renamed(s.Tags) {
-				renamed, err := o.retagRenamed(ctx, s)
-				if err != nil {
-					return nil, err
-				}
-				if renamed == nil {
-					continue // gone, or no longer this cluster's
-				}
-				s = renamed
-			}
-			out = append(out, s)
-			continue
-		case Other:
-			continue
-		case Legacy:
-			if claims == nil {
-				var err error
-				if claims, err = o.nodeClaims(ctx); err != nil {
-					return nil, err
-				}
-			}
-			adopted, err := o.adoptIfProven(ctx, s, claims)
-			if err != nil {
-				return nil, err
-			}
-			if adopted != nil {
-				out = append(out, adopted)
-				continue
-			}
+		kept, alone, err := o.mine(ctx, s, &claims)
+		if err != nil {
+			return nil, err
 		}
-		seen[s.ID] = true
-		o.leaveAlone(s)
+		if kept != nil {
+			out = append(out, kept)
+		}
+		if alone {
+			seen[s.ID] = true
+			o.leaveAlone(s)
+		}
 	}
 	if complete {
 		o.forget(string(zone), seen)
 	}
 	return out, nil
+}
+
+// mine decides one server of a listing: the server as this cluster keeps
+// it (nil: not kept), and whether it is left alone, a server with the
+// cluster's name that the rule does not adopt. claims is read once, on the
+// first legacy server.
+func (o *Owner) mine(ctx context.Context, s *baremetal.Server, claims *map[string]*karpv1.NodeClaim) (*baremetal.Server, bool, error) {
+	switch o.Classify(s.Tags) {
+	case Owned:
+		if !o.Renamed(s.Tags) {
+			return s, false, nil
+		}
+		// nil when gone, or no longer this cluster's.
+		renamed, err := o.retagRenamed(ctx, s)
+		return renamed, false, err
+	case Legacy:
+		if *claims == nil {
+			var err error
+			if *claims, err = o.nodeClaims(ctx); err != nil {
+				return nil, false, err
+			}
+		}
+		adopted, err := o.adoptIfProven(ctx, s, *claims)
+		if err != nil {
+			return nil, false, err
+		}
+		return adopted, adopted == nil, nil
+	case Other:
+		return nil, false, nil
+	}
+	// Foreign: this cluster's name, another cluster's identity.
+	return nil, true, nil
 }
 
 // Check is Mine for one server read on its own: the server as it is now

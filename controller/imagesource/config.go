@@ -145,7 +145,18 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// validate runs the checks below in order and returns the first problem.
 func (c Config) validate() error {
+	for _, check := range []func() error{c.endpointsError, c.credentialsError, c.timingsError, c.caBundleError, c.publicURLError} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// endpointsError checks the S3 endpoint and the presign endpoint, when set.
+func (c Config) endpointsError() error {
 	if c.Endpoint != "" {
 		if _, _, err := parseEndpoint(EnvEndpoint, c.Endpoint); err != nil {
 			return err
@@ -156,12 +167,24 @@ func (c Config) validate() error {
 			return err
 		}
 	}
+	return nil
+}
+
+// credentialsError checks that the key pair is whole, and present when the
+// bucket is private (URLs are then presigned).
+func (c Config) credentialsError() error {
 	if (c.AccessKeyID == "") != (c.SecretAccessKey == "") {
 		return fmt.Errorf("credentials: %s and %s must be set together", EnvAccessKey, EnvSecretKey)
 	}
 	if !c.Public && c.Endpoint != "" && c.AccessKeyID == "" {
 		return fmt.Errorf("credentials: %s is false, so URLs are presigned, which needs %s and %s", EnvPublic, EnvAccessKey, EnvSecretKey)
 	}
+	return nil
+}
+
+// timingsError checks the presigned URLs' lifetime, the cache's and the
+// timeouts.
+func (c Config) timingsError() error {
 	if c.URLExpiry < time.Second || c.URLExpiry > MaxURLExpiry {
 		return fmt.Errorf("%s: %s: want 1s..%s", EnvURLExpiry, c.URLExpiry, MaxURLExpiry)
 	}
@@ -171,16 +194,29 @@ func (c Config) validate() error {
 	if c.ConnectTimeout < 0 || c.FetchTimeout < 0 {
 		return fmt.Errorf("ConnectTimeout and FetchTimeout must not be negative")
 	}
-	if len(c.CABundle) > 0 {
-		if _, err := certPool(c.CABundle); err != nil {
-			return fmt.Errorf("%s: %w", EnvCABundle, err)
-		}
+	return nil
+}
+
+// caBundleError checks that a CA bundle, when given, holds certificates.
+func (c Config) caBundleError() error {
+	if len(c.CABundle) == 0 {
+		return nil
 	}
-	if c.PublicBaseURL != "" {
-		u, err := url.Parse(strings.ReplaceAll(c.PublicBaseURL, "{bucket}", "b"))
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" {
-			return fmt.Errorf("%s: %q: want an http(s) URL without a query", EnvPublicURL, c.PublicBaseURL)
-		}
+	if _, err := certPool(c.CABundle); err != nil {
+		return fmt.Errorf("%s: %w", EnvCABundle, err)
+	}
+	return nil
+}
+
+// publicURLError checks the public base URL, when set: http(s), with a
+// host, without a query ({bucket} stands for the bucket's name).
+func (c Config) publicURLError() error {
+	if c.PublicBaseURL == "" {
+		return nil
+	}
+	u, err := url.Parse(strings.ReplaceAll(c.PublicBaseURL, "{bucket}", "b"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" {
+		return fmt.Errorf("%s: %q: want an http(s) URL without a query", EnvPublicURL, c.PublicBaseURL)
 	}
 	return nil
 }

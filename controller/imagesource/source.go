@@ -224,21 +224,49 @@ type normalized struct {
 	httpURL     *url.URL
 }
 
+// normalize checks a NodeClass's image settings and works out where the
+// manifest is: at manifestURL when set, else at the layout's key in the
+// bucket. Every refusal is a ReasonInvalidSettings Error.
 func (s *Source) normalize(in Settings) (*normalized, error) {
 	n := &normalized{Settings: in}
-	bad := func(format string, args ...any) error {
-		return &Error{Reason: ReasonInvalidSettings, Err: fmt.Errorf(format, args...)}
-	}
 	if n.Arch == "" {
 		n.Arch = "amd64"
 	}
 	if err := manifest.ValidateArch(n.Arch); err != nil {
-		return nil, bad("%v", err)
+		return nil, invalidSettings("%v", err)
 	}
-	prefs := in.FormatPreference
+	prefs, err := normalizeFormats(in.FormatPreference)
+	if err != nil {
+		return nil, err
+	}
+	n.prefs = prefs
+	if err := checkPins(in); err != nil {
+		return nil, err
+	}
+	if n.ManifestURL != "" {
+		err = n.locateByURL(s.client != nil)
+	} else {
+		err = n.locateInBucket(s.cfg.DefaultBucket, s.client != nil)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// invalidSettings is the error of a NodeClass whose image settings cannot
+// work as written.
+func invalidSettings(format string, args ...any) error {
+	return &Error{Reason: ReasonInvalidSettings, Err: fmt.Errorf(format, args...)}
+}
+
+// normalizeFormats reads the format preference (the default when empty),
+// once each, in order.
+func normalizeFormats(prefs []string) ([]string, error) {
 	if len(prefs) == 0 {
 		prefs = DefaultFormatPreference
 	}
+	var out []string
 	for _, p := range prefs {
 		f, err := manifest.NormalizeFormat(p)
 		if strings.EqualFold(strings.TrimSpace(p), "raw") {
@@ -247,71 +275,88 @@ func (s *Source) normalize(in Settings) (*normalized, error) {
 			f, err = "raw", nil
 		}
 		if err != nil {
-			return nil, bad("formatPreference: %v", err)
+			return nil, invalidSettings("formatPreference: %v", err)
 		}
-		if !contains(n.prefs, f) {
-			n.prefs = append(n.prefs, f)
-		}
-	}
-	if n.SchematicID != "" {
-		if err := manifest.ValidateSchematicID(n.SchematicID); err != nil {
-			return nil, bad("%v", err)
+		if !contains(out, f) {
+			out = append(out, f)
 		}
 	}
-	if n.TalosVersion != "" {
-		if err := manifest.ValidateTalosVersion(n.TalosVersion); err != nil {
-			return nil, bad("%v", err)
+	return out, nil
+}
+
+// checkPins checks the values that pin an image, when set: schematic, Talos
+// version and the manifest's digest.
+func checkPins(in Settings) error {
+	if in.SchematicID != "" {
+		if err := manifest.ValidateSchematicID(in.SchematicID); err != nil {
+			return invalidSettings("%v", err)
 		}
 	}
-	if n.ManifestSHA256 != "" && !isSHA256Hex(n.ManifestSHA256) {
-		return nil, bad("manifestSHA256: %q is not 64 lowercase hex digits", n.ManifestSHA256)
-	}
-	if n.ManifestURL != "" {
-		u, err := url.Parse(n.ManifestURL)
-		if err != nil {
-			return nil, bad("manifestURL: %q is not a URL", Redact(n.ManifestURL))
+	if in.TalosVersion != "" {
+		if err := manifest.ValidateTalosVersion(in.TalosVersion); err != nil {
+			return invalidSettings("%v", err)
 		}
-		switch u.Scheme {
-		case "s3":
-			n.bucket, n.key = u.Host, strings.TrimPrefix(u.Path, "/")
-			if n.bucket == "" || n.key == "" || strings.HasSuffix(n.key, "/") {
-				return nil, bad("manifestURL: %q: want s3://bucket/path/manifest.json", n.ManifestURL)
-			}
-			if s.client == nil {
-				return nil, bad("manifestURL: %s needs the controller's S3 endpoint (%s)", n.ManifestURL, EnvEndpoint)
-			}
-		case "http", "https":
-			if u.Host == "" {
-				return nil, bad("manifestURL: %q has no host", Redact(n.ManifestURL))
-			}
-			if u.Scheme == "http" && n.ManifestSHA256 == "" {
-				return nil, bad("manifestURL: %s is plain http: use https, or pin the manifest with manifestSHA256", Redact(n.ManifestURL))
-			}
-			n.httpURL = u
-		default:
-			return nil, bad("manifestURL: scheme %q: want s3, http or https", u.Scheme)
-		}
-		return n, nil
 	}
+	if in.ManifestSHA256 != "" && !isSHA256Hex(in.ManifestSHA256) {
+		return invalidSettings("manifestSHA256: %q is not 64 lowercase hex digits", in.ManifestSHA256)
+	}
+	return nil
+}
+
+// locateByURL reads manifestURL: an s3:// object (which needs the
+// controller's S3 endpoint, hasS3) or an http(s) URL, plain http only when
+// the manifest is pinned by its digest.
+func (n *normalized) locateByURL(hasS3 bool) error {
+	u, err := url.Parse(n.ManifestURL)
+	if err != nil {
+		return invalidSettings("manifestURL: %q is not a URL", Redact(n.ManifestURL))
+	}
+	switch u.Scheme {
+	case "s3":
+		n.bucket, n.key = u.Host, strings.TrimPrefix(u.Path, "/")
+		if n.bucket == "" || n.key == "" || strings.HasSuffix(n.key, "/") {
+			return invalidSettings("manifestURL: %q: want s3://bucket/path/manifest.json", n.ManifestURL)
+		}
+		if !hasS3 {
+			return invalidSettings("manifestURL: %s needs the controller's S3 endpoint (%s)", n.ManifestURL, EnvEndpoint)
+		}
+	case "http", "https":
+		if u.Host == "" {
+			return invalidSettings("manifestURL: %q has no host", Redact(n.ManifestURL))
+		}
+		if u.Scheme == "http" && n.ManifestSHA256 == "" {
+			return invalidSettings("manifestURL: %s is plain http: use https, or pin the manifest with manifestSHA256", Redact(n.ManifestURL))
+		}
+		n.httpURL = u
+	default:
+		return invalidSettings("manifestURL: scheme %q: want s3, http or https", u.Scheme)
+	}
+	return nil
+}
+
+// locateInBucket works out the manifest's key from the layout, in the
+// NodeClass's bucket or else defaultBucket, which needs the controller's S3
+// endpoint (hasS3).
+func (n *normalized) locateInBucket(defaultBucket string, hasS3 bool) error {
 	if n.SchematicID == "" || n.TalosVersion == "" {
-		return nil, bad("schematicID and talosVersion are required unless manifestURL is set")
+		return invalidSettings("schematicID and talosVersion are required unless manifestURL is set")
 	}
 	n.bucket = n.Bucket
 	if n.bucket == "" {
-		n.bucket = s.cfg.DefaultBucket
+		n.bucket = defaultBucket
 	}
 	if n.bucket == "" {
-		return nil, bad("bucket: not set in the NodeClass and %s is empty", EnvBucket)
+		return invalidSettings("bucket: not set in the NodeClass and %s is empty", EnvBucket)
 	}
-	if s.client == nil {
-		return nil, bad("bucket %q: the controller has no S3 endpoint (%s)", n.bucket, EnvEndpoint)
+	if !hasS3 {
+		return invalidSettings("bucket %q: the controller has no S3 endpoint (%s)", n.bucket, EnvEndpoint)
 	}
 	l := manifest.Layout{Prefix: n.Prefix, SchematicID: n.SchematicID, TalosVersion: n.TalosVersion, Arch: n.Arch}
 	if err := l.Validate(); err != nil {
-		return nil, bad("%v", err)
+		return invalidSettings("%v", err)
 	}
 	n.key = l.ManifestKey()
-	return n, nil
+	return nil
 }
 
 func (n *normalized) cacheKey() string {

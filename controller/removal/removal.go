@@ -73,18 +73,7 @@ type Controller struct {
 // Reconcile implements reconcile.ObjectReconciler.
 func (c *Controller) Reconcile(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass) (reconcile.Result, error) {
 	if nc.DeletionTimestamp.IsZero() {
-		if controllerutil.ContainsFinalizer(nc, Finalizer) {
-			return reconcile.Result{}, nil
-		}
-		// A NodeClass new under this name: the spares tagged with it are its own.
-		if c.Records != nil {
-			if err := c.Records.Forget(ctx, nc.Name); err != nil {
-				return reconcile.Result{}, err
-			}
-		}
-		stored := nc.DeepCopy()
-		controllerutil.AddFinalizer(nc, Finalizer)
-		return reconcile.Result{}, client.IgnoreNotFound(c.Kube.Patch(ctx, nc, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})))
+		return reconcile.Result{}, c.guard(ctx, nc)
 	}
 	if !controllerutil.ContainsFinalizer(nc, Finalizer) {
 		return reconcile.Result{}, nil
@@ -112,14 +101,7 @@ func (c *Controller) Reconcile(ctx context.Context, nc *v1alpha1.ScalewayElastic
 			fmt.Sprintf("deletion waits: its spares cannot be ended yet (retried with backoff): %v", err))
 		return reconcile.Result{}, err
 	}
-	if len(ended) > 0 {
-		reason, what := ReasonSparesReleased, "released (the rest of their paid month is forfeited)"
-		if nc.Spec.Billing.KeepSparesOnDeletion() {
-			reason, what = ReasonSparesHandedOver, fmt.Sprintf("handed over: tagged %s, no longer managed; find them with `scw baremetal server list tags.0=%s zone=<zone>`",
-				scaleway.Tag(scaleway.TagHandedOverBy, c.Spares.Owner.Name), scaleway.Tag(scaleway.TagHandedOverBy, c.Spares.Owner.Name))
-		}
-		c.publish(nc, corev1.EventTypeNormal, reason, fmt.Sprintf("%d spare(s) %s: %s", len(ended), what, strings.Join(ended, ", ")))
-	}
+	c.reportEnded(nc, ended)
 	stored := nc.DeepCopy()
 	controllerutil.RemoveFinalizer(nc, Finalizer)
 	if err := c.Kube.Patch(ctx, nc, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})); err != nil {
@@ -128,6 +110,37 @@ func (c *Controller) Reconcile(ctx context.Context, nc *v1alpha1.ScalewayElastic
 	c.Log.Info("nodeclass deleted: no nodeclaim uses it and its spares are ended", "nodeclass", nc.Name, "spares", len(ended),
 		"sparesOnDeletion", nc.Spec.Billing.SparesOnDeletion)
 	return reconcile.Result{}, nil
+}
+
+// guard puts the finalizer on a NodeClass that does not have it yet. A
+// NodeClass new under this name gets it after the records of an earlier one
+// are forgotten: the spares tagged with the name are its own.
+func (c *Controller) guard(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass) error {
+	if controllerutil.ContainsFinalizer(nc, Finalizer) {
+		return nil
+	}
+	if c.Records != nil {
+		if err := c.Records.Forget(ctx, nc.Name); err != nil {
+			return err
+		}
+	}
+	stored := nc.DeepCopy()
+	controllerutil.AddFinalizer(nc, Finalizer)
+	return client.IgnoreNotFound(c.Kube.Patch(ctx, nc, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})))
+}
+
+// reportEnded tells, on the NodeClass, which spares its deletion ended and
+// how: released, or handed over as the billing policy asks.
+func (c *Controller) reportEnded(nc *v1alpha1.ScalewayElasticMetalNodeClass, ended []string) {
+	if len(ended) == 0 {
+		return
+	}
+	reason, what := ReasonSparesReleased, "released (the rest of their paid month is forfeited)"
+	if nc.Spec.Billing.KeepSparesOnDeletion() {
+		reason, what = ReasonSparesHandedOver, fmt.Sprintf("handed over: tagged %s, no longer managed; find them with `scw baremetal server list tags.0=%s zone=<zone>`",
+			scaleway.Tag(scaleway.TagHandedOverBy, c.Spares.Owner.Name), scaleway.Tag(scaleway.TagHandedOverBy, c.Spares.Owner.Name))
+	}
+	c.publish(nc, corev1.EventTypeNormal, reason, fmt.Sprintf("%d spare(s) %s: %s", len(ended), what, strings.Join(ended, ", ")))
 }
 
 // claimsOf names the NodeClaims that use NodeClass name.

@@ -356,20 +356,7 @@ func RunImager(ctx context.Context, s *Session, a ImagerArgs, onProgress func(re
 	var tail tailBuffer
 	go func() {
 		defer close(progressDone)
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64*1024), 1024*1024)
-		for sc.Scan() {
-			line := sc.Bytes()
-			var p report.Progress
-			if len(line) > 0 && line[0] == '{' && json.Unmarshal(line, &p) == nil && p.Phase != "" {
-				if onProgress != nil {
-					onProgress(p)
-				}
-				continue
-			}
-			tail.add(string(line))
-		}
-		_, _ = io.Copy(io.Discard, pr)
+		relayProgress(pr, onProgress, &tail)
 	}()
 	cmd, stdin, err := s.imagerRun(ctx, sha256Hex(a.Binary), nil, writeArgs(a)...)
 	if err != nil {
@@ -390,6 +377,26 @@ func RunImager(ctx context.Context, s *Session, a ImagerArgs, onProgress func(re
 		return nil, fmt.Errorf("em-imager write reported success without the disk it wrote (command %q)", rep.Command)
 	}
 	return rep, err
+}
+
+// relayProgress reads em-imager's stderr: progress lines go to onProgress,
+// the others into tail for the error of a failed run. It reads to the end so
+// the writer never blocks.
+func relayProgress(r io.Reader, onProgress func(report.Progress), tail *tailBuffer) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Bytes()
+		var p report.Progress
+		if len(line) > 0 && line[0] == '{' && json.Unmarshal(line, &p) == nil && p.Phase != "" {
+			if onProgress != nil {
+				onProgress(p)
+			}
+			continue
+		}
+		tail.add(string(line))
+	}
+	_, _ = io.Copy(io.Discard, r)
 }
 
 // ConfigArgs are the arguments of one `em-imager write-config`.

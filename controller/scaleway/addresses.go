@@ -55,40 +55,59 @@ func (e *NoAddressError) Unwrap() error { return e.Err }
 // *NoAddressError. Other failures are WaitFor's; opts are WaitFor's.
 func (p *Poller) WaitIPv4(ctx context.Context, zone scw.Zone, id string, done func(*baremetal.Server) (bool, error),
 	onMissing func(msg string), opts ...WaitOption) (*baremetal.Server, string, error) {
-	var since time.Time
-	var missing *NoAddressError
-	srv, err := p.WaitFor(ctx, zone, id, func(s *baremetal.Server) (bool, error) {
-		if done != nil {
-			if ok, err := done(s); err != nil || !ok {
-				since, missing = time.Time{}, nil
-				return false, err
-			}
-		}
-		if IPv4Of(s) != "" {
-			return true, nil
-		}
-		now := p.c.clock.Now()
-		if since.IsZero() {
-			since = now
-			if onMissing != nil {
-				onMissing(fmt.Sprintf("server %s is %s but the API lists no IPv4 for it yet; waiting up to %s for it",
-					s.ID, s.Status, p.c.cfg.SettleWait))
-			}
-		}
-		missing = &NoAddressError{ID: s.ID, Zone: s.Zone, Status: s.Status, Waited: now.Sub(since)}
-		if missing.Waited >= p.c.cfg.SettleWait {
-			return false, missing
-		}
-		return false, nil
-	}, opts...)
-	if err != nil && missing != nil && !errors.As(err, new(*NoAddressError)) && ctx.Err() != nil {
-		missing.Waited, missing.Err = p.c.clock.Now().Sub(since), err
-		return srv, "", missing
+	w := &ipv4Wait{p: p, done: done, onMissing: onMissing}
+	srv, err := p.WaitFor(ctx, zone, id, w.check, opts...)
+	if err != nil && w.missing != nil && !errors.As(err, new(*NoAddressError)) && ctx.Err() != nil {
+		w.missing.Waited, w.missing.Err = p.c.clock.Now().Sub(w.since), err
+		return srv, "", w.missing
 	}
 	if err != nil {
 		return srv, "", err
 	}
 	return srv, IPv4Of(srv), nil
+}
+
+// ipv4Wait is WaitIPv4's condition and what it remembers between lists:
+// since when the server has been done without an address.
+type ipv4Wait struct {
+	p         *Poller
+	done      func(*baremetal.Server) (bool, error)
+	onMissing func(msg string)
+	since     time.Time
+	missing   *NoAddressError
+}
+
+// check holds once done holds and the server has an IPv4; it fails with a
+// *NoAddressError once the address has been missing for Config.SettleWait.
+func (w *ipv4Wait) check(s *baremetal.Server) (bool, error) {
+	if w.done != nil {
+		if ok, err := w.done(s); err != nil || !ok {
+			w.since, w.missing = time.Time{}, nil
+			return false, err
+		}
+	}
+	if IPv4Of(s) != "" {
+		return true, nil
+	}
+	return false, w.noAddress(s)
+}
+
+// noAddress notes a done server without an address, tells onMissing the
+// first time, and returns the error once the wait is over.
+func (w *ipv4Wait) noAddress(s *baremetal.Server) error {
+	now := w.p.c.clock.Now()
+	if w.since.IsZero() {
+		w.since = now
+		if w.onMissing != nil {
+			w.onMissing(fmt.Sprintf("server %s is %s but the API lists no IPv4 for it yet; waiting up to %s for it",
+				s.ID, s.Status, w.p.c.cfg.SettleWait))
+		}
+	}
+	w.missing = &NoAddressError{ID: s.ID, Zone: s.Zone, Status: s.Status, Waited: now.Sub(w.since)}
+	if w.missing.Waited >= w.p.c.cfg.SettleWait {
+		return w.missing
+	}
+	return nil
 }
 
 // IPv4 reads the server from a list started now (not from a state an

@@ -124,46 +124,29 @@ const (
 
 // WithDefaults returns c with every zero tuning field set to its default.
 func (c Config) WithDefaults() Config {
-	if c.APIURL == "" {
-		c.APIURL = DefaultAPIURL
-	}
-	if c.DefaultZone == "" {
-		c.DefaultZone = DefaultZone
-	}
-	if c.RateLimit.PerSecond == 0 {
-		c.RateLimit.PerSecond = DefaultRateLimit
-	}
-	if c.RateLimit.Burst == 0 {
-		c.RateLimit.Burst = DefaultRateBurst
-	}
-	if c.Retry.MaxAttempts == 0 {
-		c.Retry.MaxAttempts = DefaultMaxAttempts
-	}
-	if c.Retry.BaseBackoff == 0 {
-		c.Retry.BaseBackoff = DefaultBaseBackoff
-	}
-	if c.Retry.MaxBackoff == 0 {
-		c.Retry.MaxBackoff = DefaultMaxBackoff
-	}
-	if c.Retry.MaxRetryAfter == 0 {
-		c.Retry.MaxRetryAfter = DefaultMaxRetryAfter
-	}
-	if c.RequestTimeout == 0 {
-		c.RequestTimeout = DefaultRequestTimeout
-	}
-	if c.PollInterval == 0 {
-		c.PollInterval = DefaultPollInterval
-	}
-	if c.OrderSettle == 0 {
-		c.OrderSettle = DefaultOrderSettle
-	}
-	if c.Retry.ThrottleWait == 0 {
-		c.Retry.ThrottleWait = DefaultThrottleWait
-	}
-	if c.SettleWait == 0 {
-		c.SettleWait = DefaultSettleWait
-	}
+	defaultTo(&c.APIURL, DefaultAPIURL)
+	defaultTo(&c.DefaultZone, DefaultZone)
+	defaultTo(&c.RateLimit.PerSecond, DefaultRateLimit)
+	defaultTo(&c.RateLimit.Burst, DefaultRateBurst)
+	defaultTo(&c.Retry.MaxAttempts, DefaultMaxAttempts)
+	defaultTo(&c.Retry.BaseBackoff, DefaultBaseBackoff)
+	defaultTo(&c.Retry.MaxBackoff, DefaultMaxBackoff)
+	defaultTo(&c.Retry.MaxRetryAfter, DefaultMaxRetryAfter)
+	defaultTo(&c.RequestTimeout, DefaultRequestTimeout)
+	defaultTo(&c.PollInterval, DefaultPollInterval)
+	defaultTo(&c.OrderSettle, DefaultOrderSettle)
+	defaultTo(&c.Retry.ThrottleWait, DefaultThrottleWait)
+	defaultTo(&c.SettleWait, DefaultSettleWait)
 	return c
+}
+
+// defaultTo sets *v to d when *v is its zero value: one line per field
+// keeps WithDefaults a plain list.
+func defaultTo[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
 }
 
 var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
@@ -171,6 +154,21 @@ var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[
 // Validate checks every field and names the first bad one. Errors never
 // contain the secret key (the SDK's own validation would print it).
 func (c Config) Validate() error {
+	var errs []error
+	errs = append(errs, c.credentialErrors()...)
+	errs = append(errs, c.placeErrors()...)
+	if err := c.apiURLError(); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, c.tuningErrors()...)
+	errs = append(errs, c.timingErrors()...)
+	return errors.Join(errs...)
+}
+
+// credentialErrors checks the API key pair: both are required, and their
+// shape is checked so that a pasted value of the wrong kind fails here, not
+// as a 401 at the first call.
+func (c Config) credentialErrors() []error {
 	var errs []error
 	if c.AccessKey == "" {
 		errs = append(errs, fmt.Errorf("%s (AccessKey) is required", EnvAccessKey))
@@ -182,6 +180,13 @@ func (c Config) Validate() error {
 	} else if !uuidRE.MatchString(c.SecretKey) {
 		errs = append(errs, fmt.Errorf("%s (SecretKey) must be a UUID (value not shown)", EnvSecretKey))
 	}
+	return errs
+}
+
+// placeErrors checks where servers and keys go: the project (required), the
+// organization and the default zone.
+func (c Config) placeErrors() []error {
+	var errs []error
 	if c.ProjectID == "" {
 		errs = append(errs, fmt.Errorf("%s (ProjectID) is required: servers and SSH keys are created in it", EnvProjectID))
 	} else if !uuidRE.MatchString(c.ProjectID) {
@@ -193,17 +198,32 @@ func (c Config) Validate() error {
 	if c.DefaultZone != "" && !validation.IsZone(string(c.DefaultZone)) {
 		errs = append(errs, fmt.Errorf("%s (DefaultZone) %q is not a zone like fr-par-2", EnvDefaultZone, c.DefaultZone))
 	}
-	if c.APIURL != "" {
-		u, err := url.Parse(c.APIURL)
-		switch {
-		case err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https"):
-			errs = append(errs, fmt.Errorf("%s (APIURL) %q must be an http(s) URL", EnvAPIURL, redactURL(c.APIURL)))
-		case u.User != nil:
-			errs = append(errs, fmt.Errorf("%s (APIURL) must not carry credentials", EnvAPIURL))
-		case strings.HasSuffix(c.APIURL, "/"):
-			errs = append(errs, fmt.Errorf("%s (APIURL) %q must not end with a slash", EnvAPIURL, c.APIURL))
-		}
+	return errs
+}
+
+// apiURLError checks an API URL override. It never prints credentials that
+// were put in the URL by mistake.
+func (c Config) apiURLError() error {
+	if c.APIURL == "" {
+		return nil
 	}
+	u, err := url.Parse(c.APIURL)
+	switch {
+	case err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https"):
+		return fmt.Errorf("%s (APIURL) %q must be an http(s) URL", EnvAPIURL, redactURL(c.APIURL))
+	case u.User != nil:
+		return fmt.Errorf("%s (APIURL) must not carry credentials", EnvAPIURL)
+	case strings.HasSuffix(c.APIURL, "/"):
+		return fmt.Errorf("%s (APIURL) %q must not end with a slash", EnvAPIURL, c.APIURL)
+	}
+	return nil
+}
+
+// tuningErrors checks the rate limit and the retry policy: nothing may be
+// negative (zero takes the default), and the first backoff may not be longer
+// than the cap.
+func (c Config) tuningErrors() []error {
+	var errs []error
 	if c.RateLimit.PerSecond < 0 {
 		errs = append(errs, errors.New("RateLimit.PerSecond must not be negative"))
 	}
@@ -219,22 +239,28 @@ func (c Config) Validate() error {
 	if c.Retry.BaseBackoff > 0 && c.Retry.MaxBackoff > 0 && c.Retry.BaseBackoff > c.Retry.MaxBackoff {
 		errs = append(errs, errors.New("Retry.BaseBackoff must not exceed Retry.MaxBackoff"))
 	}
-	if c.RequestTimeout < 0 {
-		errs = append(errs, errors.New("RequestTimeout must not be negative"))
+	return errs
+}
+
+// timingErrors checks the timeouts and waits: none may be negative (zero
+// takes the default).
+func (c Config) timingErrors() []error {
+	var errs []error
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"RequestTimeout", c.RequestTimeout},
+		{"PollInterval", c.PollInterval},
+		{"OrderSettle", c.OrderSettle},
+		{"SettleWait", c.SettleWait},
+		{"ReadLag", c.ReadLag},
+	} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative", d.name))
+		}
 	}
-	if c.PollInterval < 0 {
-		errs = append(errs, errors.New("PollInterval must not be negative"))
-	}
-	if c.OrderSettle < 0 {
-		errs = append(errs, errors.New("OrderSettle must not be negative"))
-	}
-	if c.SettleWait < 0 {
-		errs = append(errs, errors.New("SettleWait must not be negative"))
-	}
-	if c.ReadLag < 0 {
-		errs = append(errs, errors.New("ReadLag must not be negative"))
-	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // redactURL hides userinfo in a URL that failed to parse cleanly.
@@ -274,42 +300,7 @@ func ConfigFromEnv() (Config, error) {
 		APIURL:         strings.TrimSpace(os.Getenv(EnvAPIURL)),
 		DefaultZone:    scw.Zone(strings.TrimSpace(os.Getenv(EnvDefaultZone))),
 	}
-	var errs []error
-	if v := os.Getenv(EnvRateLimit); v != "" {
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f <= 0 {
-			errs = append(errs, fmt.Errorf("%s=%q must be a positive number of requests per second", EnvRateLimit, v))
-		}
-		c.RateLimit.PerSecond = f
-	}
-	if v := os.Getenv(EnvRateBurst); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			errs = append(errs, fmt.Errorf("%s=%q must be a positive integer", EnvRateBurst, v))
-		}
-		c.RateLimit.Burst = n
-	}
-	if v := os.Getenv(EnvMaxAttempts); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			errs = append(errs, fmt.Errorf("%s=%q must be a positive integer", EnvMaxAttempts, v))
-		}
-		c.Retry.MaxAttempts = n
-	}
-	for _, d := range []struct {
-		env string
-		dst *time.Duration
-	}{{EnvRequestTimeout, &c.RequestTimeout}, {EnvPollInterval, &c.PollInterval}, {EnvThrottleWait, &c.Retry.ThrottleWait},
-		{EnvSettleWait, &c.SettleWait}, {EnvOrderSettle, &c.OrderSettle}} {
-		if v := os.Getenv(d.env); v != "" {
-			x, err := time.ParseDuration(v)
-			if err != nil || x <= 0 {
-				errs = append(errs, fmt.Errorf("%s=%q must be a positive duration like 30s", d.env, v))
-			}
-			*d.dst = x
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := c.tuningFromEnv(); err != nil {
 		return Config{}, err
 	}
 	c = c.WithDefaults()
@@ -317,4 +308,39 @@ func ConfigFromEnv() (Config, error) {
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// tuningFromEnv reads the optional tuning knobs. Each must be positive when
+// set: zero is how a Config says "the default", so a variable set to zero
+// would be a silent no-op.
+func (c *Config) tuningFromEnv() error {
+	errs := []error{
+		positiveFromEnv(EnvRateLimit, &c.RateLimit.PerSecond, func(v string) (float64, error) { return strconv.ParseFloat(v, 64) },
+			"a positive number of requests per second"),
+		positiveFromEnv(EnvRateBurst, &c.RateLimit.Burst, strconv.Atoi, "a positive integer"),
+		positiveFromEnv(EnvMaxAttempts, &c.Retry.MaxAttempts, strconv.Atoi, "a positive integer"),
+	}
+	for _, d := range []struct {
+		env string
+		dst *time.Duration
+	}{{EnvRequestTimeout, &c.RequestTimeout}, {EnvPollInterval, &c.PollInterval}, {EnvThrottleWait, &c.Retry.ThrottleWait},
+		{EnvSettleWait, &c.SettleWait}, {EnvOrderSettle, &c.OrderSettle}} {
+		errs = append(errs, positiveFromEnv(d.env, d.dst, time.ParseDuration, "a positive duration like 30s"))
+	}
+	return errors.Join(errs...)
+}
+
+// positiveFromEnv parses the variable env, when set, into dst with parse,
+// and says what it must be when the value does not parse or is not positive.
+func positiveFromEnv[T int | float64 | time.Duration](env string, dst *T, parse func(string) (T, error), want string) error {
+	v := os.Getenv(env)
+	if v == "" {
+		return nil
+	}
+	x, err := parse(v)
+	*dst = x
+	if err != nil || x <= 0 {
+		return fmt.Errorf("%s=%q must be %s", env, v, want)
+	}
+	return nil
 }

@@ -144,3 +144,47 @@ func TestSecretNeverInLogsOrErrors(t *testing.T) {
 		t.Fatalf("X-Auth-Token %q", got)
 	}
 }
+
+// TestConfigValidateReportsEveryProblemInOrder pins Validate's whole answer
+// for a Config wrong everywhere: every problem at once, in field order, so
+// that taking Validate apart into stages changed nothing an operator reads.
+func TestConfigValidateReportsEveryProblemInOrder(t *testing.T) {
+	c := Config{
+		AccessKey: "scw-lower", SecretKey: "not-a-uuid", ProjectID: "proj", OrganizationID: "org",
+		DefaultZone: "mars-1", APIURL: "http://u:p@host",
+		RateLimit:      RateLimit{PerSecond: -1, Burst: -1},
+		Retry:          RetryPolicy{MaxAttempts: -1, BaseBackoff: -1},
+		RequestTimeout: -1, PollInterval: -1, OrderSettle: -1, SettleWait: -1, ReadLag: -1,
+	}
+	want := []string{
+		EnvAccessKey + " (AccessKey) must look like",
+		EnvSecretKey + " (SecretKey) must be a UUID (value not shown)",
+		EnvProjectID + ` (ProjectID) "proj" is not a UUID`,
+		EnvOrganizationID + ` (OrganizationID) "org" is not a UUID`,
+		EnvDefaultZone + ` (DefaultZone) "mars-1" is not a zone like fr-par-2`,
+		EnvAPIURL + " (APIURL) must not carry credentials",
+		"RateLimit.PerSecond must not be negative",
+		"RateLimit.Burst must not be negative",
+		"Retry.MaxAttempts must not be negative",
+		"retry backoffs must not be negative",
+		"RequestTimeout must not be negative",
+		"PollInterval must not be negative",
+		"OrderSettle must not be negative",
+		"SettleWait must not be negative",
+		"ReadLag must not be negative",
+	}
+	got := strings.Split(c.Validate().Error(), "\n")
+	if len(got) != len(want) {
+		t.Fatalf("%d problems, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("problem %d: %q, want it to start with %q", i, got[i], want[i])
+		}
+	}
+	c = testConfig("http://127.0.0.1:1")
+	c.Retry.BaseBackoff, c.Retry.MaxBackoff = time.Minute, time.Second
+	if err := c.Validate(); err == nil || err.Error() != "Retry.BaseBackoff must not exceed Retry.MaxBackoff" {
+		t.Fatalf("backoffs: %v", err)
+	}
+}

@@ -167,6 +167,40 @@ func Classify(err error) Class {
 }
 
 func classify(err error) Class {
+	for _, step := range []func(error) (Class, bool){classifyOwn, classifySDK, classifyAnswer, classifyTransport} {
+		if c, ok := step(err); ok {
+			return c
+		}
+	}
+	return ClassOther
+}
+
+// classifyOwn reads the errors this package makes itself; they come first
+// because they may wrap an SDK error whose class would mislead.
+func classifyOwn(err error) (Class, bool) {
+	var (
+		undec    *UndecodableError
+		state    *ServerStateError
+		timeout  *TimeoutError
+		rateWait *rateWaitError
+	)
+	switch {
+	case errors.As(err, &undec):
+		return ClassServerError, true
+	case errors.As(err, &state):
+		if state.Status == "out_of_stock" {
+			return ClassOutOfStock, true
+		}
+		return ClassOther, true
+	case errors.As(err, &timeout), errors.As(err, &rateWait):
+		return ClassTimeout, true
+	}
+	return ClassOther, false
+}
+
+// classifySDK reads the SDK's typed errors, then NoAddressError, which is
+// transient like a server in a transient state.
+func classifySDK(err error) (Class, bool) {
 	var (
 		notFound   *scw.ResourceNotFoundError
 		outOfStock *scw.OutOfStockError
@@ -181,66 +215,71 @@ func classify(err error) Class {
 		preP       *scw.PreconditionFailedError
 		expV       scw.ResourceExpiredError
 		expP       *scw.ResourceExpiredError
-		timeout    *TimeoutError
-		rateWait   *rateWaitError
-		resp       *scw.ResponseError
-		httpErr    *HTTPError
-		state      *ServerStateError
 		noAddr     *NoAddressError
-		undec      *UndecodableError
 	)
 	switch {
-	case errors.As(err, &undec):
-		return ClassServerError
-	case errors.As(err, &state):
-		if state.Status == "out_of_stock" {
-			return ClassOutOfStock
-		}
-		return ClassOther
-	case errors.As(err, &timeout), errors.As(err, &rateWait):
-		return ClassTimeout
 	case errors.As(err, &notFound):
-		return ClassNotFound
+		return ClassNotFound, true
 	case errors.As(err, &outOfStock):
-		return ClassOutOfStock
+		return ClassOutOfStock, true
 	case errors.As(err, &quota):
-		return ClassQuota
+		return ClassQuota, true
 	case errors.As(err, &transient), errors.As(err, &locked):
-		return ClassTransient
+		return ClassTransient, true
 	case errors.As(err, &perm):
-		return ClassPermission
+		return ClassPermission, true
 	case errors.As(err, &authV), errors.As(err, &authP):
-		return ClassUnauthorized
+		return ClassUnauthorized, true
 	case errors.As(err, &invalid), errors.As(err, &preV), errors.As(err, &preP):
-		return ClassInvalid
+		return ClassInvalid, true
 	case errors.As(err, &expV), errors.As(err, &expP):
-		return ClassNotFound
+		return ClassNotFound, true
 	case errors.As(err, &noAddr):
-		return ClassTransient
+		return ClassTransient, true
+	}
+	return ClassOther, false
+}
+
+// classifyAnswer reads an HTTP answer no typed error describes by its
+// status and words.
+func classifyAnswer(err error) (Class, bool) {
+	var (
+		resp    *scw.ResponseError
+		httpErr *HTTPError
+	)
+	switch {
 	case errors.As(err, &resp):
-		return classifyResponse(resp.StatusCode, responseText(resp))
+		return classifyResponse(resp.StatusCode, responseText(resp)), true
 	case errors.As(err, &httpErr):
-		return classifyResponse(httpErr.StatusCode, httpErr.Body)
+		return classifyResponse(httpErr.StatusCode, httpErr.Body), true
+	}
+	return ClassOther, false
+}
+
+// classifyTransport reads what is left when no answer came: the context's
+// end, a timeout, a broken connection.
+func classifyTransport(err error) (Class, bool) {
+	switch {
 	case errors.Is(err, context.Canceled):
-		return ClassCanceled
+		return ClassCanceled, true
 	case errors.Is(err, context.DeadlineExceeded):
-		return ClassTimeout
+		return ClassTimeout, true
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		return ClassTimeout
+		return ClassTimeout, true
 	}
 	if isNetworkError(err) {
-		return ClassNetwork
+		return ClassNetwork, true
 	}
 	var urlErr *url.Error
 	if errors.As(err, &urlErr) {
 		// Any other failure of the HTTP exchange itself: an HTTP/2 stream
 		// reset (RST_STREAM) or GOAWAY, a connection broken mid-answer. Its
 		// types are net/http's own; all it proves is that no answer came.
-		return ClassNetwork
+		return ClassNetwork, true
 	}
-	return ClassOther
+	return ClassOther, false
 }
 
 // responseText is what an untyped error answer says: its JSON message, or
@@ -262,12 +301,27 @@ func responseText(r *scw.ResponseError) string {
 // body at all, so the status decides, refined by the message's words.
 func classifyResponse(code int, text string) Class {
 	msg := strings.ToLower(text)
+	if c, ok := classifyWords(msg); ok {
+		return c
+	}
+	return classifyStatus(code, msg)
+}
+
+// classifyWords reads the classes whose words decide whatever the status:
+// stock and quota answers come with several statuses.
+func classifyWords(msg string) (Class, bool) {
 	switch {
 	case strings.Contains(msg, "out of stock"), strings.Contains(msg, "out_of_stock"), strings.Contains(msg, "no stock"), strings.Contains(msg, "not enough stock"):
-		return ClassOutOfStock
+		return ClassOutOfStock, true
 	case strings.Contains(msg, "quota"):
-		return ClassQuota
+		return ClassQuota, true
 	}
+	return ClassOther, false
+}
+
+// classifyStatus decides by the HTTP status, the message refining a 503 and
+// the 4xx answers.
+func classifyStatus(code int, msg string) Class {
 	switch {
 	case code == http.StatusNotFound, code == http.StatusGone:
 		return ClassNotFound
@@ -286,16 +340,22 @@ func classifyResponse(code int, text string) Class {
 	case code == http.StatusConflict, code == http.StatusLocked:
 		return ClassTransient
 	case code >= 400:
-		// "Server is not delivered", "server is busy", "... transient state":
-		// the request is fine, the server is not in a state to accept it yet.
-		for _, s := range []string{"not delivered", "transient", "busy", "in progress", "not ready", "is locked"} {
-			if strings.Contains(msg, s) {
-				return ClassTransient
-			}
-		}
-		return ClassInvalid
+		return classifyClientError(msg)
 	}
 	return ClassOther
+}
+
+// classifyClientError tells a 4xx that refuses the request from one that
+// says the server is not ready for it yet.
+func classifyClientError(msg string) Class {
+	// "Server is not delivered", "server is busy", "... transient state":
+	// the request is fine, the server is not in a state to accept it yet.
+	for _, s := range []string{"not delivered", "transient", "busy", "in progress", "not ready", "is locked"} {
+		if strings.Contains(msg, s) {
+			return ClassTransient
+		}
+	}
+	return ClassInvalid
 }
 
 // outageWords mark a 503 as the service being down rather than the request

@@ -37,8 +37,22 @@ func (c *Client) EnsureSSHKey(ctx context.Context, name, publicKey string) (stri
 	} else if k != nil {
 		return k.ID, nil
 	}
+	created, err := c.createSSHKey(ctx, name, publicKey)
+	if err != nil {
+		if k, ok := foundAfter(err, find); ok {
+			return k.ID, nil
+		}
+		return "", err
+	}
+	c.log.Info("registered ssh key", "name", name, "id", created.ID, "fingerprint", created.Fingerprint)
+	return created.ID, nil
+}
+
+// createSSHKey registers publicKey under name once (the call retries as
+// its policy says) and checks that the answer names the key.
+func (c *Client) createSSHKey(ctx context.Context, name, publicKey string) (*iam.SSHKey, error) {
 	var created *iam.SSHKey
-	err = c.call(ctx, callSpec{op: OpCreateSSHKey, resource: name}, func(ctx context.Context) error {
+	err := c.call(ctx, callSpec{op: OpCreateSSHKey, resource: name}, func(ctx context.Context) error {
 		var err error
 		created, err = c.iam.CreateSSHKey(&iam.CreateSSHKeyRequest{Name: name, PublicKey: strings.TrimSpace(publicKey), ProjectID: c.cfg.ProjectID}, scw.WithContext(ctx))
 		return err
@@ -49,16 +63,21 @@ func (c *Client) EnsureSSHKey(ctx context.Context, name, publicKey string) (stri
 		err = &Error{Op: OpCreateSSHKey, Resource: name, Attempts: 1, Ambiguous: true, Class: ClassServerError,
 			Err: &UndecodableError{StatusCode: http.StatusOK, Err: errors.New("the answer names no key")}, redact: c.redact}
 	}
-	if err != nil {
-		if IsAmbiguous(err) || IsRetryable(err) {
-			if k, ferr := find(); ferr == nil && k != nil {
-				return k.ID, nil
-			}
-		}
-		return "", err
+	return created, err
+}
+
+// foundAfter looks again after a create that failed in a way that may have
+// done it all the same (ambiguous or retryable), and returns what find sees.
+func foundAfter[T comparable](err error, find func() (T, error)) (T, bool) {
+	var zero T
+	if !IsAmbiguous(err) && !IsRetryable(err) {
+		return zero, false
 	}
-	c.log.Info("registered ssh key", "name", name, "id", created.ID, "fingerprint", created.Fingerprint)
-	return created.ID, nil
+	v, ferr := find()
+	if ferr != nil || v == zero {
+		return zero, false
+	}
+	return v, true
 }
 
 // ListSSHKeys lists the IAM SSH keys of the configured project (all pages).

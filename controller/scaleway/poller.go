@@ -173,17 +173,10 @@ func (z *zonePoller) loop() {
 	defer z.p.loops.Done()
 	clock := z.p.c.clock
 	for {
-		z.mu.Lock()
-		if z.demand == 0 || z.p.ctx.Err() != nil {
-			z.running = false
-			z.mu.Unlock()
+		wait, stop := z.nextWait()
+		if stop {
 			return
 		}
-		wait := time.Duration(0)
-		if urgent := z.wantAfter.After(z.lastList); !urgent && !z.lastList.IsZero() {
-			wait = z.nextList().Sub(clock.Now())
-		}
-		z.mu.Unlock()
 		if wait > 0 {
 			select {
 			case <-clock.After(wait):
@@ -192,30 +185,51 @@ func (z *zonePoller) loop() {
 			}
 			continue // re-check demand and urgency
 		}
-		z.mu.Lock()
-		started := clock.Now()
-		z.lastList = started
-		z.mu.Unlock()
+		z.list()
+	}
+}
 
-		servers, err := z.p.c.listServers(z.p.ctx, OpPollServers, z.zone, z.p.selector)
-		z.p.c.metrics.lists.WithLabelValues(string(z.zone)).Inc()
-		snap := &snapshot{started: started, err: err, servers: make(map[string]*baremetal.Server, len(servers))}
-		for _, s := range servers {
-			snap.servers[s.ID] = s
-		}
-		z.mu.Lock()
-		if z.snap != nil {
-			snap.gen = z.snap.gen + 1
-		} else {
-			snap.gen = 1
-		}
-		z.snap = snap
-		close(z.updated)
-		z.updated = make(chan struct{})
-		z.mu.Unlock()
-		if err != nil {
-			z.p.c.log.Info("batched server poll failed", "zone", string(z.zone), "error", z.p.c.redact(err.Error()))
-		}
+// nextWait says how long to wait before the next list, and whether to stop:
+// no one waits any more, or the poller is closed.
+func (z *zonePoller) nextWait() (time.Duration, bool) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.demand == 0 || z.p.ctx.Err() != nil {
+		z.running = false
+		return 0, true
+	}
+	if urgent := z.wantAfter.After(z.lastList); !urgent && !z.lastList.IsZero() {
+		return z.nextList().Sub(z.p.c.clock.Now()), false
+	}
+	return 0, false
+}
+
+// list lists the zone once and publishes the result as the next snapshot,
+// waking every waiter.
+func (z *zonePoller) list() {
+	z.mu.Lock()
+	started := z.p.c.clock.Now()
+	z.lastList = started
+	z.mu.Unlock()
+
+	servers, err := z.p.c.listServers(z.p.ctx, OpPollServers, z.zone, z.p.selector)
+	z.p.c.metrics.lists.WithLabelValues(string(z.zone)).Inc()
+	snap := &snapshot{started: started, err: err, servers: make(map[string]*baremetal.Server, len(servers))}
+	for _, s := range servers {
+		snap.servers[s.ID] = s
+	}
+	z.mu.Lock()
+	if z.snap != nil {
+		snap.gen = z.snap.gen + 1
+	} else {
+		snap.gen = 1
+	}
+	z.snap = snap
+	close(z.updated)
+	z.updated = make(chan struct{})
+	z.mu.Unlock()
+	if err != nil {
+		z.p.c.log.Info("batched server poll failed", "zone", string(z.zone), "error", z.p.c.redact(err.Error()))
 	}
 }
 

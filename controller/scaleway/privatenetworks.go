@@ -52,16 +52,7 @@ func (c *Client) AttachPrivateNetwork(ctx context.Context, zone scw.Zone, server
 		return nil, errors.New("scaleway AttachPrivateNetwork: server id and private network id are required")
 	}
 	find := func() (*baremetalv3.ServerPrivateNetwork, error) {
-		list, err := c.ListServerPrivateNetworks(ctx, zone, serverID)
-		if err != nil {
-			return nil, err
-		}
-		for _, p := range list {
-			if p.PrivateNetworkID == privateNetworkID && p.Status != baremetalv3.ServerPrivateNetworkStatusDetaching {
-				return p, nil
-			}
-		}
-		return nil, nil
+		return c.findAttachment(ctx, zone, serverID, privateNetworkID)
 	}
 	if p, err := find(); err != nil || p != nil {
 		return p, err
@@ -74,15 +65,28 @@ func (c *Client) AttachPrivateNetwork(ctx context.Context, zone scw.Zone, server
 		}, scw.WithContext(ctx))
 		return err
 	})
-	if err != nil && (IsAmbiguous(err) || IsRetryable(err)) {
-		if p, ferr := find(); ferr == nil && p != nil {
+	if err != nil {
+		if p, ok := foundAfter(err, find); ok {
 			return p, nil
 		}
-	}
-	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// findAttachment returns the server's attachment to privateNetworkID that
+// is not being detached, or nil.
+func (c *Client) findAttachment(ctx context.Context, zone scw.Zone, serverID, privateNetworkID string) (*baremetalv3.ServerPrivateNetwork, error) {
+	list, err := c.ListServerPrivateNetworks(ctx, zone, serverID)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range list {
+		if p.PrivateNetworkID == privateNetworkID && p.Status != baremetalv3.ServerPrivateNetworkStatusDetaching {
+			return p, nil
+		}
+	}
+	return nil, nil
 }
 
 // VLANs maps private network ID -> VLAN id for the attachments that have one.
@@ -109,28 +113,12 @@ func (c *Client) WaitPrivateNetworksAttached(ctx context.Context, zone scw.Zone,
 		if err != nil {
 			return nil, err
 		}
-		byPN := map[string]*baremetalv3.ServerPrivateNetwork{}
-		for _, p := range list {
-			byPN[p.PrivateNetworkID] = p
+		vlans, err := attachedVLANs(list, zone, serverID, privateNetworkIDs)
+		if err != nil {
+			return nil, err
 		}
-		done := true
-		for _, id := range privateNetworkIDs {
-			p := byPN[id]
-			switch {
-			case p == nil:
-				return nil, fmt.Errorf("server %s in %s is not attached to private network %s", serverID, zone, id)
-			case p.Status == baremetalv3.ServerPrivateNetworkStatusError:
-				return nil, fmt.Errorf("attachment of server %s in %s to private network %s failed (status error)", serverID, zone, id)
-			case p.Status != baremetalv3.ServerPrivateNetworkStatusAttached || p.Vlan == nil:
-				done = false
-			}
-		}
-		if done {
-			out := map[string]uint32{}
-			for _, id := range privateNetworkIDs {
-				out[id] = *byPN[id].Vlan
-			}
-			return out, nil
+		if vlans != nil {
+			return vlans, nil
 		}
 		select {
 		case <-ctx.Done():
@@ -138,6 +126,36 @@ func (c *Client) WaitPrivateNetworksAttached(ctx context.Context, zone scw.Zone,
 		case <-c.clock.After(c.cfg.PollInterval):
 		}
 	}
+}
+
+// attachedVLANs returns private network ID -> VLAN when each of ids is
+// attached with a VLAN, nil while some are still attaching, and an error for
+// an attachment that is missing or failed: waiting longer would not help.
+func attachedVLANs(list []*baremetalv3.ServerPrivateNetwork, zone scw.Zone, serverID string, ids []string) (map[string]uint32, error) {
+	byPN := map[string]*baremetalv3.ServerPrivateNetwork{}
+	for _, p := range list {
+		byPN[p.PrivateNetworkID] = p
+	}
+	done := true
+	for _, id := range ids {
+		p := byPN[id]
+		switch {
+		case p == nil:
+			return nil, fmt.Errorf("server %s in %s is not attached to private network %s", serverID, zone, id)
+		case p.Status == baremetalv3.ServerPrivateNetworkStatusError:
+			return nil, fmt.Errorf("attachment of server %s in %s to private network %s failed (status error)", serverID, zone, id)
+		case p.Status != baremetalv3.ServerPrivateNetworkStatusAttached || p.Vlan == nil:
+			done = false
+		}
+	}
+	if !done {
+		return nil, nil
+	}
+	out := map[string]uint32{}
+	for _, id := range ids {
+		out[id] = *byPN[id].Vlan
+	}
+	return out, nil
 }
 
 // AttachPrivateNetworks gives the server its Private Network option (unless

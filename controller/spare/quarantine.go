@@ -64,28 +64,36 @@ func HostFault(err error, diskSelector string) string {
 		}
 		return string(pe.Phase)
 	case install.PhaseImaging:
-		if errors.Is(err, install.ErrNoLink) {
-			return string(pe.Phase) + ".no_link"
-		}
-		if errors.Is(err, rescue.ErrImagerDigestMismatch) {
-			return string(pe.Phase) + ".imager_changed"
-		}
-		var re *report.Error
-		if !errors.As(err, &re) {
-			return ""
-		}
-		switch re.Code {
-		case report.CodeDiskNotFound, report.CodeDiskTooSmall, report.CodeDiskUnsuitable, report.CodeDiskBusy:
-			if diskSelector != "" && diskSelector != "auto" {
-				return ""
-			}
-		case report.CodeWriteFailed, report.CodeVerifyFailed, report.CodeWipeFailed, report.CodeDiskNotImaged:
-		default:
-			return ""
-		}
-		return string(pe.Phase) + "." + re.Code
+		return imagingFault(err, diskSelector)
 	}
 	return ""
+}
+
+// imagingFault is HostFault for a failed imaging: no link, an em-imager
+// changed under the install, or a disk that failed or (chosen by the
+// controller, not named by the NodeClass) did not suit.
+func imagingFault(err error, diskSelector string) string {
+	phase := string(install.PhaseImaging)
+	if errors.Is(err, install.ErrNoLink) {
+		return phase + ".no_link"
+	}
+	if errors.Is(err, rescue.ErrImagerDigestMismatch) {
+		return phase + ".imager_changed"
+	}
+	var re *report.Error
+	if !errors.As(err, &re) {
+		return ""
+	}
+	switch re.Code {
+	case report.CodeDiskNotFound, report.CodeDiskTooSmall, report.CodeDiskUnsuitable, report.CodeDiskBusy:
+		if diskSelector != "" && diskSelector != "auto" {
+			return ""
+		}
+	case report.CodeWriteFailed, report.CodeVerifyFailed, report.CodeWipeFailed, report.CodeDiskNotImaged:
+	default:
+		return ""
+	}
+	return phase + "." + re.Code
 }
 
 // Quarantine tags server zone/id, still NodeClaim owner's, as quarantined

@@ -388,15 +388,27 @@ func (k *Keeper) EndSpare(ctx context.Context, zone scw.Zone, id string, handOve
 		return Released, nil
 	}
 	if !handOver {
-		if _, err := k.API.DeleteServer(ctx, srv.Zone, srv.ID); err != nil && !scaleway.IsNotFound(err) {
-			return "", fmt.Errorf("releasing spare %s: %w", srv.ID, err)
-		}
-		k.changed(srv.Zone)
-		k.Log.Info("released spare server: its nodeclass is deleted", "server", srv.ID, "zone", string(srv.Zone), "offer", srv.OfferName)
-		return Released, nil
+		return k.releaseEnded(ctx, srv)
 	}
+	return k.handOver(ctx, srv)
+}
+
+// releaseEnded deletes a spare whose NodeClass is deleted.
+func (k *Keeper) releaseEnded(ctx context.Context, srv *baremetal.Server) (Outcome, error) {
+	if _, err := k.API.DeleteServer(ctx, srv.Zone, srv.ID); err != nil && !scaleway.IsNotFound(err) {
+		return "", fmt.Errorf("releasing spare %s: %w", srv.ID, err)
+	}
+	k.changed(srv.Zone)
+	k.Log.Info("released spare server: its nodeclass is deleted", "server", srv.ID, "zone", string(srv.Zone), "offer", srv.OfferName)
+	return Released, nil
+}
+
+// handOver removes the cluster's tags from a spare whose NodeClass is
+// deleted and tags it TagHandedOverBy, unless it was taken meanwhile
+// (NotOwned).
+func (k *Keeper) handOver(ctx context.Context, srv *baremetal.Server) (Outcome, error) {
 	lost := false
-	_, err = k.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
+	_, err := k.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
 		if install.PhaseOf(&baremetal.Server{Tags: tags}) != install.PhaseSpare {
 			lost = true // taken meanwhile
 			return tags, false

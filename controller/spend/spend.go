@@ -68,14 +68,7 @@ func Of(srv *baremetal.Server, offers Offers, now time.Time) Cost {
 		// not refreshed yet: the spare policy counts it as monthly to be
 		// safe, but a cost is no release, and the snapshot's offer IDs
 		// price it better than nothing; nothing there: unknown.
-		period := catalog.BillingPeriod("")
-		for _, p := range catalog.BillingPeriods {
-			if o, ok := offers.Offer(string(srv.Zone), srv.OfferName, p); ok && o.ID == srv.OfferID {
-				period = p
-				break
-			}
-		}
-		rec.Period = period
+		rec.Period = periodByOfferID(srv, offers)
 	}
 	c.Billing = rec.Period
 	// The price is the catalogue's offer of that name and period, when it
@@ -84,6 +77,13 @@ func Of(srv *baremetal.Server, offers Offers, now time.Time) Cost {
 	if !ok || o.ID != srv.OfferID {
 		return c
 	}
+	c.price(o, rec, now)
+	return c
+}
+
+// price fills c's prices from o, the offer the server was ordered with,
+// billed as rec says. Without a price in the catalogue, c stays unpriced.
+func (c *Cost) price(o *baremetal.Offer, rec billing.Record, now time.Time) {
 	switch rec.Period {
 	case catalog.BillingHourly:
 		if o.PricePerHour != nil {
@@ -100,7 +100,17 @@ func Of(srv *baremetal.Server, offers Offers, now time.Time) Cost {
 			}
 		}
 	}
-	return c
+}
+
+// periodByOfferID is the billing period whose offer of srv's name has
+// srv's offer ID, "" when none has.
+func periodByOfferID(srv *baremetal.Server, offers Offers) catalog.BillingPeriod {
+	for _, p := range catalog.BillingPeriods {
+		if o, ok := offers.Offer(string(srv.Zone), srv.OfferName, p); ok && o.ID == srv.OfferID {
+			return p
+		}
+	}
+	return ""
 }
 
 // Key groups costs.

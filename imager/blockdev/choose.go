@@ -61,6 +61,9 @@ func Choose(root hostroot.Root, req Request) (Choice, error) {
 	return chooseNamed(root, req)
 }
 
+// chooseNamed checks the disk the operator named, in three steps: resolve
+// the name to a device node (namedNode), describe the disk behind it
+// (namedInfo), and check it can be written (namedProblem, sizeCheck).
 func chooseNamed(root hostroot.Root, req Request) (Choice, error) {
 	path := req.Disk
 	host, open, err := root.ResolveDev(path)
@@ -79,35 +82,59 @@ func chooseNamed(root hostroot.Root, req Request) (Choice, error) {
 	if err := unix.Stat(open, &st); err != nil {
 		return c, fmt.Errorf("%w: %s: %v", ErrNotFound, named, err)
 	}
-	var n node
+	n, file, err := namedNode(root, &st, path, host, named)
+	if err != nil {
+		return c, err
+	}
+	if file != nil {
+		c.Disk = file
+		return c, sizeCheck(file, req.ImageSize)
+	}
+	if n.partition {
+		return c, fmt.Errorf("%w: %s is partition %s of /dev/%s; name the whole disk", ErrUnsuitable, named, n.name, n.disk)
+	}
+	in := namedInfo(root, n, &st, path, host)
+	d := in.Disk
+	c.Disk = &d
+	if err := namedProblem(in, named, req.AllowVirtual); err != nil {
+		return c, err
+	}
+	return c, sizeCheck(c.Disk, req.ImageSize)
+}
+
+// namedNode finds the sysfs node of the device st describes (path, resolved
+// to host; named for messages). A regular file outside a fake tree's /dev
+// is a disk image, returned as file: its size is the capacity.
+func namedNode(root hostroot.Root, st *unix.Stat_t, path, host, named string) (n node, file *report.Disk, err error) {
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFBLK:
-		var ok bool
-		if n, ok = byDevnum(root, unix.Major(st.Rdev), unix.Minor(st.Rdev)); !ok {
-			return c, fmt.Errorf("%w: %s is block device %d:%d, which sysfs does not list", ErrNotFound, named, unix.Major(st.Rdev), unix.Minor(st.Rdev))
+		n, ok := byDevnum(root, unix.Major(st.Rdev), unix.Minor(st.Rdev))
+		if !ok {
+			return node{}, nil, fmt.Errorf("%w: %s is block device %d:%d, which sysfs does not list", ErrNotFound, named, unix.Major(st.Rdev), unix.Minor(st.Rdev))
 		}
+		return n, nil, nil
 	case unix.S_IFREG:
 		if !root.Fake() || !strings.HasPrefix(host, "/dev/") {
-			// A disk image file: its size is the capacity.
 			d := &report.Disk{Path: host, Name: filepath.Base(host), SizeBytes: st.Size, LogicalSectorSize: 512,
 				Transport: "file", Rule: report.RuleNamed, Reason: "--disk names a regular file"}
 			if host != filepath.Clean(path) {
 				d.Requested = path
 			}
-			c.Disk = d
-			return c, sizeCheck(d, req.ImageSize)
+			return node{}, d, nil
 		}
 		// A fake tree's disks are files named like the device.
-		var ok bool
-		if n, ok = byName(root, filepath.Base(host)); !ok {
-			return c, fmt.Errorf("%w: %s is no block device the tree's sysfs lists", ErrNotFound, named)
+		n, ok := byName(root, filepath.Base(host))
+		if !ok {
+			return node{}, nil, fmt.Errorf("%w: %s is no block device the tree's sysfs lists", ErrNotFound, named)
 		}
-	default:
-		return c, fmt.Errorf("%w: %s is neither a block device nor a regular file", ErrUnsuitable, named)
+		return n, nil, nil
 	}
-	if n.partition {
-		return c, fmt.Errorf("%w: %s is partition %s of /dev/%s; name the whole disk", ErrUnsuitable, named, n.name, n.disk)
-	}
+	return node{}, nil, fmt.Errorf("%w: %s is neither a block device nor a regular file", ErrUnsuitable, named)
+}
+
+// namedInfo describes the named disk n, reached by path (resolved to host),
+// and says why it was chosen.
+func namedInfo(root hostroot.Root, n node, st *unix.Stat_t, path, host string) Info {
 	in := describe(root, n.name, systemUse(root))
 	in.Path = host
 	if host != filepath.Clean(path) {
@@ -122,19 +149,24 @@ func chooseNamed(root hostroot.Root, req Request) (Choice, error) {
 	if in.Requested != "" {
 		in.Reason = "named with --disk " + in.Requested + ", a link to " + host
 	}
-	d := in.Disk
-	c.Disk = &d
+	return in
+}
+
+// namedProblem says why a named disk cannot be written, nil when it can
+// (its size is checked apart). Removable and USB disks pass: the operator
+// named them.
+func namedProblem(in Info, named string, allowVirtual bool) error {
 	switch r := in.busyReason(); {
 	case r != "":
-		return c, fmt.Errorf("%w: %s %s", ErrBusy, named, r)
-	case in.Virtual && !req.AllowVirtual:
-		return c, fmt.Errorf("%w: %s is a virtual, RAM or optical device (pass --allow-virtual to write it on purpose)", ErrUnsuitable, named)
+		return fmt.Errorf("%w: %s %s", ErrBusy, named, r)
+	case in.Virtual && !allowVirtual:
+		return fmt.Errorf("%w: %s is a virtual, RAM or optical device (pass --allow-virtual to write it on purpose)", ErrUnsuitable, named)
 	case in.ReadOnly:
-		return c, fmt.Errorf("%w: %s is read-only", ErrUnsuitable, named)
+		return fmt.Errorf("%w: %s is read-only", ErrUnsuitable, named)
 	case in.SizeBytes == 0:
-		return c, fmt.Errorf("%w: %s has no medium (size 0)", ErrUnsuitable, named)
+		return fmt.Errorf("%w: %s has no medium (size 0)", ErrUnsuitable, named)
 	}
-	return c, sizeCheck(c.Disk, req.ImageSize)
+	return nil
 }
 
 func sizeCheck(d *report.Disk, imageSize int64) error {

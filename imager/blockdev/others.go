@@ -57,20 +57,10 @@ func dataDisks(root hostroot.Root, skip, verb string) (others []Info, skipped []
 		if in.Name == skip {
 			continue
 		}
-		reason := ""
-		switch {
-		case in.Virtual:
+		if in.Virtual {
 			continue // loop, RAM, dm, md: never a disk of its own
-		case in.SizeBytes == 0:
-			reason = "no medium (size 0)"
-		case in.ReadOnly:
-			reason = "read-only"
-		case in.USB:
-			reason = "USB device"
-		case in.Removable:
-			reason = "removable media"
 		}
-		if reason != "" {
+		if reason := unfitReason(in); reason != "" {
 			skipped = append(skipped, report.RejectedDisk{Path: in.Path, Reason: "not " + verb + ": " + reason})
 			continue
 		}
@@ -84,11 +74,32 @@ func dataDisks(root hostroot.Root, skip, verb string) (others []Info, skipped []
 		others = append(others, in)
 	}
 	if len(busy) > 0 {
-		what := "wipe the other disks"
-		if skip == "" {
-			what = "erase every disk"
-		}
-		return nil, skipped, fmt.Errorf("%w: cannot %s: %s", ErrBusy, what, strings.Join(busy, "; "))
+		return nil, skipped, busyError(skip, busy)
 	}
 	return others, skipped, nil
+}
+
+// unfitReason says why a disk is no data disk to wipe: no medium,
+// read-only, USB or removable. "" when it is one.
+func unfitReason(in Info) string {
+	switch {
+	case in.SizeBytes == 0:
+		return "no medium (size 0)"
+	case in.ReadOnly:
+		return "read-only"
+	case in.USB:
+		return "USB device"
+	case in.Removable:
+		return "removable media"
+	}
+	return ""
+}
+
+// busyError refuses the whole wipe when any disk is in use.
+func busyError(skip string, busy []string) error {
+	what := "wipe the other disks"
+	if skip == "" {
+		what = "erase every disk"
+	}
+	return fmt.Errorf("%w: cannot %s: %s", ErrBusy, what, strings.Join(busy, "; "))
 }

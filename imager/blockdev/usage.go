@@ -101,30 +101,43 @@ func readMountinfo(root hostroot.Root) []mount {
 		s := bufio.NewScanner(f)
 		s.Buffer(nil, 1<<20)
 		for s.Scan() {
-			// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTIONS
-			f := strings.Fields(s.Text())
-			sep := -1
-			for i, x := range f {
-				if x == "-" && i >= 6 {
-					sep = i
-					break
-				}
+			if m, ok := parseMountinfoLine(s.Text()); ok {
+				ms = append(ms, m)
 			}
-			if sep < 0 || len(f) < sep+3 {
-				continue
-			}
-			m := mount{source: unescape(f[sep+2]), mount: unescape(f[4])}
-			if maj, min, ok := strings.Cut(f[2], ":"); ok {
-				a, err1 := strconv.ParseUint(maj, 10, 32)
-				b, err2 := strconv.ParseUint(min, 10, 32)
-				if err1 == nil && err2 == nil {
-					m.major, m.minor = uint32(a), uint32(b)
-				}
-			}
-			ms = append(ms, m)
 		}
 		return ms
 	}
+	return readMounts(root)
+}
+
+// parseMountinfoLine reads one line of /proc/self/mountinfo:
+// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTIONS.
+func parseMountinfoLine(line string) (mount, bool) {
+	f := strings.Fields(line)
+	sep := -1
+	for i, x := range f {
+		if x == "-" && i >= 6 {
+			sep = i
+			break
+		}
+	}
+	if sep < 0 || len(f) < sep+3 {
+		return mount{}, false
+	}
+	m := mount{source: unescape(f[sep+2]), mount: unescape(f[4])}
+	if maj, min, ok := strings.Cut(f[2], ":"); ok {
+		a, err1 := strconv.ParseUint(maj, 10, 32)
+		b, err2 := strconv.ParseUint(min, 10, 32)
+		if err1 == nil && err2 == nil {
+			m.major, m.minor = uint32(a), uint32(b)
+		}
+	}
+	return m, true
+}
+
+// readMounts reads /proc/self/mounts (or /proc/mounts) where mountinfo is
+// missing: sources and mount points, no device numbers.
+func readMounts(root hostroot.Root) []mount {
 	for _, p := range []string{root.Proc("self", "mounts"), root.Proc("mounts")} {
 		f, err := os.Open(p)
 		if err != nil {

@@ -92,11 +92,8 @@ func planKexec(ctx context.Context, args []string) (*kexecReport, kexec.Syscalls
 	}
 	r.delay = f.jumpDelay
 	r.DryRun = f.dryRun
-	if f.disk == "" || f.disk == "auto" {
-		return r.fail(report.CodeInvalidArgument, "--disk is required: the disk `em-imager write` reported"), nil, nil
-	}
-	if f.configSHA != "" && !isSHA256(f.configSHA) {
-		return r.fail(report.CodeInvalidArgument, "--config-sha256 %q is not a hex SHA-256", f.configSHA), nil, nil
+	if msg := f.problem(); msg != "" {
+		return r.fail(report.CodeInvalidArgument, "%s", msg), nil, nil
 	}
 	root := hostroot.Resolve(f.sysroot)
 	r.NICs = []report.NIC{}
@@ -104,27 +101,8 @@ func planKexec(ctx context.Context, args []string) (*kexecReport, kexec.Syscalls
 		kexecRefused(r.Report, err)
 		return r, nil, nil
 	}
-	choice, err := blockdev.Choose(root, blockdev.Request{Disk: f.disk, AllowVirtual: f.allowVirtual})
-	r.Disk = choice.Disk
-	if err != nil {
-		return r.fail(diskCode(err), "%v", err), nil, nil
-	}
-	ss := choice.Disk.LogicalSectorSize
-	if choice.Disk.Transport == "file" {
-		ss = 0 // a plain file has no sector size: the GPT says
-	}
-	// What write leaves only after the digest matched: a valid primary GPT.
-	if ss, err = configpart.Imaged(choice.OpenPath, ss); err != nil {
-		return r.fail(writeConfigCode(ctx, err), "%v; nothing was loaded", err), nil, nil
-	}
-	img, err := kexec.Extract(choice.OpenPath, ss, "")
-	if err != nil {
-		kexecRefused(r.Report, err)
-		return r, nil, nil
-	}
-	r.describe(img)
-	if err := r.checkConfig(choice.OpenPath, ss, img.Cmdline, f.configSHA); err != nil {
-		img.Close()
+	img := r.verifiedImage(ctx, root, f)
+	if img == nil {
 		return r, nil, nil
 	}
 	r.Kexec.Possible = true
@@ -136,6 +114,48 @@ func planKexec(ctx context.Context, args []string) (*kexecReport, kexec.Syscalls
 		return r, nil, nil
 	}
 	return r, syscallsFor(root), img
+}
+
+// problem says what is wrong with the flags, "" when nothing is.
+func (f *kexecFlags) problem() string {
+	if f.disk == "" || f.disk == "auto" {
+		return "--disk is required: the disk `em-imager write` reported"
+	}
+	if f.configSHA != "" && !isSHA256(f.configSHA) {
+		return fmt.Sprintf("--config-sha256 %q is not a hex SHA-256", f.configSHA)
+	}
+	return ""
+}
+
+// verifiedImage opens the kernel of the image write left on the disk, once
+// its GPT and config check out; nil (the report saying why) when they do not.
+func (r *kexecReport) verifiedImage(ctx context.Context, root hostroot.Root, f kexecFlags) *kexec.Image {
+	choice, err := blockdev.Choose(root, blockdev.Request{Disk: f.disk, AllowVirtual: f.allowVirtual})
+	r.Disk = choice.Disk
+	if err != nil {
+		r.fail(diskCode(err), "%v", err)
+		return nil
+	}
+	ss := choice.Disk.LogicalSectorSize
+	if choice.Disk.Transport == "file" {
+		ss = 0 // a plain file has no sector size: the GPT says
+	}
+	// What write leaves only after the digest matched: a valid primary GPT.
+	if ss, err = configpart.Imaged(choice.OpenPath, ss); err != nil {
+		r.fail(writeConfigCode(ctx, err), "%v; nothing was loaded", err)
+		return nil
+	}
+	img, err := kexec.Extract(choice.OpenPath, ss, "")
+	if err != nil {
+		kexecRefused(r.Report, err)
+		return nil
+	}
+	r.describe(img)
+	if err := r.checkConfig(choice.OpenPath, ss, img.Cmdline, f.configSHA); err != nil {
+		img.Close()
+		return nil
+	}
+	return img
 }
 
 // kexecReport is the report with what runKexec needs besides.

@@ -323,12 +323,9 @@ func open(path string, readOnly bool, sectorSize int) (*partitionDisk, error) {
 // the GPT header is (LBA 1 is byte 512 or byte 4096).
 func (d *partitionDisk) sectorSize(want int) (int, error) {
 	if d.blockDevice {
-		ss, err := unix.IoctlGetInt(int(d.f.Fd()), unix.BLKSSZGET)
+		ss, err := d.deviceSectorSize(want)
 		if err != nil {
-			return 0, fmt.Errorf("%w: logical sector size: %v", ErrWrite, err)
-		}
-		if want != 0 && want != ss {
-			return 0, fmt.Errorf("%w: the device has %d-byte sectors, %d given", ErrSectorSize, ss, want)
+			return 0, err
 		}
 		want = ss
 	}
@@ -339,6 +336,26 @@ func (d *partitionDisk) sectorSize(want int) (int, error) {
 			at = append(at, ss)
 		}
 	}
+	return gptSectorSize(at, want)
+}
+
+// deviceSectorSize is the block device's logical sector size, which want
+// (when set) must match.
+func (d *partitionDisk) deviceSectorSize(want int) (int, error) {
+	ss, err := unix.IoctlGetInt(int(d.f.Fd()), unix.BLKSSZGET)
+	if err != nil {
+		return 0, fmt.Errorf("%w: logical sector size: %v", ErrWrite, err)
+	}
+	if want != 0 && want != ss {
+		return 0, fmt.Errorf("%w: the device has %d-byte sectors, %d given", ErrSectorSize, ss, want)
+	}
+	return ss, nil
+}
+
+// gptSectorSize picks the sector size from where GPT headers were found
+// (at: 512 and/or 4096): the one that matches want, or with want unknown
+// the only one found, 512 when both were.
+func gptSectorSize(at []int, want int) (int, error) {
 	switch {
 	case len(at) == 0:
 		return 0, fmt.Errorf("%w: no GPT header at byte 512 or 4096", ErrNotImaged)

@@ -279,10 +279,7 @@ func (c *Contents) readMBR(r io.ReaderAt, head []byte, size int64) bool {
 	}
 	c.SectorSize = max(c.SectorSize, 512)
 	for i := 0; i < 4; i++ {
-		e := head[446+16*i : 446+16*(i+1)]
-		typ := e[4]
-		start := int64(binary.LittleEndian.Uint32(e[8:12])) * 512
-		n := int64(binary.LittleEndian.Uint32(e[12:16])) * 512
+		typ, start, n := mbrEntry(head, i)
 		if typ == 0 || n == 0 {
 			continue
 		}
@@ -290,11 +287,7 @@ func (c *Contents) readMBR(r io.ReaderAt, head []byte, size int64) bool {
 			c.Table, c.TableNote = "mbr", "a protective MBR, but no GPT header at either end"
 			return true
 		}
-		name, ok := mbrTypes[typ]
-		if !ok {
-			name = fmt.Sprintf("0x%02x", typ)
-		}
-		p := Partition{Number: i + 1, Type: name, Start: start, Size: n}
+		p := Partition{Number: i + 1, Type: mbrTypeName(typ), Start: start, Size: n}
 		if start < size && typ != 0x05 && typ != 0x0f {
 			p.Filesystem, p.Label = detectFS(r, start, min(n, size-start))
 		}
@@ -305,6 +298,21 @@ func (c *Contents) readMBR(r io.ReaderAt, head []byte, size int64) bool {
 	}
 	c.Table = "mbr"
 	return true
+}
+
+// mbrEntry reads the type, start and size (bytes) of primary partition
+// entry i of an MBR.
+func mbrEntry(head []byte, i int) (typ byte, start, size int64) {
+	e := head[446+16*i : 446+16*(i+1)]
+	return e[4], int64(binary.LittleEndian.Uint32(e[8:12])) * 512, int64(binary.LittleEndian.Uint32(e[12:16])) * 512
+}
+
+// mbrTypeName names an MBR partition type, or gives it in hex.
+func mbrTypeName(typ byte) string {
+	if name, ok := mbrTypes[typ]; ok {
+		return name
+	}
+	return fmt.Sprintf("0x%02x", typ)
 }
 
 // detectFS names the filesystem or container whose superblock is at off

@@ -128,24 +128,7 @@ type disk struct {
 // size bytes.
 func Disk(ctx context.Context, path string, size int64, o Options) (res Result, err error) {
 	started := time.Now()
-	if o.Method == "" {
-		o.Method = MethodAuto
-	}
-	if o.SectorSize <= 0 {
-		o.SectorSize = 512
-	}
-	if o.WholeBelow <= 0 {
-		o.WholeBelow = DefaultWholeBelow
-	}
-	if o.Samples <= 0 {
-		o.Samples = 1024
-	}
-	if o.Log == nil {
-		o.Log = func(string, ...any) {}
-	}
-	if o.discard == nil {
-		o.discard = discard
-	}
+	o = o.withDefaults()
 	d, err := open(path, size, o.SectorSize)
 	if err != nil {
 		return Result{}, err
@@ -167,6 +150,29 @@ func Disk(ctx context.Context, path string, size int64, o Options) (res Result, 
 	}
 	err = d.overwrite(ctx, &o, &res)
 	return res, err
+}
+
+// withDefaults fills the options left zero.
+func (o Options) withDefaults() Options {
+	if o.Method == "" {
+		o.Method = MethodAuto
+	}
+	if o.SectorSize <= 0 {
+		o.SectorSize = 512
+	}
+	if o.WholeBelow <= 0 {
+		o.WholeBelow = DefaultWholeBelow
+	}
+	if o.Samples <= 0 {
+		o.Samples = 1024
+	}
+	if o.Log == nil {
+		o.Log = func(string, ...any) {}
+	}
+	if o.discard == nil {
+		o.discard = discard
+	}
+	return o
 }
 
 func open(path string, size int64, sectorSize int) (*disk, error) {
@@ -302,32 +308,37 @@ func discard(f *os.File, blockDev, secure bool, off, n int64) error {
 
 // overwrite zeroes the old partitions (whole, or their ends when large) or
 // the whole device, and the table areas last.
-func (d *disk) overwrite(ctx context.Context, o *Options, res *Result) error {
-	res.Method = MethodOverwrite
-	var data [][2]int64
-	switch {
-	case o.Full:
-		res.Method = MethodOverwriteFull
-		data = [][2]int64{{0, d.size}}
-	default:
-		large := 0
-		for _, p := range d.parts {
-			if p[1]-p[0] <= o.WholeBelow {
-				data = append(data, p)
-				continue
-			}
-			large++
-			data = append(data, [2]int64{p[0], p[0] + Span}, [2]int64{p[1] - Span, p[1]})
-		}
-		switch {
-		case len(d.parts) == 0:
-			res.Left = "no partition table was found: only the disk's first and last MiB were overwritten, everything between is left (erase with --full)"
-		case large > 0:
-			res.Left = fmt.Sprintf("the data between the first and last MiB of %d partition(s) larger than %d MiB (e.g. EPHEMERAL: files, the kubelet's key unless encrypted) and the space outside the partitions (erase with --full)", large, o.WholeBelow>>20)
-		default:
-			res.Left = "the space outside the old partitions (erase with --full)"
-		}
+// overwriteRanges are the byte ranges an overwrite zeroes beside the
+// partition tables, the method it reports and, unless full, what it leaves:
+// whole partitions up to wholeBelow bytes, the first and last Span of larger
+// ones, the first and last Span of a disk without partitions.
+func overwriteRanges(parts [][2]int64, size, wholeBelow int64, full bool) (data [][2]int64, method, left string) {
+	if full {
+		return [][2]int64{{0, size}}, MethodOverwriteFull, ""
 	}
+	large := 0
+	for _, p := range parts {
+		if p[1]-p[0] <= wholeBelow {
+			data = append(data, p)
+			continue
+		}
+		large++
+		data = append(data, [2]int64{p[0], p[0] + Span}, [2]int64{p[1] - Span, p[1]})
+	}
+	switch {
+	case len(parts) == 0:
+		left = "no partition table was found: only the disk's first and last MiB were overwritten, everything between is left (erase with --full)"
+	case large > 0:
+		left = fmt.Sprintf("the data between the first and last MiB of %d partition(s) larger than %d MiB (e.g. EPHEMERAL: files, the kubelet's key unless encrypted) and the space outside the partitions (erase with --full)", large, wholeBelow>>20)
+	default:
+		left = "the space outside the old partitions (erase with --full)"
+	}
+	return data, MethodOverwrite, left
+}
+
+func (d *disk) overwrite(ctx context.Context, o *Options, res *Result) error {
+	var data [][2]int64
+	data, res.Method, res.Left = overwriteRanges(d.parts, d.size, o.WholeBelow, o.Full)
 	table := wipe.MergeRanges(d.table, d.size, d.sector)
 	data = subtract(wipe.MergeRanges(data, d.size, d.sector), table)
 	w, err := newWriter(d, o)

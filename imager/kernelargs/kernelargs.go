@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"os"
 	"path"
 	"strings"
@@ -172,13 +173,7 @@ func findUKI(b backend.Storage, sectorSize int) (*UKI, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: no GPT: %v", ErrNotFound, err)
 	}
-	var esp *gpt.Partition
-	for _, part := range t.Partitions {
-		if part.Type == gpt.EFISystemPartition {
-			esp = part
-			break
-		}
-	}
+	esp := espOf(t)
 	if esp == nil {
 		return nil, fmt.Errorf("%w: no EFI system partition", ErrNotFound)
 	}
@@ -190,6 +185,33 @@ func findUKI(b backend.Storage, sectorSize int) (*UKI, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: no EFI/Linux directory", ErrNotFound)
 	}
+	uki, err := onlyUKI(entries)
+	if err != nil {
+		return nil, err
+	}
+	st, err := fs.Stat(uki)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", uki, err)
+	}
+	f, err := fs.OpenFile("/"+uki, os.O_RDONLY)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", uki, err)
+	}
+	return &UKI{ReaderAt: &seekerReaderAt{rs: f, size: st.Size()}, Size: st.Size(), Source: uki, closers: []io.Closer{f}}, nil
+}
+
+// espOf is the table's EFI system partition, nil when it has none.
+func espOf(t *gpt.Table) *gpt.Partition {
+	for _, part := range t.Partitions {
+		if part.Type == gpt.EFISystemPartition {
+			return part
+		}
+	}
+	return nil
+}
+
+// onlyUKI is the path of the one unified kernel image in EFI/Linux.
+func onlyUKI(entries []iofs.DirEntry) (string, error) {
 	var ukis []string
 	for _, e := range entries {
 		if !e.IsDir() && strings.EqualFold(path.Ext(e.Name()), ".efi") {
@@ -198,22 +220,14 @@ func findUKI(b backend.Storage, sectorSize int) (*UKI, error) {
 	}
 	switch len(ukis) {
 	case 0:
-		return nil, fmt.Errorf("%w: EFI/Linux holds no .efi file", ErrNotFound)
+		return "", fmt.Errorf("%w: EFI/Linux holds no .efi file", ErrNotFound)
 	case 1:
+		return ukis[0], nil
 	default:
 		// A freshly built image has one; more means an upgraded disk, whose
 		// default entry only sd-boot's state knows.
-		return nil, fmt.Errorf("several unified kernel images (%s): cannot tell which one boots", strings.Join(ukis, ", "))
+		return "", fmt.Errorf("several unified kernel images (%s): cannot tell which one boots", strings.Join(ukis, ", "))
 	}
-	st, err := fs.Stat(ukis[0])
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", ukis[0], err)
-	}
-	f, err := fs.OpenFile("/"+ukis[0], os.O_RDONLY)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", ukis[0], err)
-	}
-	return &UKI{ReaderAt: &seekerReaderAt{rs: f, size: st.Size()}, Size: st.Size(), Source: ukis[0], closers: []io.Closer{f}}, nil
 }
 
 // Cmdline returns the first .cmdline section of the PE file f (the default

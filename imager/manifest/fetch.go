@@ -85,29 +85,15 @@ func Fetch(ctx context.Context, rawURL string, o FetchOptions) (*Fetched, error)
 	if err != nil {
 		return nil, fmt.Errorf("%w: not a URL", ErrRejected)
 	}
-	where := Redact(rawURL)
+	where, local, err := location(u, rawURL, pin, o)
+	if err != nil {
+		return nil, err
+	}
 	var data []byte
-	local := false
-	switch u.Scheme {
-	case "https":
-		data, err = get(ctx, u, o)
-	case "http":
-		if pin == "" {
-			return nil, fmt.Errorf("%w: %s is plain http, which anyone on the way can alter; use https or pin the manifest's sha256", ErrInsecure, where)
-		}
-		data, err = get(ctx, u, o)
-	case "", "file":
-		if !o.AllowLocal {
-			return nil, fmt.Errorf("%w: %s: want an https URL", ErrInsecure, where)
-		}
-		p := rawURL
-		if u.Scheme == "file" {
-			p = u.Path
-		}
-		where, local = filepath.Clean(p), true
+	if local {
 		data, err = readLocal(where)
-	default:
-		return nil, fmt.Errorf("%w: %s: scheme %q, want https (or http with a pinned sha256)", ErrInsecure, where, u.Scheme)
+	} else {
+		data, err = get(ctx, u, o)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
@@ -145,6 +131,32 @@ func readCapped(r io.Reader) ([]byte, error) {
 	return data, nil
 }
 
+// location applies the scheme policy: https, http only with a pinned
+// digest, a local path only when allowed. It returns where the manifest is
+// (redacted, or the cleaned local path) and whether it is local.
+func location(u *url.URL, rawURL, pin string, o FetchOptions) (string, bool, error) {
+	where := Redact(rawURL)
+	switch u.Scheme {
+	case "https":
+		return where, false, nil
+	case "http":
+		if pin == "" {
+			return "", false, fmt.Errorf("%w: %s is plain http, which anyone on the way can alter; use https or pin the manifest's sha256", ErrInsecure, where)
+		}
+		return where, false, nil
+	case "", "file":
+		if !o.AllowLocal {
+			return "", false, fmt.Errorf("%w: %s: want an https URL", ErrInsecure, where)
+		}
+		p := rawURL
+		if u.Scheme == "file" {
+			p = u.Path
+		}
+		return filepath.Clean(p), true, nil
+	}
+	return "", false, fmt.Errorf("%w: %s: scheme %q, want https (or http with a pinned sha256)", ErrInsecure, where, u.Scheme)
+}
+
 func get(ctx context.Context, u *url.URL, o FetchOptions) ([]byte, error) {
 	timeout := o.Timeout
 	if timeout <= 0 {
@@ -152,12 +164,7 @@ func get(ctx context.Context, u *url.URL, o FetchOptions) ([]byte, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	c := &http.Client{}
-	if o.Client != nil {
-		cc := *o.Client
-		c = &cc
-	}
-	c.CheckRedirect = CheckRedirect
+	c := redirectChecked(o.Client)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrRejected, err)
@@ -170,18 +177,39 @@ func get(ctx context.Context, u *url.URL, o FetchOptions) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %v", ErrUnreachable, unwrapURLError(err))
 	}
 	defer resp.Body.Close()
-	switch {
-	case resp.StatusCode >= 200 && resp.StatusCode < 300:
-	case resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusRequestTimeout:
-		return nil, fmt.Errorf("%w: HTTP %s", ErrRejected, resp.Status)
-	default:
-		return nil, fmt.Errorf("%w: HTTP %s", ErrUnreachable, resp.Status)
+	if err := statusError(resp); err != nil {
+		return nil, err
 	}
 	data, err := readCapped(resp.Body)
 	if err != nil && !errors.Is(err, ErrInvalid) {
 		return nil, fmt.Errorf("%w: reading the body: %v", ErrUnreachable, unwrapURLError(err))
 	}
 	return data, err
+}
+
+// redirectChecked is a copy of client (a plain client when nil) that
+// follows redirects only as CheckRedirect allows.
+func redirectChecked(client *http.Client) *http.Client {
+	c := &http.Client{}
+	if client != nil {
+		cc := *client
+		c = &cc
+	}
+	c.CheckRedirect = CheckRedirect
+	return c
+}
+
+// statusError is nil for a 2xx answer, ErrRejected for a 4xx that asking
+// again will not change, ErrUnreachable for the rest.
+func statusError(resp *http.Response) error {
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return nil
+	case resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusRequestTimeout:
+		return fmt.Errorf("%w: HTTP %s", ErrRejected, resp.Status)
+	default:
+		return fmt.Errorf("%w: HTTP %s", ErrUnreachable, resp.Status)
+	}
 }
 
 // CheckRedirect (an http.Client's) follows up to MaxRedirects redirects,

@@ -208,85 +208,116 @@ func (m *Manifest) Marshal() ([]byte, error) {
 }
 
 // Validate checks every field; the error names the field and the reason.
+// The checks run part by part (header, raw image, files, boot, provenance)
+// and every problem is reported, in field order.
 func (m *Manifest) Validate() error {
-	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{field}, args...)...))
+	var p problems
+	m.checkHeader(&p)
+	m.checkRaw(&p)
+	m.checkFiles(&p)
+	checkBoot(&p, m.Boot)
+	if strings.TrimSpace(m.Tool.Name) == "" {
+		p.bad("tool.name", "empty")
 	}
+	if m.Created.IsZero() {
+		p.bad("created", "missing")
+	}
+	if len(p) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrInvalid, errors.Join(p...)) //nolint:errorlint // ErrInvalid and every field error, for errors.Is on each
+}
+
+// problems collects a manifest's field errors, each naming its field.
+type problems []error
+
+func (p *problems) bad(field, format string, args ...any) {
+	*p = append(*p, fmt.Errorf("%s: "+format, append([]any{field}, args...)...))
+}
+
+func (p *problems) add(err error) {
+	if err != nil {
+		*p = append(*p, err)
+	}
+}
+
+// checkHeader checks what names the image: schema, schematic, Talos
+// version, architecture and sector size.
+func (m *Manifest) checkHeader(p *problems) {
 	if m.SchemaVersion != SchemaVersion {
-		bad("schemaVersion", "%d is not supported (want %d)", m.SchemaVersion, SchemaVersion)
+		p.bad("schemaVersion", "%d is not supported (want %d)", m.SchemaVersion, SchemaVersion)
 	}
-	if err := ValidateSchematicID(m.SchematicID); err != nil {
-		errs = append(errs, err)
-	}
-	if err := ValidateTalosVersion(m.TalosVersion); err != nil {
-		errs = append(errs, err)
-	}
-	if err := ValidateArch(m.Arch); err != nil {
-		errs = append(errs, err)
-	}
+	p.add(ValidateSchematicID(m.SchematicID))
+	p.add(ValidateTalosVersion(m.TalosVersion))
+	p.add(ValidateArch(m.Arch))
 	if m.SectorSize != 512 && m.SectorSize != 4096 {
-		bad("sectorSize", "%d: want 512 or 4096", m.SectorSize)
+		p.bad("sectorSize", "%d: want 512 or 4096", m.SectorSize)
 	}
+}
+
+// checkRaw checks the uncompressed image: a whole number of sectors and a
+// digest.
+func (m *Manifest) checkRaw(p *problems) {
 	if m.Raw.Size <= 0 {
-		bad("raw.size", "%d: want > 0", m.Raw.Size)
+		p.bad("raw.size", "%d: want > 0", m.Raw.Size)
 	} else if m.SectorSize > 0 && m.Raw.Size%int64(m.SectorSize) != 0 {
-		bad("raw.size", "%d is not a multiple of the sector size %d", m.Raw.Size, m.SectorSize)
+		p.bad("raw.size", "%d is not a multiple of the sector size %d", m.Raw.Size, m.SectorSize)
 	}
 	if !hexSHA256.MatchString(m.Raw.SHA256) {
-		bad("raw.sha256", "%q: want 64 lowercase hex digits", m.Raw.SHA256)
+		p.bad("raw.sha256", "%q: want 64 lowercase hex digits", m.Raw.SHA256)
 	}
+}
+
+// checkFiles checks the compressed files: at least one, each format once,
+// named as ImageName says for the architecture.
+func (m *Manifest) checkFiles(p *problems) {
 	if len(m.Files) == 0 {
-		bad("files", "empty: want at least one compressed file")
+		p.bad("files", "empty: want at least one compressed file")
 	}
 	seen := map[string]bool{}
 	for i, f := range m.Files {
 		field := fmt.Sprintf("files[%d]", i)
 		if f.Format != FormatXZ && f.Format != FormatZstd {
-			bad(field+".format", "%q: want %q or %q", f.Format, FormatXZ, FormatZstd)
+			p.bad(field+".format", "%q: want %q or %q", f.Format, FormatXZ, FormatZstd)
 		} else {
 			if seen[f.Format] {
-				bad(field+".format", "%q listed twice", f.Format)
+				p.bad(field+".format", "%q listed twice", f.Format)
 			}
 			seen[f.Format] = true
 			if want, _ := ImageName(m.Arch, f.Format); f.Name != want {
-				bad(field+".name", "%q: want %q for format %s and arch %s", f.Name, want, f.Format, m.Arch)
+				p.bad(field+".name", "%q: want %q for format %s and arch %s", f.Name, want, f.Format, m.Arch)
 			}
 		}
 		if f.Size <= 0 {
-			bad(field+".size", "%d: want > 0", f.Size)
+			p.bad(field+".size", "%d: want > 0", f.Size)
 		}
 		if !hexSHA256.MatchString(f.SHA256) {
-			bad(field+".sha256", "%q: want 64 lowercase hex digits", f.SHA256)
+			p.bad(field+".sha256", "%q: want 64 lowercase hex digits", f.SHA256)
 		}
 		if f.BlockSize < 0 {
-			bad(field+".blockSize", "%d: want >= 0", f.BlockSize)
+			p.bad(field+".blockSize", "%d: want >= 0", f.BlockSize)
 		}
 	}
-	if b := m.Boot; b != nil {
-		switch {
-		case b.Source == BootSourceUnknown:
-			if b.KernelArgs != "" || b.MetalISO {
-				bad("boot", "source %q with kernel arguments or metalISO set", b.Source)
-			}
-		case b.Source != BootSourceFlag && !(strings.HasPrefix(b.Source, BootSourceImage) && len(b.Source) > len(BootSourceImage)):
-			bad("boot.source", "%q: want image:<file>, %s or %s", b.Source, BootSourceFlag, BootSourceUnknown)
-		case strings.TrimSpace(b.KernelArgs) == "":
-			bad("boot.kernelArgs", "empty")
-		case b.MetalISO != kernelargs.MetalISO(b.KernelArgs):
-			bad("boot.metalISO", "%v, but the kernel arguments say %v (%s=%s)", b.MetalISO, !b.MetalISO, kernelargs.ConfigParam, kernelargs.ConfigMetalISO)
+}
+
+// checkBoot checks the boot section, when there is one: where the kernel
+// arguments came from, and that metalISO agrees with them.
+func checkBoot(p *problems, b *Boot) {
+	if b == nil {
+		return
+	}
+	switch {
+	case b.Source == BootSourceUnknown:
+		if b.KernelArgs != "" || b.MetalISO {
+			p.bad("boot", "source %q with kernel arguments or metalISO set", b.Source)
 		}
+	case b.Source != BootSourceFlag && !(strings.HasPrefix(b.Source, BootSourceImage) && len(b.Source) > len(BootSourceImage)):
+		p.bad("boot.source", "%q: want image:<file>, %s or %s", b.Source, BootSourceFlag, BootSourceUnknown)
+	case strings.TrimSpace(b.KernelArgs) == "":
+		p.bad("boot.kernelArgs", "empty")
+	case b.MetalISO != kernelargs.MetalISO(b.KernelArgs):
+		p.bad("boot.metalISO", "%v, but the kernel arguments say %v (%s=%s)", b.MetalISO, !b.MetalISO, kernelargs.ConfigParam, kernelargs.ConfigMetalISO)
 	}
-	if strings.TrimSpace(m.Tool.Name) == "" {
-		bad("tool.name", "empty")
-	}
-	if m.Created.IsZero() {
-		bad("created", "missing")
-	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...)) //nolint:errorlint // ErrInvalid and every field error, for errors.Is on each
 }
 
 // File returns the entry for format, or false.
@@ -303,9 +334,7 @@ func (m *Manifest) File(format string) (File, bool) {
 // schematic, version, architecture, sector size, raw digest, boot and files. The
 // tool and creation time do not count, so re-publishing is a no-op.
 func SameImage(a, b *Manifest) bool {
-	if a.SchematicID != b.SchematicID || a.TalosVersion != b.TalosVersion || a.Arch != b.Arch ||
-		a.SectorSize != b.SectorSize || a.Raw != b.Raw || a.Public != b.Public || len(a.Files) != len(b.Files) ||
-		(a.Boot == nil) != (b.Boot == nil) || (a.Boot != nil && *a.Boot != *b.Boot) {
+	if !sameHeader(a, b) || len(a.Files) != len(b.Files) {
 		return false
 	}
 	for _, fa := range a.Files {
@@ -315,6 +344,20 @@ func SameImage(a, b *Manifest) bool {
 		}
 	}
 	return true
+}
+
+// sameHeader compares what describes the image beside its files.
+func sameHeader(a, b *Manifest) bool {
+	return a.SchematicID == b.SchematicID && a.TalosVersion == b.TalosVersion && a.Arch == b.Arch &&
+		a.SectorSize == b.SectorSize && a.Raw == b.Raw && a.Public == b.Public && sameBoot(a, b)
+}
+
+// sameBoot: both without boot, or both with the same.
+func sameBoot(a, b *Manifest) bool {
+	if a.Boot == nil || b.Boot == nil {
+		return a.Boot == b.Boot
+	}
+	return *a.Boot == *b.Boot
 }
 
 // ValidateSchematicID checks an Image Factory schematic ID (64 lowercase hex).

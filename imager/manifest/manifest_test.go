@@ -231,3 +231,32 @@ func TestNormalizeFormat(t *testing.T) {
 		t.Error("gz accepted")
 	}
 }
+
+// TestValidateReportsEveryFieldInOrder pins Validate's whole answer for a
+// manifest wrong everywhere: every field at once, in the order of the
+// document, whichever part of Validate checks it.
+func TestValidateReportsEveryFieldInOrder(t *testing.T) {
+	m := &Manifest{
+		SchemaVersion: 9, SchematicID: "abc", TalosVersion: "1.12", Arch: "riscv64", SectorSize: 1024,
+		Raw:   Digest{Size: 0, SHA256: "x"},
+		Files: []File{{Format: "gzip", Size: 0, SHA256: "", BlockSize: -1}},
+		Boot:  &Boot{Source: "grub"},
+	}
+	want := []string{"schemaVersion:", "schematicID", "talosVersion", "arch", "sectorSize:", "raw.size:", "raw.sha256:",
+		"files[0].format:", "files[0].size:", "files[0].sha256:", "files[0].blockSize:", "boot.source:", "tool.name:", "created:"}
+	err := m.Validate()
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Validate = %v, want ErrInvalid", err)
+	}
+	msg, at := err.Error(), 0
+	for _, field := range want {
+		i := strings.Index(msg[at:], field)
+		if i < 0 {
+			t.Fatalf("%q missing or out of order in:\n%s", field, msg)
+		}
+		at += i + len(field)
+	}
+	if n := strings.Count(msg, "\n") + 1; n != len(want) {
+		t.Fatalf("%d problems, want %d:\n%s", n, len(want), msg)
+	}
+}

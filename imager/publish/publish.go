@@ -211,6 +211,22 @@ Flags:
 	if endpoint != "" {
 		o.S3.Endpoint = endpoint
 	}
+	formatList, err := parseFormats(formats)
+	if err != nil {
+		return nil, err
+	}
+	o.Formats = formatList
+	bs, err := parseSize(blockSize)
+	if err != nil {
+		return nil, &Error{Code: CodeInvalidArgument, Err: fmt.Errorf("--block-size: %w", err)}
+	}
+	o.BlockSize = bs
+	return o, nil
+}
+
+// parseFormats reads --formats: normalised names, each once, in order.
+func parseFormats(formats string) ([]string, error) {
+	var out []string
 	for _, f := range strings.Split(formats, ",") {
 		if strings.TrimSpace(f) == "" {
 			continue
@@ -219,16 +235,11 @@ Flags:
 		if err != nil {
 			return nil, &Error{Code: CodeInvalidArgument, Err: fmt.Errorf("--formats: %w", err)}
 		}
-		if !contains(o.Formats, c) {
-			o.Formats = append(o.Formats, c)
+		if !contains(out, c) {
+			out = append(out, c)
 		}
 	}
-	bs, err := parseSize(blockSize)
-	if err != nil {
-		return nil, &Error{Code: CodeInvalidArgument, Err: fmt.Errorf("--block-size: %w", err)}
-	}
-	o.BlockSize = bs
-	return o, nil
+	return out, nil
 }
 
 func parseSize(s string) (int, error) {
@@ -256,18 +267,7 @@ func (o *Options) validate() error {
 	if err := l.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("--%s", flagFor(err.Error())))
 	}
-	if len(o.Formats) == 0 {
-		errs = append(errs, errors.New("--formats: empty: want zst, xz or both"))
-	}
-	if o.BlockSize < 64<<10 || o.BlockSize > 256<<20 {
-		errs = append(errs, fmt.Errorf("--block-size: %d: want 64KiB..256MiB", o.BlockSize))
-	}
-	if o.SectorSize != 512 && o.SectorSize != 4096 {
-		errs = append(errs, fmt.Errorf("--sector-size: %d: want 512 or 4096", o.SectorSize))
-	}
-	if o.Concurrency < 0 {
-		errs = append(errs, fmt.Errorf("--concurrency: %d: want >= 0", o.Concurrency))
-	}
+	errs = append(errs, o.encodingErrors()...)
 	var err error
 	if o.tools, err = checkImagerBinaries(o.ImagerBinaries); err != nil {
 		errs = append(errs, err)
@@ -284,6 +284,25 @@ func (o *Options) validate() error {
 		return &Error{Code: CodeInvalidArgument, Err: errors.Join(errs...)}
 	}
 	return nil
+}
+
+// encodingErrors checks the flags that shape the encoding: formats, block
+// and sector sizes, threads.
+func (o *Options) encodingErrors() []error {
+	var errs []error
+	if len(o.Formats) == 0 {
+		errs = append(errs, errors.New("--formats: empty: want zst, xz or both"))
+	}
+	if o.BlockSize < 64<<10 || o.BlockSize > 256<<20 {
+		errs = append(errs, fmt.Errorf("--block-size: %d: want 64KiB..256MiB", o.BlockSize))
+	}
+	if o.SectorSize != 512 && o.SectorSize != 4096 {
+		errs = append(errs, fmt.Errorf("--sector-size: %d: want 512 or 4096", o.SectorSize))
+	}
+	if o.Concurrency < 0 {
+		errs = append(errs, fmt.Errorf("--concurrency: %d: want >= 0", o.Concurrency))
+	}
+	return errs
 }
 
 // flagFor turns a manifest validation message ("schematicID: ...") into the

@@ -252,23 +252,16 @@ func retryAfterOf(a *attemptError) time.Duration {
 	return a.retryAfter
 }
 
+// request makes one attempt: it sends the GET (ranged when resuming), reads
+// what the answer says about the object, and either keeps the body for Read
+// or says why the attempt failed. The decisions are the pure functions below
+// it (statusVerdict, resumeVerdict); request only applies them.
 func (r *Reader) request() *attemptError {
 	actx, acancel := context.WithCancel(r.ctx)
-	req, err := http.NewRequestWithContext(actx, http.MethodGet, r.url, nil)
+	req, err := r.newRequest(actx)
 	if err != nil {
 		acancel()
 		return &attemptError{err: fmt.Errorf("%w: %v", ErrRejected, err), final: true}
-	}
-	resuming := r.offset > 0
-	if resuming {
-		req.Header.Set("Range", fmt.Sprintf("bytes=%d-", r.offset))
-		// If-Range makes a server whose object changed answer 200 with the
-		// new object instead of splicing two versions.
-		if r.etag != "" && !strings.HasPrefix(r.etag, "W/") {
-			req.Header.Set("If-Range", r.etag)
-		} else if r.lastMod != "" {
-			req.Header.Set("If-Range", r.lastMod)
-		}
 	}
 	// Stall timer covers the wait for headers as well as the body.
 	r.stalled.Store(false)
@@ -279,60 +272,147 @@ func (r *Reader) request() *attemptError {
 		acancel()
 		return &attemptError{err: redactErr(err), stalled: r.stalled.Load()}
 	}
-	fail := func(ae *attemptError) *attemptError {
+	a := answerOf(resp)
+	resuming := r.offset > 0
+	ae := statusVerdict(a, resuming, r.offset)
+	discard := false
+	if ae == nil && resuming {
+		discard, ae = resumeVerdict(r.known(), a, r.offset)
+	}
+	if ae != nil {
 		stall.Stop()
 		resp.Body.Close()
 		acancel()
 		return ae
 	}
-	etag, lastMod := resp.Header.Get("ETag"), resp.Header.Get("Last-Modified")
-	switch {
-	case resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusPartialContent:
-	case resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
-		return fail(&attemptError{err: fmt.Errorf("HTTP %s", resp.Status), retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"))})
-	case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && resuming:
-		return fail(&attemptError{err: fmt.Errorf("%w: HTTP %s when resuming at byte %d", ErrChanged, resp.Status, r.offset), final: true})
-	default:
-		return fail(&attemptError{err: fmt.Errorf("%w: HTTP %s", ErrRejected, resp.Status), final: true})
-	}
+	r.setBody(resp.Body, stall, acancel)
 	if !resuming {
-		r.etag, r.lastMod = etag, lastMod
-		if resp.StatusCode == http.StatusOK && resp.ContentLength >= 0 {
-			r.size = resp.ContentLength
+		r.etag, r.lastMod = a.etag, a.lastMod
+		if a.status == http.StatusOK && a.length >= 0 {
+			r.size = a.length
 		}
-		r.setBody(resp.Body, stall, acancel)
-		return nil
-	}
-	if (r.etag != "" && etag != r.etag) || (r.etag == "" && r.lastMod != "" && lastMod != r.lastMod) {
-		return fail(&attemptError{err: fmt.Errorf("%w: validator was %q, now %q; not splicing two versions", ErrChanged, r.validator(), firstNonEmpty(etag, lastMod)), final: true})
-	}
-	if resp.StatusCode == http.StatusPartialContent {
-		start, total, ok := parseContentRange(resp.Header.Get("Content-Range"))
-		if !ok || start != r.offset || (r.size >= 0 && total >= 0 && total != r.size) {
-			return fail(&attemptError{err: fmt.Errorf("%w: server answered range %q for bytes=%d-", ErrChanged, resp.Header.Get("Content-Range"), r.offset), final: true})
-		}
-		r.setBody(resp.Body, stall, acancel)
-		r.resumes++
 		return nil
 	}
 	// 200 to a Range request with the same validators: the server ignores
 	// ranges; skip what was already delivered.
-	if r.size >= 0 && resp.ContentLength >= 0 && resp.ContentLength != r.size {
-		return fail(&attemptError{err: fmt.Errorf("%w: length was %d, now %d", ErrChanged, r.size, resp.ContentLength), final: true})
-	}
-	if r.etag == "" && r.lastMod == "" {
-		return fail(&attemptError{err: fmt.Errorf("%w: server supports neither ranges nor validators, cannot resume safely", ErrChanged), final: true})
-	}
-	r.setBody(resp.Body, stall, acancel)
-	if _, err := io.CopyN(io.Discard, stallReader{r}, r.offset); err != nil {
-		r.closeBody()
-		return &attemptError{err: redactErr(err), stalled: r.stalled.Load()}
+	if discard {
+		if _, err := io.CopyN(io.Discard, stallReader{r}, r.offset); err != nil {
+			r.closeBody()
+			return &attemptError{err: redactErr(err), stalled: r.stalled.Load()}
+		}
 	}
 	r.resumes++
 	return nil
 }
 
-func (r *Reader) validator() string { return firstNonEmpty(r.etag, r.lastMod) }
+// newRequest builds one attempt's GET, asking for the rest of the object
+// when some of it was already delivered.
+func (r *Reader) newRequest(ctx context.Context) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.url, nil)
+	if err != nil || r.offset == 0 {
+		return req, err
+	}
+	req.Header.Set("Range", fmt.Sprintf("bytes=%d-", r.offset))
+	// If-Range makes a server whose object changed answer 200 with the
+	// new object instead of splicing two versions.
+	if r.etag != "" && !strings.HasPrefix(r.etag, "W/") {
+		req.Header.Set("If-Range", r.etag)
+	} else if r.lastMod != "" {
+		req.Header.Set("If-Range", r.lastMod)
+	}
+	return req, nil
+}
+
+// answer is what a response's status line and headers say, read before its
+// body, so that the verdicts on it are plain functions of values.
+type answer struct {
+	status        int
+	statusText    string // "404 Not Found", for messages
+	etag, lastMod string
+	length        int64 // Content-Length, -1 when unknown
+	contentRange  string
+	retryAfter    time.Duration
+}
+
+func answerOf(resp *http.Response) answer {
+	return answer{
+		status:       resp.StatusCode,
+		statusText:   resp.Status,
+		etag:         resp.Header.Get("ETag"),
+		lastMod:      resp.Header.Get("Last-Modified"),
+		length:       resp.ContentLength,
+		contentRange: resp.Header.Get("Content-Range"),
+		retryAfter:   parseRetryAfter(resp.Header.Get("Retry-After")),
+	}
+}
+
+// statusVerdict says what an answer's status means for the attempt: nil when
+// the body may be read, a retried error for statuses that may go away
+// (408, 429, 5xx), and a final one for the rest.
+func statusVerdict(a answer, resuming bool, offset int64) *attemptError {
+	switch {
+	case a.status == http.StatusOK || a.status == http.StatusPartialContent:
+		return nil
+	case a.status == http.StatusRequestTimeout || a.status == http.StatusTooManyRequests || a.status >= 500:
+		return &attemptError{err: fmt.Errorf("HTTP %s", a.statusText), retryAfter: a.retryAfter}
+	case a.status == http.StatusRequestedRangeNotSatisfiable && resuming:
+		return &attemptError{err: fmt.Errorf("%w: HTTP %s when resuming at byte %d", ErrChanged, a.statusText, offset), final: true}
+	default:
+		return &attemptError{err: fmt.Errorf("%w: HTTP %s", ErrRejected, a.statusText), final: true}
+	}
+}
+
+// known is what the first answer said about the object, to check that a
+// resumed answer is about the same object.
+type known struct {
+	etag, lastMod string
+	size          int64 // -1 when unknown
+}
+
+func (r *Reader) known() known { return known{etag: r.etag, lastMod: r.lastMod, size: r.size} }
+
+// resumeVerdict decides whether a successful answer to a resumed request
+// continues the object at offset. A 206 must start at offset; a 200 (a server
+// that ignores ranges) is the whole object again, and discard says to skip
+// the bytes already delivered. Any sign of another object is final: two
+// versions are never spliced.
+func resumeVerdict(k known, a answer, offset int64) (discard bool, ae *attemptError) {
+	if k.changedBy(a) {
+		return false, &attemptError{err: fmt.Errorf("%w: validator was %q, now %q; not splicing two versions", ErrChanged, firstNonEmpty(k.etag, k.lastMod), firstNonEmpty(a.etag, a.lastMod)), final: true}
+	}
+	if a.status == http.StatusPartialContent {
+		if !k.rangeContinues(a.contentRange, offset) {
+			return false, &attemptError{err: fmt.Errorf("%w: server answered range %q for bytes=%d-", ErrChanged, a.contentRange, offset), final: true}
+		}
+		return false, nil
+	}
+	if k.size >= 0 && a.length >= 0 && a.length != k.size {
+		return false, &attemptError{err: fmt.Errorf("%w: length was %d, now %d", ErrChanged, k.size, a.length), final: true}
+	}
+	if k.etag == "" && k.lastMod == "" {
+		return false, &attemptError{err: fmt.Errorf("%w: server supports neither ranges nor validators, cannot resume safely", ErrChanged), final: true}
+	}
+	return true, nil
+}
+
+// changedBy says whether an answer's validators show another object: the
+// ETag when the first answer had one, else Last-Modified.
+func (k known) changedBy(a answer) bool {
+	if k.etag != "" {
+		return a.etag != k.etag
+	}
+	return k.lastMod != "" && a.lastMod != k.lastMod
+}
+
+// rangeContinues says whether a Content-Range starts at offset and, when
+// both sizes are known, describes an object of the same size.
+func (k known) rangeContinues(contentRange string, offset int64) bool {
+	start, total, ok := parseContentRange(contentRange)
+	if !ok || start != offset {
+		return false
+	}
+	return k.size < 0 || total < 0 || total == k.size
+}
 
 func firstNonEmpty(a, b string) string {
 	if a != "" {
@@ -374,9 +454,7 @@ func (r *Reader) Read(p []byte) (int, error) {
 	}
 	if r.file != nil {
 		n, err := r.file.Read(p)
-		r.mu.Lock()
-		r.offset += int64(n)
-		r.mu.Unlock()
+		r.advance(n)
 		return n, err
 	}
 	for {
@@ -387,39 +465,57 @@ func (r *Reader) Read(p []byte) (int, error) {
 			}
 		}
 		n, err := stallReader{r}.Read(p)
-		r.mu.Lock()
-		r.offset += int64(n)
-		r.mu.Unlock()
+		r.advance(n)
 		if err == nil {
 			return n, nil
 		}
-		complete := r.size >= 0 && r.offset == r.size
-		if errors.Is(err, io.EOF) && (complete || r.size < 0) {
+		if end := r.ended(err); end != nil {
 			r.closeBody()
-			r.err = io.EOF
-			return n, io.EOF
+			r.err = end
+			return n, end
 		}
-		if r.ctx.Err() != nil {
-			r.closeBody()
-			r.err = r.ctxErr()
-			return n, r.err
-		}
-		// Broken or short body: resume from r.offset on the next call.
-		why := redactErr(err)
-		if r.stalled.Load() {
-			why = fmt.Errorf("no data for %v", r.opts.StallTimeout)
-		}
-		r.opts.Log("download interrupted at byte %d: %v; resuming", r.offset, why)
-		r.last = &attemptError{err: why, stalled: r.stalled.Load()}
-		r.closeBody()
-		if r.offset > r.bodyAt {
-			// Progress since the last connect: a fresh set of attempts, so a
-			// long download survives many separate interruptions.
-			r.attempts = 0
-		}
+		r.interrupted(err)
 		if n > 0 {
 			return n, nil
 		}
+	}
+}
+
+// advance counts n bytes read.
+func (r *Reader) advance(n int) {
+	r.mu.Lock()
+	r.offset += int64(n)
+	r.mu.Unlock()
+}
+
+// ended is the error that ends the download for good after the body failed
+// with err: io.EOF once every byte came (or the size is unknown), the
+// context's end; nil when the download should resume.
+func (r *Reader) ended(err error) error {
+	complete := r.size >= 0 && r.offset == r.size
+	if errors.Is(err, io.EOF) && (complete || r.size < 0) {
+		return io.EOF
+	}
+	if r.ctx.Err() != nil {
+		return r.ctxErr()
+	}
+	return nil
+}
+
+// interrupted notes a broken or short body and drops it: the next connect
+// resumes from r.offset.
+func (r *Reader) interrupted(err error) {
+	why := redactErr(err)
+	if r.stalled.Load() {
+		why = fmt.Errorf("no data for %v", r.opts.StallTimeout)
+	}
+	r.opts.Log("download interrupted at byte %d: %v; resuming", r.offset, why)
+	r.last = &attemptError{err: why, stalled: r.stalled.Load()}
+	r.closeBody()
+	if r.offset > r.bodyAt {
+		// Progress since the last connect: a fresh set of attempts, so a
+		// long download survives many separate interruptions.
+		r.attempts = 0
 	}
 }
 

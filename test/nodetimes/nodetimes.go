@@ -100,28 +100,33 @@ func Lives(tl world.Timeline, calls []scwsim.Call) []Life {
 	return out
 }
 
+// measure splits the life into Scaleway's waits, the provider's stretches
+// and the node's join, then records its phases and API calls. A life not
+// Ready yet is measured up to now.
 func (l *Life) measure(tl world.Timeline, calls []scwsim.Call) {
 	stop := l.Ready
 	if stop.IsZero() {
 		stop = time.Now()
 	}
-	// Scaleway's waits: runs of statuses other than "ready" within the life.
+	l.waits(tl, stop)
+	for _, w := range l.Waits {
+		l.Scaleway += w.To.Sub(w.From)
+	}
+	l.stretches()
+	l.phases(tl, stop)
+	for _, c := range calls {
+		if c.ServerID == l.Server && !c.At.Before(l.Start.Add(-time.Second)) && !c.At.After(stop) {
+			l.Calls = append(l.Calls, c)
+		}
+	}
+}
+
+// waits finds Scaleway's waits: runs of statuses other than "ready" within
+// the life, a delivery while the server is being ordered, else a reboot.
+func (l *Life) waits(tl world.Timeline, stop time.Time) {
 	var cur *Wait
 	for i, s := range tl.Statuses {
-		to := stop
-		if i+1 < len(tl.Statuses) {
-			to = tl.Statuses[i+1].At
-		}
-		from := s.At
-		if i == 0 && !tl.Created.IsZero() && tl.Created.Before(from) {
-			from = tl.Created
-		}
-		if from.Before(l.Start) {
-			from = l.Start
-		}
-		if to.After(stop) {
-			to = stop
-		}
+		from, to := l.statusSpan(tl, i, stop)
 		if !to.After(from) {
 			continue
 		}
@@ -139,11 +144,31 @@ func (l *Life) measure(tl world.Timeline, calls []scwsim.Call) {
 		}
 		cur.To = to
 	}
-	for _, w := range l.Waits {
-		l.Scaleway += w.To.Sub(w.From)
+}
+
+// statusSpan is when the i-th status held, within the life: the first one
+// from the server's creation, the last one up to stop.
+func (l *Life) statusSpan(tl world.Timeline, i int, stop time.Time) (from, to time.Time) {
+	from, to = tl.Statuses[i].At, stop
+	if i+1 < len(tl.Statuses) {
+		to = tl.Statuses[i+1].At
 	}
-	// The provider's stretches: from the start to the first wait, between
-	// waits; from the last wait's end to node Ready is the node's boot.
+	if i == 0 && !tl.Created.IsZero() && tl.Created.Before(from) {
+		from = tl.Created
+	}
+	if from.Before(l.Start) {
+		from = l.Start
+	}
+	if to.After(stop) {
+		to = stop
+	}
+	return from, to
+}
+
+// stretches finds the provider's stretches: from the start to the first
+// wait, between waits; from the last wait's end to node Ready is the node's
+// boot (Join) when that wait was a reboot.
+func (l *Life) stretches() {
 	prev, after := l.Start, "start"
 	for _, w := range l.Waits {
 		if d := w.From.Sub(prev); d > 0 {
@@ -151,15 +176,19 @@ func (l *Life) measure(tl world.Timeline, calls []scwsim.Call) {
 		}
 		prev, after = w.To, w.Kind
 	}
-	if !l.Ready.IsZero() {
-		if len(l.Waits) > 0 && l.Waits[len(l.Waits)-1].Kind == "reboot" {
-			l.Join = l.Ready.Sub(prev)
-		} else if d := l.Ready.Sub(prev); d > 0 {
-			l.Gaps = append(l.Gaps, Gap{After: after, D: d})
-		}
-		l.Provider = l.Total() - l.Scaleway - l.Join
+	if l.Ready.IsZero() {
+		return
 	}
-	// Phases within the life, and the time in imaging.
+	if len(l.Waits) > 0 && l.Waits[len(l.Waits)-1].Kind == "reboot" {
+		l.Join = l.Ready.Sub(prev)
+	} else if d := l.Ready.Sub(prev); d > 0 {
+		l.Gaps = append(l.Gaps, Gap{After: after, D: d})
+	}
+	l.Provider = l.Total() - l.Scaleway - l.Join
+}
+
+// phases records the phases within the life and the time in imaging.
+func (l *Life) phases(tl world.Timeline, stop time.Time) {
 	for i, p := range tl.Phases {
 		if p.At.Before(l.Start) || p.At.After(stop) {
 			continue
@@ -172,11 +201,6 @@ func (l *Life) measure(tl world.Timeline, calls []scwsim.Call) {
 		l.PhaseTimes = append(l.PhaseTimes, world.Stamp{Value: p.Value, At: p.At})
 		if p.Value == "imaging" {
 			l.Imaging += next.Sub(p.At)
-		}
-	}
-	for _, c := range calls {
-		if c.ServerID == l.Server && !c.At.Before(l.Start.Add(-time.Second)) && !c.At.After(stop) {
-			l.Calls = append(l.Calls, c)
 		}
 	}
 }

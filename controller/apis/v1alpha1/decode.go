@@ -70,6 +70,18 @@ func decodeLeniently(raw json.RawMessage, v reflect.Value, path string) []string
 		v.Set(fresh.Elem())
 		return nil
 	}
+	st, fields, ok := ownStruct(raw, v)
+	if !ok {
+		return []string{fmt.Sprintf("%s: %s", path, decodeMessage(err))}
+	}
+	return decodeFields(fields, v, st, path)
+}
+
+// ownStruct returns the struct type behind v and raw's fields when v is one
+// of this package's structs (or a pointer to one) without its own
+// UnmarshalJSON and raw is a JSON object: then it can be decoded field by
+// field.
+func ownStruct(raw json.RawMessage, v reflect.Value) (reflect.Type, map[string]json.RawMessage, bool) {
 	st := v.Type()
 	if st.Kind() == reflect.Pointer {
 		st = st.Elem()
@@ -77,8 +89,14 @@ func decodeLeniently(raw json.RawMessage, v reflect.Value, path string) []string
 	var fields map[string]json.RawMessage
 	if st.Kind() != reflect.Struct || st.PkgPath() != packagePath || reflect.PointerTo(st).Implements(unmarshalerType) ||
 		sigsjson.UnmarshalCaseSensitivePreserveInts(raw, &fields) != nil || fields == nil {
-		return []string{fmt.Sprintf("%s: %s", path, decodeMessage(err))}
+		return nil, nil, false
 	}
+	return st, fields, true
+}
+
+// decodeFields decodes each of fields into v's field of that JSON name
+// (allocating v when it is a pointer), and returns every field's failures.
+func decodeFields(fields map[string]json.RawMessage, v reflect.Value, st reflect.Type, path string) []string {
 	target := v
 	if v.Kind() == reflect.Pointer {
 		v.Set(reflect.New(st))

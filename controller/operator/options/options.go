@@ -169,6 +169,26 @@ func (o *Options) Validate() error {
 	if o.ClusterName == "" {
 		errs = append(errs, errors.New("CLUSTER_NAME (--cluster-name) is required"))
 	}
+	errs = append(errs, o.rangeErrors()...)
+	if o.BreakerMaxBackoff < o.BreakerBackoff {
+		errs = append(errs, fmt.Errorf("INSTALL_BREAKER_MAX_BACKOFF %s is below INSTALL_BREAKER_BACKOFF %s", o.BreakerMaxBackoff, o.BreakerBackoff))
+	}
+	if o.GCGracePeriod < MinGCGracePeriod {
+		errs = append(errs, fmt.Errorf("GC_GRACE_PERIOD (--gc-grace-period) %s is below the floor of %s: a younger server may be an order whose NodeClaim is not visible yet, and must never be released", o.GCGracePeriod, MinGCGracePeriod))
+	}
+	if err := identity.Validate(o.ClusterID); err != nil {
+		errs = append(errs, fmt.Errorf("CLUSTER_ID (--cluster-id): %w", err))
+	}
+	if _, err := joinsecret.ParseNamespaces(o.JoinSecretNamespaces); err != nil {
+		errs = append(errs, fmt.Errorf("JOIN_SECRET_NAMESPACES: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// rangeErrors checks the settings that only need to be in range: ports,
+// counts and durations that must be positive.
+func (o *Options) rangeErrors() []error {
+	var errs []error
 	for name, p := range map[string]int{"RESCUE_SSH_PORT": o.RescueSSHPort, "TALOS_API_PORT": o.TalosAPIPort} {
 		if p <= 0 || p > 65535 {
 			errs = append(errs, fmt.Errorf("%s: %d is not a port", name, p))
@@ -190,19 +210,7 @@ func (o *Options) Validate() error {
 	if o.BreakerThreshold <= 0 {
 		errs = append(errs, fmt.Errorf("INSTALL_BREAKER_THRESHOLD: %d must be positive", o.BreakerThreshold))
 	}
-	if o.BreakerMaxBackoff < o.BreakerBackoff {
-		errs = append(errs, fmt.Errorf("INSTALL_BREAKER_MAX_BACKOFF %s is below INSTALL_BREAKER_BACKOFF %s", o.BreakerMaxBackoff, o.BreakerBackoff))
-	}
-	if o.GCGracePeriod < MinGCGracePeriod {
-		errs = append(errs, fmt.Errorf("GC_GRACE_PERIOD (--gc-grace-period) %s is below the floor of %s: a younger server may be an order whose NodeClaim is not visible yet, and must never be released", o.GCGracePeriod, MinGCGracePeriod))
-	}
-	if err := identity.Validate(o.ClusterID); err != nil {
-		errs = append(errs, fmt.Errorf("CLUSTER_ID (--cluster-id): %w", err))
-	}
-	if _, err := joinsecret.ParseNamespaces(o.JoinSecretNamespaces); err != nil {
-		errs = append(errs, fmt.Errorf("JOIN_SECRET_NAMESPACES: %w", err))
-	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // JoinNamespaces are the namespaces join Secrets may be in: the listed ones,

@@ -31,32 +31,56 @@ func main() {
 	// says "interrupted" (exit 130).
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	args := os.Args[1:]
-	if len(args) == 2 && args[0] == "help" && (args[1] == "publish" || args[1] == "presign" || args[1] == "schematic") {
-		args = []string{args[1], "-h"}
-	}
-	if len(args) > 0 && args[0] == "schematic" {
-		os.Exit(schematic.Main(args[1:], os.Stdout, os.Stderr))
-	}
-	if len(args) > 0 && args[0] == "presign" {
-		code := publish.PresignMain(ctx, args[1:], os.Stdout, os.Stderr)
-		stop()
-		os.Exit(code)
-	}
-	if len(args) > 0 && args[0] == "publish" {
-		code := publish.Main(ctx, args[1:], os.Stdout, os.Stderr)
+	args := helpAlias(os.Args[1:])
+	if run, ok := operatorCommands[firstArg(args)]; ok {
+		code := run(ctx, args[1:])
 		stop()
 		os.Exit(code)
 	}
 	// write, inspect, write-config, erase, version and help. publish runs
 	// elsewhere, with encoders that want more memory.
+	limitMemory()
+	code := cli.Main(ctx, args, os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// operatorCommands run on an operator's machine, not in rescue: they keep
+// Go's memory defaults.
+var operatorCommands = map[string]func(ctx context.Context, args []string) int{
+	"schematic": func(_ context.Context, args []string) int { return schematic.Main(args, os.Stdout, os.Stderr) },
+	"presign": func(ctx context.Context, args []string) int {
+		return publish.PresignMain(ctx, args, os.Stdout, os.Stderr)
+	},
+	"publish": func(ctx context.Context, args []string) int { return publish.Main(ctx, args, os.Stdout, os.Stderr) },
+}
+
+// helpAlias turns "help <operator command>" into "<command> -h": those
+// commands print their own flags.
+func helpAlias(args []string) []string {
+	if len(args) == 2 && args[0] == "help" {
+		if _, ok := operatorCommands[args[1]]; ok {
+			return []string{args[1], "-h"}
+		}
+	}
+	return args
+}
+
+// firstArg is the command word, "" when there is none.
+func firstArg(args []string) string {
+	if len(args) == 0 {
+		return ""
+	}
+	return args[0]
+}
+
+// limitMemory keeps em-imager within the rescue system's RAM unless the
+// environment sets the limits itself.
+func limitMemory() {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(memoryLimit)
 	}
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(gcPercent)
 	}
-	code := cli.Main(ctx, args, os.Stdin, os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
 }

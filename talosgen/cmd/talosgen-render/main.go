@@ -36,90 +36,20 @@ func main() {
 	}
 }
 
+// run parses the flags, reads every input, renders, and writes the config:
+// each step is one function below.
 func run(args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	fs := flag.NewFlagSet("talosgen-render", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-
-	var (
-		secretPath   = fs.String("secret", "", "join Secret: a Kubernetes Secret manifest (YAML) or a directory with one file per key (required)")
-		secretName   = fs.String("secret-name", "", "namespace/name used in messages (default: from the manifest, or the directory name)")
-		nodeclaim    = fs.String("nodeclaim", "", "NodeClaim YAML with metadata.name, labels, spec.taints and status.providerID (required)")
-		settingsPath = fs.String("settings", "", "NodeSettings YAML (see talosgen.NodeSettings; optional)")
-		reportPath   = fs.String("report", "", "em-imager JSON report (required)")
-		networkPath  = fs.String("network", "", "Network YAML (see talosgen.Network; optional)")
-		out          = fs.String("o", "", "write the config to this file instead of stdout")
-		showHash     = fs.Bool("hash", false, "print the inputs hash to stderr")
-		kubeVersion  = fs.String("kubernetes-version", "", "kubelet version when the Secret names none: the API server's (kubectl version), as the controller does; without either, Talos machinery's default, which may be newer than the cluster")
-	)
-
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: talosgen-render --secret PATH --nodeclaim FILE --report FILE [--settings FILE] [--network FILE] [--kubernetes-version V] [-o FILE]\n")
-		fs.PrintDefaults()
-	}
-
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-
-	for flagName, v := range map[string]string{"--secret": *secretPath, "--nodeclaim": *nodeclaim, "--report": *reportPath} {
-		if v == "" {
-			fs.Usage()
-
-			return fmt.Errorf("%s is required", flagName)
-		}
-	}
-
-	name, data, err := readSecret(*secretPath)
+	f, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
 	}
 
-	if *secretName != "" {
-		name = *secretName
-	}
-
-	join, err := talosgen.ParseJoinSecret(name, data)
+	in, err := readInputs(f, getenv)
 	if err != nil {
 		return err
 	}
 
-	if *kubeVersion != "" {
-		// The Secret's kubernetes-version still wins, as in the controller.
-		join.DefaultKubernetesVersion(*kubeVersion)
-	}
-
-	var nc karpv1.NodeClaim
-	if err := readYAML(*nodeclaim, &nc); err != nil {
-		return err
-	}
-
-	var settings talosgen.NodeSettings
-	if *settingsPath != "" {
-		if err := readYAML(*settingsPath, &settings); err != nil {
-			return err
-		}
-	}
-
-	settings.BootstrapToken = strings.TrimSpace(getenv(tokenEnv))
-
-	rawReport, err := os.ReadFile(*reportPath)
-	if err != nil {
-		return err
-	}
-
-	hw, err := report.Parse(rawReport)
-	if err != nil {
-		return fmt.Errorf("%s: %w", *reportPath, err)
-	}
-
-	var netw talosgen.Network
-	if *networkPath != "" {
-		if err := readYAML(*networkPath, &netw); err != nil {
-			return err
-		}
-	}
-
-	res, err := talosgen.Render(join, &nc, settings, hw, netw)
+	res, err := talosgen.Render(in.join, &in.nodeClaim, in.settings, in.hw, in.network)
 	if err != nil {
 		return err
 	}
@@ -128,17 +58,135 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) er
 		fmt.Fprintln(stderr, "warning:", w)
 	}
 
-	if *showHash {
+	if f.showHash {
 		fmt.Fprintln(stderr, "inputs hash:", res.Hash)
 	}
 
-	if *out != "" {
-		return os.WriteFile(*out, res.Config, 0o600)
+	if f.out != "" {
+		return os.WriteFile(f.out, res.Config, 0o600)
 	}
 
 	_, err = stdout.Write(res.Config)
 
 	return err
+}
+
+// flags are the command line's values.
+type flags struct {
+	secretPath, secretName, nodeClaim, settings, report, network, out, kubeVersion string
+	showHash                                                                       bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (flags, error) {
+	fs := flag.NewFlagSet("talosgen-render", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+
+	var f flags
+
+	fs.StringVar(&f.secretPath, "secret", "", "join Secret: a Kubernetes Secret manifest (YAML) or a directory with one file per key (required)")
+	fs.StringVar(&f.secretName, "secret-name", "", "namespace/name used in messages (default: from the manifest, or the directory name)")
+	fs.StringVar(&f.nodeClaim, "nodeclaim", "", "NodeClaim YAML with metadata.name, labels, spec.taints and status.providerID (required)")
+	fs.StringVar(&f.settings, "settings", "", "NodeSettings YAML (see talosgen.NodeSettings; optional)")
+	fs.StringVar(&f.report, "report", "", "em-imager JSON report (required)")
+	fs.StringVar(&f.network, "network", "", "Network YAML (see talosgen.Network; optional)")
+	fs.StringVar(&f.out, "o", "", "write the config to this file instead of stdout")
+	fs.BoolVar(&f.showHash, "hash", false, "print the inputs hash to stderr")
+	fs.StringVar(&f.kubeVersion, "kubernetes-version", "", "kubelet version when the Secret names none: the API server's (kubectl version), as the controller does; without either, Talos machinery's default, which may be newer than the cluster")
+
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: talosgen-render --secret PATH --nodeclaim FILE --report FILE [--settings FILE] [--network FILE] [--kubernetes-version V] [-o FILE]\n")
+		fs.PrintDefaults()
+	}
+
+	if err := fs.Parse(args); err != nil {
+		return flags{}, err
+	}
+
+	for flagName, v := range map[string]string{"--secret": f.secretPath, "--nodeclaim": f.nodeClaim, "--report": f.report} {
+		if v == "" {
+			fs.Usage()
+
+			return flags{}, fmt.Errorf("%s is required", flagName)
+		}
+	}
+
+	return f, nil
+}
+
+// inputs are what Render takes, read from the files the flags name.
+type inputs struct {
+	join      *talosgen.JoinMaterial
+	nodeClaim karpv1.NodeClaim
+	settings  talosgen.NodeSettings
+	hw        *report.Report
+	network   talosgen.Network
+}
+
+func readInputs(f flags, getenv func(string) string) (*inputs, error) {
+	join, err := readJoin(f)
+	if err != nil {
+		return nil, err
+	}
+
+	in := &inputs{join: join}
+	if err := readYAML(f.nodeClaim, &in.nodeClaim); err != nil {
+		return nil, err
+	}
+
+	if err := readOptionalYAML(f.settings, &in.settings); err != nil {
+		return nil, err
+	}
+
+	in.settings.BootstrapToken = strings.TrimSpace(getenv(tokenEnv))
+
+	rawReport, err := os.ReadFile(f.report)
+	if err != nil {
+		return nil, err
+	}
+
+	if in.hw, err = report.Parse(rawReport); err != nil {
+		return nil, fmt.Errorf("%s: %w", f.report, err)
+	}
+
+	if err := readOptionalYAML(f.network, &in.network); err != nil {
+		return nil, err
+	}
+
+	return in, nil
+}
+
+// readJoin reads and parses the join Secret, named in messages as the flags
+// say, with the kubelet version the flags give as a default.
+func readJoin(f flags) (*talosgen.JoinMaterial, error) {
+	name, data, err := readSecret(f.secretPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if f.secretName != "" {
+		name = f.secretName
+	}
+
+	join, err := talosgen.ParseJoinSecret(name, data)
+	if err != nil {
+		return nil, err
+	}
+
+	if f.kubeVersion != "" {
+		// The Secret's kubernetes-version still wins, as in the controller.
+		join.DefaultKubernetesVersion(f.kubeVersion)
+	}
+
+	return join, nil
+}
+
+// readOptionalYAML reads path into into, when path is set.
+func readOptionalYAML(path string, into any) error {
+	if path == "" {
+		return nil
+	}
+
+	return readYAML(path, into)
 }
 
 func readYAML(path string, into any) error {
@@ -173,30 +221,44 @@ func readSecret(path string) (string, map[string][]byte, error) {
 		return "", nil, err
 	}
 
+	if st.IsDir() {
+		return readSecretDir(path)
+	}
+
+	return readSecretManifest(path)
+}
+
+// readSecretDir reads a Secret laid out as a directory, one file per key
+// (as a mounted Secret is), skipping hidden entries and subdirectories. The
+// directory's name is the Secret's.
+func readSecretDir(path string) (string, map[string][]byte, error) {
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return "", nil, err
+	}
+
 	data := map[string][]byte{}
 
-	if st.IsDir() {
-		entries, err := os.ReadDir(path)
+	for _, e := range entries {
+		if e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+
+		b, err := os.ReadFile(filepath.Join(path, e.Name()))
 		if err != nil {
 			return "", nil, err
 		}
 
-		for _, e := range entries {
-			if e.IsDir() || strings.HasPrefix(e.Name(), ".") {
-				continue
-			}
-
-			b, err := os.ReadFile(filepath.Join(path, e.Name()))
-			if err != nil {
-				return "", nil, err
-			}
-
-			data[e.Name()] = b
-		}
-
-		return filepath.Base(filepath.Clean(path)), data, nil
+		data[e.Name()] = b
 	}
 
+	return filepath.Base(filepath.Clean(path)), data, nil
+}
+
+// readSecretManifest reads a Secret manifest: data (base64) and
+// stringData, the latter winning as the API server does. The Secret is
+// named namespace/name.
+func readSecretManifest(path string) (string, map[string][]byte, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", nil, err
@@ -210,6 +272,8 @@ func readSecret(path string) (string, map[string][]byte, error) {
 	if m.Kind != "Secret" {
 		return "", nil, fmt.Errorf("%s: kind is %q, want Secret", path, m.Kind)
 	}
+
+	data := map[string][]byte{}
 
 	for k, v := range m.Data {
 		dec, err := base64.StdEncoding.DecodeString(v)
