@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
@@ -174,4 +175,88 @@ func TestKexecRestartDuringTheJumpResumes(t *testing.T) {
 	}
 	e.AssertNoDuplicateOrders()
 	e.AssertNothingLeaked()
+}
+
+// nodeReadyStatus is the Ready condition's status of the Node with
+// providerID ("" when there is no such Node or it has none).
+func nodeReadyStatus(e *harness.Env, providerID string) corev1.ConditionStatus {
+	for _, n := range e.Nodes() {
+		if n.Spec.ProviderID != providerID {
+			continue
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				return c.Status
+			}
+		}
+	}
+	return ""
+}
+
+// machineEvents counts what the simulated machine of id did.
+func machineEvents(e *harness.Env, id, what string) int {
+	n := 0
+	for _, ev := range e.W.Machines.Events() {
+		if ev.ServerID == id && ev.What == what {
+			n++
+		}
+	}
+	return n
+}
+
+// Issue 36's trade-off, repaired: a node that kexec booted keeps Scaleway's
+// boot type at rescue, so a firmware reboot (here sim.FirmwareReboot: a
+// power cut, a console reboot) lands in rescue and the Node goes NotReady.
+// The rescueboot controller reboots the server with boot type normal
+// through the API once the Node has been NotReady for
+// RESCUE_BOOT_REPAIR_AFTER: Talos boots from the disk, the Node is Ready
+// again, the kexec record is gone, the NodeClaim has a RescueBootRepaired
+// event, the metric counts one repair, and the ledger's I2 holds (the one
+// normal reboot after a rescue boot is the repair I2 allows).
+func TestKexecFirmwareRebootIntoRescueIsRepaired(t *testing.T) {
+	e := harness.Start(t, harness.Setup{
+		World:      world.Options{Host: world.HostOptions{NotReadyAfter: time.Second}},
+		Controller: world.ControllerOptions{Env: []string{"RESCUE_BOOT_REPAIR_AFTER=3s"}},
+	})
+	cw := e.WatchClaims(200 * time.Millisecond)
+	e.Run("repair", 1, "1", "1Gi", false)
+	e.WaitBound("repair", 1, harness.WaitLong)
+	s := onlyServer(t, e)
+	pid := "scaleway-em://" + s.Zone + "/" + s.ID
+	e.Eventually("the kexec-booted node Ready", harness.WaitLong, func() (bool, string) {
+		return nodeReadyStatus(e, pid) == corev1.ConditionTrue, e.Summary()
+	})
+	if kexecJumps(e, s.ID) != 1 || s.BootType != string(baremetal.ServerBootTypeRescue) {
+		t.Fatalf("the node did not boot by kexec: %d jumps, boot type %s", kexecJumps(e, s.ID), s.BootType)
+	}
+	rescues := machineEvents(e, s.ID, "rescue")
+	if err := e.W.Sim.FirmwareReboot(s.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.Eventually("the machine back in rescue and its Node not Ready", harness.WaitLong, func() (bool, string) {
+		return machineEvents(e, s.ID, "rescue") > rescues && nodeReadyStatus(e, pid) != corev1.ConditionTrue,
+			string(nodeReadyStatus(e, pid)) + " " + e.Summary()
+	})
+	e.Eventually("the Node Ready again after the repair", harness.WaitLong, func() (bool, string) {
+		return nodeReadyStatus(e, pid) == corev1.ConditionTrue, strings.Join(reboots(e.W.Sim, s.ID), ",") + " " + e.Summary()
+	})
+	if got := reboots(e.W.Sim, s.ID); strings.Join(got, ",") != "rescue,normal" {
+		t.Errorf("reboots %v, want the install's into rescue and the repair's into normal", got)
+	}
+	after, _ := e.W.Sim.Server(s.ID)
+	if after.BootType != string(baremetal.ServerBootTypeNormal) || world.TagValue(after.Tags, install.TagKexec) != "" {
+		t.Errorf("after the repair: boot type %s, tags %v", after.BootType, after.Tags)
+	}
+	if evs := strings.Join(events(e, "NodeClaim"), "\n"); !strings.Contains(evs, "RescueBootRepaired: ") {
+		t.Errorf("no RescueBootRepaired event on the NodeClaim:\n%s", evs)
+	}
+	text, err := e.C.Metrics(e.Ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `karpenter_scaleway_em_rescue_boot_repairs_total{result="rebooted"} 1`; !strings.Contains(text, want) {
+		t.Errorf("metrics lack %s", want)
+	}
+	e.AssertNoServerTakenFromALiveClaim(cw)
+	e.AssertNoDuplicateOrders()
 }
