@@ -69,7 +69,13 @@ func lastFailure(st *v1alpha1.InstallsStatus) *v1alpha1.InstallFailure {
 func TestSpareKeptWhileBootingIsTakenOnlyBackInRescueWithoutItsNode(t *testing.T) {
 	// The reboot into Talos lasts long enough to delete the claim in it.
 	e := startEnv(t, func(o *scwsim.Options) { o.Delays.RebootStart = 3 * time.Second })
-	e.updateNodeClass(func(nc *v1alpha1.ScalewayElasticMetalNodeClass) { nc.Spec.Billing.Periods = []string{"monthly"} })
+	// The scenario is the API's reboot into Talos: a kexec boot (the
+	// default) leaves the server ready in rescue, which a keep reboots at
+	// once.
+	e.updateNodeClass(func(nc *v1alpha1.ScalewayElasticMetalNodeClass) {
+		nc.Spec.Billing.Periods = []string{"monthly"}
+		nc.Spec.Boot = v1alpha1.BootReboot
+	})
 	if err := e.kube.Create(e.ctx, e.w.NodePool("default", e.nc.Name)); err != nil {
 		t.Fatal(err)
 	}

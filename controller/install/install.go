@@ -176,9 +176,15 @@ type Installer struct {
 	// ImagingSlots bounds the images written at once (each uploads
 	// em-imager over SFTP and holds an SSH session); 0: DefaultImagingSlots.
 	ImagingSlots int
-	Clock        clock.Clock
-	Log          logr.Logger
-	Metrics      *Metrics
+	// KexecGrace is how long a node booted by kexec may take to register
+	// before the install reboots it through the API (0: Timeouts.Boot/3).
+	KexecGrace time.Duration
+	// KexecJumpDelay, when positive, is em-imager kexec's wait between its
+	// report and the jump (em-imager's default otherwise).
+	KexecJumpDelay time.Duration
+	Clock          clock.Clock
+	Log            logr.Logger
+	Metrics        *Metrics
 
 	slotsOnce sync.Once
 	slots     chan struct{}
@@ -246,6 +252,13 @@ type Job struct {
 	// Joined reports whether the node registered (the config was applied
 	// but its answer lost, or a restart after the apply).
 	Joined func(ctx context.Context) (bool, error)
+	// Kexec reports whether the booting phase may boot the written image
+	// with em-imager kexec from rescue (the NodeClass's spec.boot Auto);
+	// nil or false: always Scaleway's reboot. Read when booting starts.
+	Kexec func(ctx context.Context) bool
+	// configSHA is the sha256 of the config this run's write-config put on
+	// the disk ("" after a restart): kexec checks the disk still holds it.
+	configSHA string
 
 	// holder holds the rescue key for this job (Keys.Acquire); "": the
 	// server's ID, as every install does.

@@ -13,6 +13,7 @@ type Metrics struct {
 	phaseSeconds *prometheus.HistogramVec
 	imagerMBps   prometheus.Histogram
 	imagerBytes  prometheus.Counter
+	kexec        *prometheus.CounterVec
 }
 
 // NewMetrics registers the pipeline's metrics with reg.
@@ -32,6 +33,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "karpenter_scaleway_em_imager_raw_bytes_total",
 			Help: "Raw image bytes em-imager wrote and verified.",
 		}),
+		kexec: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "karpenter_scaleway_em_kexec_boots_total",
+			Help: "Installs' kexec boots from rescue by outcome: jumped, refused (Scaleway's reboot instead), unreachable (rescue did not let the install in; reboot instead), no-node (no node within the grace after a jump; reboot instead).",
+		}, []string{"result"}),
+	}
+	for _, r := range []string{KexecJumped, KexecRefused, KexecUnreachable, KexecNoNode} {
+		m.kexec.WithLabelValues(r)
 	}
 	// Every series exists from the start, at zero: increase() cannot see a
 	// counter's first step when the series is born with it, so the first
@@ -42,7 +50,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}
 	}
 	if reg != nil {
-		reg.MustRegister(m.phaseSeconds, m.imagerMBps, m.imagerBytes)
+		reg.MustRegister(m.phaseSeconds, m.imagerMBps, m.imagerBytes, m.kexec)
 	}
 	return m
 }
@@ -66,4 +74,11 @@ func (m *Metrics) observeImager(r *report.Report) {
 	if r.Image != nil {
 		m.imagerBytes.Add(float64(r.Image.RawBytes))
 	}
+}
+
+func (m *Metrics) observeKexec(result string) {
+	if m == nil || result == "" {
+		return
+	}
+	m.kexec.WithLabelValues(result).Inc()
 }

@@ -524,6 +524,7 @@ func (i *Installer) writeConfig(ctx, pctx context.Context, log logr.Logger, job 
 		return i.imagerError(ctx, pctx, "em-imager write-config", err)
 	}
 	want := sha256.Sum256(cfg)
+	job.configSHA = hex.EncodeToString(want[:])
 	if rep.Config == nil || rep.Config.SHA256 != hex.EncodeToString(want[:]) || !rep.Config.Verified {
 		return &PhaseError{Phase: PhaseImaging, Release: true, Err: errors.New("em-imager write-config did not report the config it was given as written and read back")}
 	}
@@ -587,10 +588,24 @@ func (i *Installer) boot(ctx, pctx context.Context, log logr.Logger, job *Job, s
 		return i.setPhase(ctx, srv, PhaseJoined)
 	}
 	if !readyIn(srv, baremetal.ServerBootTypeNormal) {
+		joined, next, err := i.kexecBoot(ctx, pctx, log, job, srv, host)
+		srv = next
+		if err != nil {
+			return srv, err
+		}
+		if joined {
+			log.Info("the node registered after a kexec boot", "configDelivery", DeliveryOf(srv))
+			return i.setPhase(ctx, srv, PhaseJoined)
+		}
+		if pctx.Err() != nil {
+			return srv, waitError(ctx, PhaseBooting, "the node's registration", pctx.Err())
+		}
 		i.progress(job, PhaseBooting, "rebooting into Talos")
 		if _, err := i.API.RebootServer(pctx, srv.Zone, srv.ID, baremetal.ServerBootTypeNormal, nil); err != nil {
 			return srv, apiError(ctx, PhaseBooting, "reboot into Talos", err)
 		}
+		// The API's boot type is normal from now on: no jump to remember.
+		srv = i.unmarkKexec(ctx, srv)
 		if srv, err = i.waitBoot(pctx, srv, baremetal.ServerBootTypeNormal); err != nil {
 			return srv, waitError(ctx, PhaseBooting, "the reboot into Talos", err)
 		}

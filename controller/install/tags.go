@@ -69,7 +69,7 @@ func ErasePending(srv *baremetal.Server) bool {
 
 // InstallTags are the tags an install writes about the disk; a spare taken
 // by a new NodeClaim drops them (its disk gets written again).
-var InstallTags = []string{TagUplinkMAC, TagDisk, TagDiskSerial, scaleway.TagImage, TagConfigDelivery, TagTalosPeer, TagRescueHostKey, TagRescueBoot}
+var InstallTags = []string{TagUplinkMAC, TagDisk, TagDiskSerial, scaleway.TagImage, TagConfigDelivery, TagTalosPeer, TagRescueHostKey, TagRescueBoot, TagKexec}
 
 // DeliveryOf is how srv's node gets its config: what imaging recorded, else
 // the maintenance API (a server imaged before the tag existed).

@@ -214,6 +214,12 @@ func (w *worker) job(claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalN
 		},
 		Imaging: func(pct int) { w.show(phaselabels.State{Phase: install.PhaseImaging, Percent: pct}) },
 		Joined:  func(ctx context.Context) (bool, error) { return c.nodeRegistered(ctx, w.providerID) },
+		// Read when booting starts: a NodeClass switched to Reboot stops
+		// jumps that have not started.
+		Kexec: func(ctx context.Context) bool {
+			nc, err := w.nodeClass(ctx, claim)
+			return err == nil && nc.Spec.KexecBoot()
+		},
 	}
 }
 

@@ -50,6 +50,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/registration"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/removal"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescueboot"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescuekey"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/reservation"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
@@ -111,7 +112,7 @@ func Run() error {
 	op.
 		WithControllers(ctx, controllers.NewControllers(ctx, op.Manager, op.Clock, op.GetClient(), op.EventRecorder,
 			decorated, p.CloudProvider, clusterState, op.InstanceTypeStore)...).
-		WithControllers(ctx, p.NodeClassStatus, p.GarbageCollection, p.Installs, p.Spend, p.Removal, p.WarmPool, p.PreImage, p.Billing,
+		WithControllers(ctx, p.NodeClassStatus, p.GarbageCollection, p.Installs, p.Spend, p.Removal, p.WarmPool, p.PreImage, p.Billing, p.RescueBoot,
 			&capacity.Controller{Kube: op.GetClient(), Catalog: p.Catalog, Interval: opts.CatalogRefresh}).
 		Start(ctx)
 	return nil
@@ -136,6 +137,7 @@ type Provider struct {
 	WarmPool          *warmpool.Controller
 	PreImage          *preimage.Controller
 	Billing           *billing.Backfill
+	RescueBoot        *rescueboot.Controller
 }
 
 // SetControlPlane makes the kubelet version of a join Secret that names none
@@ -292,6 +294,11 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 		// Every GC interval: a spare kept by a sweep is imaged by the next.
 		PreImage: &preimage.Controller{Kube: kube, API: api, Servers: inv.Servers, Spares: spares, Imager: installer,
 			Images: images, Interval: opts.GCInterval, Log: logger.WithName("preimage"), Metrics: preimage.NewMetrics(reg)},
+		// Every GC interval: a kexec-booted node a firmware reboot took to
+		// rescue is rebooted normal once NotReady long enough.
+		RescueBoot: &rescueboot.Controller{Kube: kube, API: api, Servers: inv.Servers, Recorder: recorder,
+			Interval: opts.GCInterval, NotReadyFor: opts.RescueBootRepairAfter,
+			Log: logger.WithName("rescueboot"), Repairs: rescueboot.NewRepairsCounter(reg)},
 	}, nil
 }
 

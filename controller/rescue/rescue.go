@@ -438,6 +438,62 @@ func RunProbe(ctx context.Context, s *Session, binary []byte) (*report.Report, e
 	return runReporting(ctx, s, binary, nil, "inspect")
 }
 
+// KexecArgs are the arguments of one `em-imager kexec`.
+type KexecArgs struct {
+	Binary []byte
+	Disk   string // the disk write reported
+	// ConfigSHA256, when known, is the config write-config reported: the
+	// jump is refused (config_not_verified) unless the disk holds it.
+	ConfigSHA256 string
+	// JumpDelay, when positive, is em-imager's wait between its report
+	// and the jump (its default otherwise).
+	JumpDelay time.Duration
+}
+
+// RunKexec uploads em-imager (unless the same build is already there) and
+// runs `kexec --disk Disk`: on success em-imager prints a report saying it
+// jumps, and the session ends, usually without an exit status (the rescue
+// kernel is gone; under a fake root it exits 0). jumped is true only with
+// such a report. A refusal comes back as a report with ok=false and a
+// *report.Error (report.KexecFallback tells a reboot will do instead).
+func RunKexec(ctx context.Context, s *Session, a KexecArgs) (rep *report.Report, jumped bool, err error) {
+	if a.Disk == "" || a.Disk == "auto" {
+		return nil, false, errors.New("kexec needs the disk em-imager wrote, not " + strconv.Quote(a.Disk))
+	}
+	args := []string{"kexec", "--disk", a.Disk}
+	if a.ConfigSHA256 != "" {
+		args = append(args, "--config-sha256", a.ConfigSHA256)
+	}
+	if a.JumpDelay > 0 {
+		args = append(args, "--jump-delay", a.JumpDelay.String())
+	}
+	if err := uploadIfChanged(ctx, s, a.Binary); err != nil {
+		return nil, false, err
+	}
+	stdout := cappedBuffer{max: maxReport}
+	var tail tailBuffer
+	stderr := lineWriter{add: tail.add}
+	cmd, stdin, err := s.imagerRun(ctx, sha256Hex(a.Binary), nil, args...)
+	if err != nil {
+		return nil, false, err
+	}
+	code, runErr := s.RunInput(ctx, cmd, stdin, &stdout, &stderr)
+	stderr.flush()
+	if runErr != nil {
+		// The connection went with the rescue kernel: only a report that
+		// says it jumps tells the jump from a broken session.
+		if rep, perr := report.Parse(bytes.TrimSpace(stdout.Bytes())); perr == nil && rep.OK && rep.Kexec != nil && rep.Kexec.Jumping {
+			return rep, true, nil
+		}
+		return nil, false, fmt.Errorf("running em-imager kexec: %w", runErr)
+	}
+	rep, err = imagerReport(code, stdout.Bytes(), &tail)
+	if err != nil {
+		return rep, false, err
+	}
+	return rep, rep.Kexec != nil && rep.Kexec.Jumping, nil
+}
+
 // RunErase uploads em-imager (unless the same build is already there) and
 // runs `erase --all-disks --full --yes`: every disk of the host discarded
 // and read back as zeroes, or overwritten whole where discard is refused

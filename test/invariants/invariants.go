@@ -8,7 +8,9 @@
 //	I1 no NodeClaim ever had more than one server ordered or taken for it;
 //	I2 no server deleted, untagged or rebooted while a live NodeClaim owned it
 //	   that was not being deleted (an install's own reboots, before the node
-//	   registered, are its NodeClaim's);
+//	   registered, are its NodeClaim's; so is one normal reboot of a server
+//	   whose last reboot was into rescue: a kexec-booted node that Scaleway
+//	   still boots into rescue, repaired);
 //	I3 no monthly server released before its paid period ends unless excused
 //	   (its NodeClass's policy, a broken server), and none kept idle into a new
 //	   paid period by the controller's lateness;
@@ -191,10 +193,20 @@ func I1(ledger []scwsim.LedgerEntry, _ Facts) []Violation {
 
 // I2 checks that no server deleted, untagged or rebooted while a live NodeClaim that
 // was not being deleted owned it. Reboots before the NodeClaim's node
-// registered are its install's.
+// registered are its install's. After that, one reboot is allowed: into
+// normal, when the server's last reboot in the ledger was into rescue. Such
+// a node came up without the API's reboot into Talos (kexec from rescue),
+// so Scaleway boots it into rescue on its next firmware reboot, and the
+// controller's repair sets the boot type back; the repair is itself the
+// last reboot then, so a second one is caught.
 func I2(ledger []scwsim.LedgerEntry, f Facts) []Violation {
 	var out []Violation
+	lastBoot := map[string]string{} // server -> boot type of its last reboot so far
 	for _, e := range ledger {
+		before := lastBoot[e.Server]
+		if e.Kind == scwsim.LedgerReboot {
+			lastBoot[e.Server] = e.BootType
+		}
 		owner := e.TagBefore(tagNodeClaim)
 		if owner == "" || e.Kind == scwsim.LedgerOrder || e.Kind == scwsim.LedgerGone {
 			continue
@@ -203,25 +215,43 @@ func I2(ledger []scwsim.LedgerEntry, f Facts) []Violation {
 		if !known || !c.liveAt(e.At) || c.deletingAt(e.At) {
 			continue
 		}
-		var what string
-		switch e.Kind {
-		case scwsim.LedgerDelete:
-			what = "deleted"
-		case scwsim.LedgerTags:
-			if e.Tag(tagNodeClaim) != owner {
-				what = fmt.Sprintf("retagged nodeclaim %q -> %q", owner, e.Tag(tagNodeClaim))
-			}
-		case scwsim.LedgerReboot, scwsim.LedgerStop:
-			if !c.Registered.IsZero() && !e.At.Before(c.Registered) {
-				what = fmt.Sprintf("%s (%s) after its node registered", e.Kind, e.BootType)
-			}
-		}
-		if what != "" {
+		if what := takenFrom(e, owner, c, before); what != "" {
 			out = append(out, Violation{Invariant: "I2", Server: e.Server,
 				Detail: fmt.Sprintf("server %s %s while nodeclaim %s owned it and was not being deleted", e.Server, what, owner), Entries: []scwsim.LedgerEntry{e}})
 		}
 	}
 	return out
+}
+
+// takenFrom says what entry e, on a server live NodeClaim c (named owner)
+// owned, took from it ("" = nothing); lastBoot is the boot type of the
+// server's reboot before e.
+func takenFrom(e scwsim.LedgerEntry, owner string, c Claim, lastBoot string) string {
+	switch e.Kind {
+	case scwsim.LedgerDelete:
+		return "deleted"
+	case scwsim.LedgerTags:
+		if e.Tag(tagNodeClaim) != owner {
+			return fmt.Sprintf("retagged nodeclaim %q -> %q", owner, e.Tag(tagNodeClaim))
+		}
+	case scwsim.LedgerReboot, scwsim.LedgerStop:
+		if c.Registered.IsZero() || e.At.Before(c.Registered) || rescueBootRepair(e, lastBoot) {
+			return ""
+		}
+		what := fmt.Sprintf("%s (%s) after its node registered", e.Kind, e.BootType)
+		if e.Kind == scwsim.LedgerReboot && e.BootType == string(scwsim.BootNormal) {
+			what += fmt.Sprintf(" (its last reboot was %q, not rescue: nothing to repair)", lastBoot)
+		}
+		return what
+	}
+	return ""
+}
+
+// rescueBootRepair reports whether reboot e, of a server whose previous
+// reboot was into lastBoot, is the one repair I2 allows: into normal, the
+// API's boot type being rescue until then.
+func rescueBootRepair(e scwsim.LedgerEntry, lastBoot string) bool {
+	return e.Kind == scwsim.LedgerReboot && e.BootType == string(scwsim.BootNormal) && lastBoot == string(scwsim.BootRescue)
 }
 
 // CalendarMonthEnd is the first instant of the calendar month (UTC) after t.

@@ -143,6 +143,58 @@ func TestInvariantI2NothingTakenFromALiveNodeClaim(t *testing.T) {
 	}
 }
 
+// The rescue-boot repair: a node that came up by kexec from the install's
+// rescue boot (no normal reboot in the ledger) may be rebooted normal once
+// after it registered. Any other reboot of a live node is still caught: a
+// normal one when the last reboot was normal already (an API-booted node,
+// or a second repair), one into rescue, and a stop.
+func TestInvariantI2AllowsOnlyTheKexecRescueBootRepair(t *testing.T) {
+	facts := Facts{Claims: map[string]Claim{
+		"a": claimOf("a", 0, 10*time.Minute, -1, -1),
+	}}
+	kexec := func(b *book) {
+		b.order(0, "s1", "hourly", "nc", "a")
+		b.reboot(5*time.Minute, "s1", "rescue") // the install's rescue; Talos by kexec, no normal reboot
+	}
+	ok := newBook()
+	kexec(ok)
+	ok.reboot(time.Hour, "s1", "normal") // the repair
+	expect(t, "repair", I2, ok, facts, 0)
+
+	for name, c := range map[string]struct {
+		f    func(b *book)
+		want int
+	}{
+		"normal reboot of an API-booted node": {func(b *book) {
+			b.order(0, "s1", "hourly", "nc", "a")
+			b.reboot(5*time.Minute, "s1", "rescue")
+			b.reboot(8*time.Minute, "s1", "normal")
+			b.reboot(time.Hour, "s1", "normal")
+		}, 1},
+		"a second repair without a rescue boot between": {func(b *book) {
+			kexec(b)
+			b.reboot(time.Hour, "s1", "normal")
+			b.reboot(2*time.Hour, "s1", "normal")
+		}, 1},
+		"rescue reboot of a kexec-booted node": {func(b *book) {
+			kexec(b)
+			b.reboot(time.Hour, "s1", "rescue")
+		}, 1},
+		"stop of a kexec-booted node": {func(b *book) {
+			kexec(b)
+			b.add(b.entry(time.Hour, scwsim.LedgerStop, "s1"))
+		}, 1},
+		"normal reboot never preceded by a rescue boot": {func(b *book) {
+			b.order(0, "s1", "hourly", "nc", "a")
+			b.reboot(time.Hour, "s1", "normal")
+		}, 1},
+	} {
+		b := newBook()
+		c.f(b)
+		expect(t, name, I2, b, facts, c.want)
+	}
+}
+
 func TestInvariantI3MonthsAreNotThrownAway(t *testing.T) {
 	// t0 is 10 March 12:00; March ends 21 days 12 hours later.
 	monthEnd := 21*24*time.Hour + 12*time.Hour

@@ -22,6 +22,10 @@ type HostOptions struct {
 	DiskDivisor int64
 	// HeartbeatInterval of the simulated kubelets (default 2s).
 	HeartbeatInterval time.Duration
+	// NotReadyAfter: once a machine stops, its Node turns Unknown after
+	// this grace, as the node lifecycle controller does (machine.Options;
+	// 0 leaves the Node as it is).
+	NotReadyAfter time.Duration
 }
 
 // MachineEvent is something a simulated machine did (rescue, boot-empty,
@@ -68,6 +72,7 @@ func newMachines(w *World, join Join, opts HostOptions, sudo machine.SudoPolicy,
 		Kube:              w.Clientset,
 		Join:              talosapi.JoinPolicy{RequireBootstrapToken: true, ClusterCA: join.CA, Endpoint: join.Endpoint},
 		HeartbeatInterval: opts.HeartbeatInterval,
+		NotReadyAfter:     opts.NotReadyAfter,
 		NeverReady: func(scwsim.Machine) bool {
 			m.mu.Lock()
 			defer m.mu.Unlock()

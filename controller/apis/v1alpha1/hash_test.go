@@ -51,6 +51,7 @@ func driftBase() *ScalewayElasticMetalNodeClass {
 		Billing: BillingSpec{Periods: []string{"hourly"}, MonthlyCommitmentMonths: 1,
 			MinimumLifetime: &metav1.Duration{Duration: 730 * time.Hour}, SparesOnDeletion: SparesRelease},
 		Rescue:   RescueSpec{Disk: "auto", VerifyReadback: true},
+		Boot:     BootAuto,
 		Limits:   &LimitsSpec{HourlySpend: "10", MonthlyCommitment: "1000"},
 		WarmPool: []WarmPoolEntry{{Offer: "EM-A115X-SSD", Zone: "fr-par-1", BillingPeriod: "hourly", Servers: 1}},
 	}}
@@ -110,6 +111,7 @@ var driftDecisions = map[string]struct {
 	}},
 	"billing.sparesOnDeletion":   {false, func(s *ScalewayElasticMetalNodeClassSpec) { s.Billing.SparesOnDeletion = SparesKeep }},
 	"rescue.disk":                {false, func(s *ScalewayElasticMetalNodeClassSpec) { s.Rescue.Disk = "/dev/nvme1n1" }},
+	"boot":                       {false, func(s *ScalewayElasticMetalNodeClassSpec) { s.Boot = BootReboot }},
 	"rescue.verifyReadback":      {false, func(s *ScalewayElasticMetalNodeClassSpec) { s.Rescue.VerifyReadback = false }},
 	"limits.hourlySpend":         {false, func(s *ScalewayElasticMetalNodeClassSpec) { s.Limits.HourlySpend = "20" }},
 	"limits.monthlyCommitment":   {false, func(s *ScalewayElasticMetalNodeClassSpec) { s.Limits.MonthlyCommitment = "" }},

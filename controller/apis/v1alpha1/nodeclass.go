@@ -69,6 +69,15 @@ type ScalewayElasticMetalNodeClassSpec struct {
 	// Rescue holds the settings for the rescue-system install step.
 	// +optional
 	Rescue RescueSpec `json:"rescue,omitempty" hash:"ignore"`
+	// Boot is how a server written from rescue starts Talos. Auto: em-imager jumps from the rescue kernel
+	// into the image's own kernel with kexec where that kernel allows it, skipping the firmware's reboot (a
+	// pre-imaged spare is a node in about a minute instead of three), else Scaleway's reboot as with Reboot;
+	// the API then still shows the server with boot type rescue, so a firmware reboot of the node lands in
+	// rescue until the controller reboots it normally (docs/kexec.md). Reboot: always Scaleway's reboot.
+	// +kubebuilder:validation:Enum:={Auto,Reboot}
+	// +kubebuilder:default:=Auto
+	// +optional
+	Boot string `json:"boot,omitempty" hash:"ignore"`
 	// Limits cap what the NodeClass's servers cost, in euros (docs/money-safety.md).
 	// +optional
 	Limits *LimitsSpec `json:"limits,omitempty" hash:"ignore"`

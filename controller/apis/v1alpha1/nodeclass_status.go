@@ -72,6 +72,16 @@ const (
 	ConfigDeliveryMaintenanceAPI = "MaintenanceAPI"
 )
 
+// Values of spec.boot.
+const (
+	BootAuto   = "Auto"
+	BootReboot = "Reboot"
+)
+
+// KexecBoot reports whether installs may boot Talos with kexec from rescue
+// (Auto, the default; an object stored before the default has none).
+func (s *ScalewayElasticMetalNodeClassSpec) KexecBoot() bool { return s.Boot != BootReboot }
+
 // PerNodeClaimTokens reports whether the NodeClass's nodes get their own
 // bootstrap token (the default; an object stored before the default was
 // applied has none).
@@ -181,6 +191,7 @@ func (in *ScalewayElasticMetalNodeClass) SetConditions(conditions []status.Condi
 //	localDisks                     yes    volumes are provisioned only when first created
 //	billing, limits, warmPool      no     what is bought and kept, not what runs
 //	rescue                         no     how the install runs in the rescue system
+//	boot                           no     how the same disk starts (kexec or a firmware reboot)
 func (in *ScalewayElasticMetalNodeClass) Hash() string {
 	spec := in.Spec
 	if spec.LocalDisks == LocalDisksUnused {

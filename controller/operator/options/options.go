@@ -52,6 +52,8 @@ type Options struct {
 	GCInterval                  time.Duration
 	NodeClassRecheck            time.Duration
 	RepairToleration            time.Duration
+	// RescueBootRepairAfter: how long a kexec-booted node whose server boots into rescue may be Unknown before it is rebooted normal.
+	RescueBootRepairAfter time.Duration
 	// MaxConcurrentImaging bounds the images written at once.
 	MaxConcurrentImaging int
 	// ZoneSweepInterval between sweeps of every Elastic Metal zone for the cluster's servers.
@@ -90,6 +92,7 @@ func (o *Options) AddFlags(fs *coreoptions.FlagSet) {
 	fs.DurationVar(&o.GCGracePeriod, "gc-grace-period", env.WithDefaultDuration("GC_GRACE_PERIOD", 10*time.Minute), "Time since a server last changed hands (its order, or the take of a spare) under which it is never released for want of a NodeClaim (covers an order in flight); at least 30s.")
 	fs.DurationVar(&o.GCInterval, "gc-interval", env.WithDefaultDuration("GC_INTERVAL", 2*time.Minute), "Interval between garbage collection sweeps.")
 	fs.DurationVar(&o.RepairToleration, "repair-toleration", env.WithDefaultDuration("REPAIR_TOLERATION", 20*time.Minute), "How long a node may be NotReady/Unknown before Karpenter's node repair (feature gate NodeRepair) replaces it.")
+	fs.DurationVar(&o.RescueBootRepairAfter, "rescue-boot-repair-after", env.WithDefaultDuration("RESCUE_BOOT_REPAIR_AFTER", 2*time.Minute), "How long a node that booted by kexec may have its Ready condition Unknown (the kubelet stopped posting) while Scaleway still shows its server's boot type rescue (a firmware reboot landed in rescue) before the controller reboots it with boot type normal (at most once per server per 30 minutes).")
 	fs.IntVar(&o.MaxConcurrentImaging, "max-concurrent-imaging", env.WithDefaultInt("MAX_CONCURRENT_IMAGING", 8), "Images written at once (each holds an SSH session and uploads em-imager); further installs wait their turn within their phase timeout.")
 	fs.DurationVar(&o.ZoneSweepInterval, "zone-sweep-interval", env.WithDefaultDuration("ZONE_SWEEP_INTERVAL", 10*time.Minute), "Interval between sweeps of every Elastic Metal zone for this cluster's servers (a zone removed from a NodeClass keeps its servers found and collected).")
 	fs.IntVar(&o.BreakerThreshold, "install-breaker-threshold", env.WithDefaultInt("INSTALL_BREAKER_THRESHOLD", 2), "Consecutive install failures of a NodeClass (within --install-breaker-window) that stop orders for it (NodeClass condition InstallsHealthy=False).")
@@ -200,7 +203,7 @@ func (o *Options) rangeErrors() []error {
 	for name, d := range map[string]time.Duration{"DELIVERY_TIMEOUT": o.DeliveryTimeout, "RESCUE_TIMEOUT": o.RescueTimeout,
 		"IMAGING_TIMEOUT": o.ImagingTimeout, "BOOT_TIMEOUT": o.BootTimeout, "INSTALL_RETRY_INTERVAL": o.RetryInterval,
 		"CATALOG_REFRESH_INTERVAL": o.CatalogRefresh, "GC_INTERVAL": o.GCInterval, "NODECLASS_RECHECK_INTERVAL": o.NodeClassRecheck,
-		"REPAIR_TOLERATION": o.RepairToleration, "ZONE_SWEEP_INTERVAL": o.ZoneSweepInterval,
+		"REPAIR_TOLERATION": o.RepairToleration, "ZONE_SWEEP_INTERVAL": o.ZoneSweepInterval, "RESCUE_BOOT_REPAIR_AFTER": o.RescueBootRepairAfter,
 		"INSTALL_BREAKER_WINDOW": o.BreakerWindow, "INSTALL_BREAKER_BACKOFF": o.BreakerBackoff,
 		"INSTALL_BREAKER_MAX_BACKOFF": o.BreakerMaxBackoff, "INSTALL_FAILED_OFFERING_TTL": o.InstallFailedTTL} {
 		if d <= 0 {

@@ -13,7 +13,7 @@ func valid() *Options {
 	return &Options{ClusterName: "c", RescueSSHPort: 22, TalosAPIPort: 50000, DeliveryTimeout: time.Minute,
 		RescueTimeout: time.Minute, ImagingTimeout: time.Minute, BootTimeout: time.Minute, RetryInterval: time.Second,
 		CatalogRefresh: time.Minute, GCGracePeriod: 10 * time.Minute, GCInterval: time.Minute, NodeClassRecheck: time.Minute,
-		RepairToleration: time.Minute, MaxConcurrentImaging: 1, ZoneSweepInterval: time.Minute,
+		RepairToleration: time.Minute, RescueBootRepairAfter: time.Minute, MaxConcurrentImaging: 1, ZoneSweepInterval: time.Minute,
 		BreakerThreshold: 2, BreakerWindow: time.Hour, BreakerBackoff: time.Minute, BreakerMaxBackoff: time.Hour, InstallFailedTTL: time.Hour}
 }
 
@@ -25,6 +25,7 @@ func TestValidateNamesEveryBadSetting(t *testing.T) {
 	o.ClusterName = ""
 	o.RescueSSHPort = 70000
 	o.ImagingTimeout = 0
+	o.RescueBootRepairAfter = 0
 	o.JoinSecretNamespaces = "team-a,Team_B"
 	o.BreakerThreshold = 0
 	o.BreakerMaxBackoff = time.Second
@@ -32,7 +33,7 @@ func TestValidateNamesEveryBadSetting(t *testing.T) {
 	if err == nil {
 		t.Fatal("bad options accepted")
 	}
-	for _, want := range []string{"CLUSTER_NAME", "RESCUE_SSH_PORT", "IMAGING_TIMEOUT", "JOIN_SECRET_NAMESPACES", "Team_B",
+	for _, want := range []string{"CLUSTER_NAME", "RESCUE_SSH_PORT", "IMAGING_TIMEOUT", "RESCUE_BOOT_REPAIR_AFTER", "JOIN_SECRET_NAMESPACES", "Team_B",
 		"INSTALL_BREAKER_THRESHOLD", "INSTALL_BREAKER_MAX_BACKOFF"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)

@@ -328,7 +328,11 @@ func (h *Hosts) Boot(_ context.Context, m scwsim.Machine, mode scwsim.BootMode, 
 	defer x.mu.Unlock()
 	h.stopLocked(x, false) // a boot is a reboot when it was running
 	x.m = m
-	if x.unknown != nil {
+	// A Node whose kubelet stopped with the power still turns Unknown when
+	// the machine comes back in rescue (a firmware reboot of a kexec-booted
+	// node): rescue runs no kubelet to post its status. Only Talos's boot
+	// brings the heartbeat back.
+	if x.unknown != nil && mode != scwsim.BootRescue {
 		x.unknown.Stop()
 		x.unknown = nil
 	}

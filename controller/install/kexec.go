@@ -1,0 +1,226 @@
+package install
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/go-logr/logr"
+	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/report"
+)
+
+// TagKexec records that the install ordered em-imager's kexec jump from
+// rescue into the written Talos (Unix seconds of the order), set before
+// the jump: Scaleway saw no reboot, so its boot type still says rescue,
+// and a firmware reboot of the node lands in rescue. It stays while the
+// node runs (RescueBooted), and goes with the next reboot through the API
+// (the install's fallback, the rescue-boot repair) or when a spare is
+// taken.
+const TagKexec = "karpenter-scaleway-em/kexec"
+
+// KexecSince is when the jump recorded on srv was ordered (ok false: none).
+func KexecSince(srv *baremetal.Server) (time.Time, bool) {
+	v, ok := scaleway.TagValue(srv.Tags, TagKexec)
+	if !ok {
+		return time.Time{}, false
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		// A mangled value still says a jump was ordered; its time is lost.
+		return time.Time{}, true
+	}
+	return time.Unix(n, 0), true
+}
+
+// RescueBooted reports whether srv booted its node by kexec and the API
+// still says boot type rescue: a reboot by its firmware would land in
+// rescue, not in Talos.
+func RescueBooted(srv *baremetal.Server) bool {
+	_, ok := KexecSince(srv)
+	return ok && srv.BootType == baremetal.ServerBootTypeRescue
+}
+
+// DropKexec removes the kexec record from a tag list: the server was
+// rebooted through the API since, which set its boot type.
+func DropKexec(tags []string) ([]string, bool) { return scaleway.RemoveTagIn(tags, TagKexec) }
+
+// kexecGrace is how long a kexec-booted node may take to register before
+// the install falls back to Scaleway's reboot: a third of the booting
+// phase unless set.
+func (i *Installer) kexecGrace() time.Duration {
+	if i.KexecGrace > 0 {
+		return i.KexecGrace
+	}
+	return i.Timeouts.Boot / 3
+}
+
+// Kexec outcomes (the kexec metric's result label).
+const (
+	KexecJumped      = "jumped"      // em-imager reported the jump and rescue went away
+	KexecRefused     = "refused"     // the rescue kernel refused: Scaleway's reboot instead
+	KexecUnreachable = "unreachable" // rescue did not let the install in to run it
+	KexecNoNode      = "no-node"     // no node within the grace after a jump: Scaleway's reboot
+)
+
+// kexecBoot boots the written image by kexec when the job allows it and
+// the server runs the install's keyed rescue, or resumes a jump ordered
+// before (a restart): joined is true once the node registered. false
+// without an error means "reboot through the API instead" (not allowed,
+// refused, or no node within the grace).
+func (i *Installer) kexecBoot(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, host string) (joined bool, _ *baremetal.Server, _ error) {
+	_, ordered := KexecSince(srv)
+	if ordered && srv.BootType != baremetal.ServerBootTypeRescue {
+		// Rebooted through the API since (a fallback whose record outlived
+		// a restart): the boot type says what comes up.
+		return false, i.unmarkKexec(ctx, srv), nil
+	}
+	if !ordered {
+		if job.Kexec == nil || DeliveryOf(srv) != DeliveryDisk || !InKeyedRescue(srv) || !job.Kexec(pctx) {
+			return false, srv, nil
+		}
+		jumped, next, err := i.jump(ctx, pctx, log, job, srv, host)
+		if err != nil || !jumped {
+			return false, next, err
+		}
+		srv = next
+	}
+	return i.awaitKexecNode(ctx, pctx, log, job, srv), srv, nil
+}
+
+// jump records the order on the server, then runs em-imager kexec in the
+// keyed rescue. jumped is true when the jump happened or may have (the
+// session broke and rescue no longer answers); false after a refusal, with
+// the record removed, for the caller to reboot.
+func (i *Installer) jump(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, host string) (jumped bool, _ *baremetal.Server, _ error) {
+	owner := claimOf(srv.Tags)
+	lost := false
+	marked, err := i.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
+		if claimOf(tags) != owner {
+			lost = true
+			return tags, false
+		}
+		tags, _ = scaleway.SetTagIn(tags, TagKexec, strconv.FormatInt(i.clock().Now().Unix(), 10))
+		return tags, true
+	})
+	if err != nil {
+		return false, srv, &PhaseError{Phase: PhaseBooting, Err: fmt.Errorf("recording the kexec jump: %w", err)}
+	}
+	if lost {
+		return false, srv, fmt.Errorf("recording the kexec jump on server %s: %w", srv.ID, ErrNotOwned)
+	}
+	srv = marked
+	disk, _ := scaleway.TagValue(srv.Tags, TagDisk)
+	i.progress(job, PhaseBooting, "booting Talos from rescue with kexec (no firmware reboot)")
+	outcome, err := i.runKexec(pctx, log, job, srv, host, disk)
+	i.Metrics.observeKexec(outcome)
+	switch outcome {
+	case KexecJumped:
+		log.Info("em-imager jumped into Talos with kexec; Scaleway still shows boot type rescue", "disk", disk)
+		// That rescue boot is over: its mark and host key pin say nothing
+		// of whatever answers on the address next.
+		if updated, terr := i.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
+			tags, a := scaleway.RemoveTagIn(tags, TagRescueBoot)
+			tags, b := scaleway.RemoveTagIn(tags, TagRescueHostKey)
+			return tags, a || b
+		}); terr == nil {
+			srv = updated
+		}
+		i.Dialer.ForgetServer(srv)
+		return true, srv, nil
+	case "":
+		// Neither a jump nor a refusal: the disk does not hold what imaging
+		// verified; no boot would make a node of it.
+		return false, i.unmarkKexec(ctx, srv), &PhaseError{Phase: PhaseBooting, Release: true, Err: err}
+	}
+	log.Info("kexec not done; rebooting into Talos through the API", "outcome", outcome, "error", errString(err))
+	i.progress(job, PhaseBooting, fmt.Sprintf("kexec %s (%s): rebooting into Talos through the API", outcome, errString(err)))
+	return false, i.unmarkKexec(ctx, srv), nil
+}
+
+// runKexec logs into the keyed rescue and runs em-imager kexec; it returns
+// the outcome, or "" with the error of a disk that is not as imaging left
+// it.
+func (i *Installer) runKexec(pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, host, disk string) (string, error) {
+	if err := i.loadHostKeyPin(pctx, srv, host); err != nil {
+		return KexecUnreachable, err
+	}
+	sess, err := i.probeRescue(pctx, host, i.Dialer.LoginFor(srv))
+	if err != nil {
+		return KexecUnreachable, err
+	}
+	_, jumped, err := rescue.RunKexec(pctx, sess, rescue.KexecArgs{Binary: i.Imager, Disk: disk, ConfigSHA256: job.configSHA, JumpDelay: i.KexecJumpDelay})
+	_ = sess.Close()
+	if jumped {
+		return KexecJumped, nil
+	}
+	var re *report.Error
+	switch {
+	case errors.As(err, &re) && report.KexecFallback(re.Code):
+		return KexecRefused, err
+	case errors.As(err, &re):
+		return "", fmt.Errorf("em-imager kexec: %w", re)
+	case err == nil:
+		return KexecRefused, errors.New("em-imager kexec exited without jumping")
+	}
+	// The session broke without a report saying it jumps: if rescue still
+	// answers, nothing jumped; if not, it may have.
+	log.Info("em-imager kexec ended without a report; checking whether rescue is still there", "error", err.Error())
+	if s, perr := i.probeRescue(pctx, host, i.Dialer.LoginFor(srv)); perr == nil {
+		_ = s.Close()
+		return KexecUnreachable, err
+	}
+	return KexecJumped, nil
+}
+
+// unmarkKexec removes the kexec record (best effort: a record left behind
+// makes a restart wait the grace, then reboot, which is safe).
+func (i *Installer) unmarkKexec(ctx context.Context, srv *baremetal.Server) *baremetal.Server {
+	if _, ok := KexecSince(srv); !ok {
+		return srv
+	}
+	updated, err := i.API.EditTags(ctx, srv.Zone, srv.ID, DropKexec)
+	if err != nil {
+		i.Log.Info("removing the kexec record failed; it goes with the next reboot", "server", srv.ID, "error", err.Error())
+		return srv
+	}
+	return updated
+}
+
+// awaitKexecNode waits for the node of a kexec jump, until the grace
+// counted from the jump's order (or the phase's deadline) has passed.
+func (i *Installer) awaitKexecNode(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server) bool {
+	since, _ := KexecSince(srv)
+	deadline := since.Add(i.kexecGrace())
+	i.progress(job, PhaseBooting, "Talos boots from the kexec jump; waiting for the node to register")
+	for {
+		if i.joined(pctx, job) {
+			return true
+		}
+		if !i.clock().Now().Before(deadline) {
+			i.Metrics.observeKexec(KexecNoNode)
+			log.Info("no node within the grace after the kexec jump; rebooting into Talos through the API", "grace", i.kexecGrace())
+			i.progress(job, PhaseBooting, fmt.Sprintf("no node within %s of the kexec jump: rebooting into Talos through the API", i.kexecGrace()))
+			return false
+		}
+		select {
+		case <-pctx.Done():
+			return false
+		case <-ctx.Done():
+			return false
+		case <-i.clock().After(i.retryInterval()):
+		}
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
