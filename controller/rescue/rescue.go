@@ -450,15 +450,11 @@ type KexecArgs struct {
 	JumpDelay time.Duration
 }
 
-// RunKexec uploads em-imager (unless the same build is already there) and
-// runs `kexec --disk Disk`: on success em-imager prints a report saying it
-// jumps, and the session ends, usually without an exit status (the rescue
-// kernel is gone; under a fake root it exits 0). jumped is true only with
-// such a report. A refusal comes back as a report with ok=false and a
-// *report.Error (report.KexecFallback tells a reboot will do instead).
-func RunKexec(ctx context.Context, s *Session, a KexecArgs) (rep *report.Report, jumped bool, err error) {
+// command is the em-imager command line of a: the disk must be the one
+// write chose, never "auto".
+func (a KexecArgs) command() ([]string, error) {
 	if a.Disk == "" || a.Disk == "auto" {
-		return nil, false, errors.New("kexec needs the disk em-imager wrote, not " + strconv.Quote(a.Disk))
+		return nil, errors.New("kexec needs the disk em-imager wrote, not " + strconv.Quote(a.Disk))
 	}
 	args := []string{"kexec", "--disk", a.Disk}
 	if a.ConfigSHA256 != "" {
@@ -466,6 +462,20 @@ func RunKexec(ctx context.Context, s *Session, a KexecArgs) (rep *report.Report,
 	}
 	if a.JumpDelay > 0 {
 		args = append(args, "--jump-delay", a.JumpDelay.String())
+	}
+	return args, nil
+}
+
+// RunKexec uploads em-imager (unless the same build is already there) and
+// runs `kexec --disk Disk`: on success em-imager prints a report saying it
+// jumps, and the session ends, usually without an exit status (the rescue
+// kernel is gone; under a fake root it exits 0). jumped is true only with
+// such a report. A refusal comes back as a report with ok=false and a
+// *report.Error (report.KexecFallback tells a reboot will do instead).
+func RunKexec(ctx context.Context, s *Session, a KexecArgs) (rep *report.Report, jumped bool, err error) {
+	args, err := a.command()
+	if err != nil {
+		return nil, false, err
 	}
 	if err := uploadIfChanged(ctx, s, a.Binary); err != nil {
 		return nil, false, err
