@@ -54,12 +54,7 @@ func (c *CloudProvider) markOrdering(ctx context.Context, claim *karpv1.NodeClai
 	if c.Kube == nil {
 		return nil
 	}
-	marked := claim.DeepCopy()
-	base := marked.DeepCopy()
-	if marked.Annotations == nil {
-		marked.Annotations = map[string]string{}
-	}
-	marked.Annotations[AnnotationOrdering] = c.orderingValue("")
+	marked, base := withOrdering(claim, c.orderingValue(""))
 	err := c.Kube.Patch(ctx, marked, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
 	if apierrors.IsConflict(err) {
 		// Changed since the copy Create was given: read it again and judge
@@ -76,18 +71,24 @@ func (c *CloudProvider) markOrdering(ctx context.Context, claim *karpv1.NodeClai
 			return fmt.Errorf("nodeclaim %s: %w: an earlier controller process began taking or ordering its server at %s",
 				claim.Name, scaleway.ErrOrderInFlight, at.Format(time.RFC3339))
 		}
-		base = latest.DeepCopy()
-		marked = latest
-		if marked.Annotations == nil {
-			marked.Annotations = map[string]string{}
-		}
-		marked.Annotations[AnnotationOrdering] = c.orderingValue("")
+		marked, base = withOrdering(latest, c.orderingValue(""))
 		err = c.Kube.Patch(ctx, marked, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
 	}
 	if err != nil {
 		return fmt.Errorf("recording on nodeclaim %s that a server is being ordered for it: %w", claim.Name, err)
 	}
 	return nil
+}
+
+// withOrdering is a copy of claim whose AnnotationOrdering is value, and
+// the unchanged copy a patch of it is computed from.
+func withOrdering(claim *karpv1.NodeClaim, value string) (marked, base *karpv1.NodeClaim) {
+	base, marked = claim.DeepCopy(), claim.DeepCopy()
+	if marked.Annotations == nil {
+		marked.Annotations = map[string]string{}
+	}
+	marked.Annotations[AnnotationOrdering] = value
+	return marked, base
 }
 
 // orderingValue is this process's AnnotationOrdering, now, for offering
@@ -110,12 +111,7 @@ func (c *CloudProvider) recordOffering(ctx context.Context, claim *karpv1.NodeCl
 	if c.Kube == nil {
 		return nil
 	}
-	marked := claim.DeepCopy()
-	base := marked.DeepCopy()
-	if marked.Annotations == nil {
-		marked.Annotations = map[string]string{}
-	}
-	marked.Annotations[AnnotationOrdering] = c.orderingValue(zone + "/" + offer + "/" + string(billing))
+	marked, base := withOrdering(claim, c.orderingValue(zone+"/"+offer+"/"+string(billing)))
 	if err := c.Kube.Patch(ctx, marked, client.MergeFrom(base)); err != nil {
 		return fmt.Errorf("recording on nodeclaim %s the offering ordered for it: %w", claim.Name, err)
 	}
