@@ -183,18 +183,13 @@ func (in Info) autoReject(imageSize int64) string {
 	if r := in.busyReason(); r != "" {
 		return r
 	}
-	switch {
-	case in.Virtual:
+	if in.Virtual {
 		return "virtual, RAM or optical device (auto never picks one)"
-	case in.SizeBytes == 0:
-		return "no medium (size 0)"
-	case in.ReadOnly:
-		return "read-only"
-	case in.USB:
-		return "USB device"
-	case in.Removable:
-		return "removable media"
-	case in.SizeBytes < imageSize:
+	}
+	if r := unfitReason(in); r != "" {
+		return r
+	}
+	if in.SizeBytes < imageSize {
 		return fmt.Sprintf("too small: %d bytes, the image needs %d", in.SizeBytes, imageSize)
 	}
 	return ""
