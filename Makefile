@@ -211,7 +211,8 @@ conformance: deps build tools ## Karpenter's regression suite against the simula
 # Seeded chaos schedules (test/soak): each plays about a minute of pod waves, NodeClass edits, API faults and
 # controller kills against the real controller on the simulated world (fast profile), then checks the money
 # invariants over the simulated Scaleway's ledger. SEEDS=a-b or one seed (which replays it); SOAK_FLAGS=-v
-# prints each schedule, SOAK_FLAGS='-dir /tmp/soak' keeps the logs.
+# prints each schedule, SOAK_FLAGS='-dir /tmp/soak' keeps the logs, SOAK_FLAGS='-parallel 3' runs three schedules
+# at a time (each in its own world; a schedule uses about a third of a core).
 SEEDS ?= 1-10
 soak: deps build tools ## seeded chaos schedules and the money invariants: make soak SEEDS=1-100 (one seed replays it)
 	$(GO) build -o $(BIN)/soak ./test/soak/cmd/soak

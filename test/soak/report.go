@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -57,8 +58,8 @@ func ParseSeeds(spec string) ([]uint64, error) {
 	return out, nil
 }
 
-// Main is the soak command: it runs the schedules of -seeds one after the
-// other with runOne, prints a Line for each, and last
+// Main is the soak command: it runs the schedules of -seeds with runOne,
+// -parallel of them at a time, prints a Line for each as it ends, and last
 // "soak: N schedules, V violations (<duration>)". It returns the exit
 // status: 1 if anything broke or a run failed, 2 on bad flags.
 func Main(ctx context.Context, args []string, out io.Writer, runOne func(ctx context.Context, seed uint64, opts Options) Result) int {
@@ -67,6 +68,7 @@ func Main(ctx context.Context, args []string, out io.Writer, runOne func(ctx con
 	seedsFlag := fs.String("seeds", "1-10", "seeds to run: a-b (a range) or n (one seed)")
 	dir := fs.String("dir", "", "keep the logs of each schedule that broke in <dir>/seed-<n> (default: none kept)")
 	verbose := fs.Bool("v", false, "print each schedule before running it, and progress lines")
+	parallel := fs.Int("parallel", 1, "schedules run at the same time, each in its own world (1-16)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -75,31 +77,87 @@ func Main(ctx context.Context, args []string, out io.Writer, runOne func(ctx con
 		fmt.Fprintln(out, err)
 		return 2
 	}
-	opts := Options{Dir: *dir}
-	if *verbose {
-		opts.Logf = func(format string, args ...any) {
-			fmt.Fprintf(out, time.Now().UTC().Format("15:04:05 ")+format+"\n", args...)
-		}
+	if *parallel < 1 || *parallel > 16 {
+		fmt.Fprintf(out, "parallel %d: want 1 to 16\n", *parallel)
+		return 2
 	}
+	p := printer{out: out, verbose: *verbose}
 	start := time.Now()
-	ran, violations, failed := 0, 0, false
+	runAll(ctx, seeds, *parallel, func(seed uint64) {
+		p.schedule(seed)
+		p.result(runOne(ctx, seed, Options{Dir: *dir, Logf: p.logf(seed)}))
+	})
+	// Schedules run, not asked for: an interrupted soak says how far it got.
+	fmt.Fprintf(out, "soak: %d schedules, %d violations (%s)\n", p.ran, p.violations, time.Since(start).Round(time.Second))
+	if p.violations > 0 || p.failed || ctx.Err() != nil {
+		return 1
+	}
+	return 0
+}
+
+// runAll calls run for each seed, n at a time, in the seeds' order, and
+// starts none once ctx is done. Each schedule has its own world (ports,
+// directories, processes), so they only share the machine's cores: a
+// schedule's timing faults land where its load puts them, as they do alone.
+func runAll(ctx context.Context, seeds []uint64, n int, run func(seed uint64)) {
+	next := make(chan uint64)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for seed := range next {
+				run(seed)
+			}
+		}()
+	}
 	for _, seed := range seeds {
 		if ctx.Err() != nil {
 			break
 		}
-		if *verbose {
-			fmt.Fprint(out, Generate(seed).String())
-		}
-		r := runOne(ctx, seed, opts)
-		ran++
-		fmt.Fprint(out, Line(r))
-		violations += len(r.Violations)
-		failed = failed || r.Err != nil
+		next <- seed
 	}
-	// Schedules run, not asked for: an interrupted soak says how far it got.
-	fmt.Fprintf(out, "soak: %d schedules, %d violations (%s)\n", ran, violations, time.Since(start).Round(time.Second))
-	if violations > 0 || failed || ctx.Err() != nil {
-		return 1
+	close(next)
+	wg.Wait()
+}
+
+// printer writes the soak's output from concurrent schedules, one whole
+// block at a time, and keeps the totals.
+type printer struct {
+	mu              sync.Mutex
+	out             io.Writer
+	verbose         bool
+	ran, violations int
+	failed          bool
+}
+
+func (p *printer) schedule(seed uint64) {
+	if !p.verbose {
+		return
 	}
-	return 0
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprint(p.out, Generate(seed).String())
+}
+
+func (p *printer) result(r Result) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ran++
+	fmt.Fprint(p.out, Line(r))
+	p.violations += len(r.Violations)
+	p.failed = p.failed || r.Err != nil
+}
+
+// logf gives one schedule's progress lines, prefixed with its seed since
+// schedules may run side by side (nil when not verbose: none).
+func (p *printer) logf(seed uint64) func(format string, args ...any) {
+	if !p.verbose {
+		return nil
+	}
+	return func(format string, args ...any) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		fmt.Fprintf(p.out, time.Now().UTC().Format("15:04:05 ")+fmt.Sprintf("seed %d: ", seed)+format+"\n", args...)
+	}
 }

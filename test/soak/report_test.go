@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -86,5 +87,55 @@ func TestLimitsAreJudgedPerStretch(t *testing.T) {
 	monthly.Period, monthly.PricePerMonth = "monthly", 32.99
 	if vs := limitViolations([]scwsim.LedgerEntry{monthly}, zero); len(vs) != 1 {
 		t.Errorf("a monthly order under a commitment limit of 0: %v", vs)
+	}
+}
+
+// -parallel runs schedules side by side, never more than asked, each once,
+// and prints each schedule's block whole; a bad value is refused.
+func TestSoakParallelRunsEachSeedOnceAtMostNAtATime(t *testing.T) {
+	var mu sync.Mutex
+	running, most := 0, 0
+	seen := map[uint64]int{}
+	slow := func(_ context.Context, seed uint64, _ Options) Result {
+		mu.Lock()
+		running++
+		most = max(most, running)
+		seen[seed]++
+		mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+		mu.Lock()
+		running--
+		mu.Unlock()
+		r := Result{Seed: seed, Schedule: Generate(seed)}
+		if seed == 4 {
+			r.Violations = []invariants.Violation{{Invariant: "I4", Detail: "a server billed without an owner"}}
+		}
+		return r
+	}
+	var out strings.Builder
+	code := Main(context.Background(), []string{"-seeds", "1-9", "-parallel", "3"}, &out, slow)
+	if code != 1 {
+		t.Errorf("exit status %d, want 1 (seed 4 broke I4):\n%s", code, out.String())
+	}
+	if most != 3 {
+		t.Errorf("%d schedules ran at once, want 3", most)
+	}
+	for seed := uint64(1); seed <= 9; seed++ {
+		if seen[seed] != 1 {
+			t.Errorf("seed %d ran %d times, want once", seed, seen[seed])
+		}
+	}
+	text := out.String()
+	if !strings.Contains(text, "seed 4: 1 violations (") || !strings.Contains(text, "  seed 4 I4: a server billed without an owner") {
+		t.Errorf("the violation's block is not whole:\n%s", text)
+	}
+	if !strings.Contains(text, "soak: 9 schedules, 1 violations (") {
+		t.Errorf("last line wrong:\n%s", text)
+	}
+	for _, bad := range []string{"0", "17", "x"} {
+		out.Reset()
+		if code := Main(context.Background(), []string{"-seeds", "1", "-parallel", bad}, &out, slow); code != 2 {
+			t.Errorf("-parallel %s: exit status %d, want 2:\n%s", bad, code, out.String())
+		}
 	}
 }
