@@ -350,6 +350,10 @@ func (r *runner) steps(a Action) []step {
 type replica struct {
 	c      *world.Controller
 	paused bool
+	// kills counts the schedule's SIGKILLs of this replica: a kill that
+	// lands while a restart waits for the process to become healthy is the
+	// schedule's doing, not a failed run.
+	kills int
 	// The acquisition of the Lease by start #leadStart (Leading reads the
 	// log; a found one is kept, so the log is read again only while the
 	// replica waits to lead).
@@ -452,6 +456,7 @@ func (r *runner) kill(i int) error {
 	down := time.Now()
 	err := rp.c.Kill()
 	rp.paused = false
+	rp.kills++
 	r.opMu.Unlock()
 	r.watchTakeover(down)
 	return err
@@ -490,13 +495,25 @@ func (r *runner) restart(ctx context.Context, i int) error {
 	}
 	err := rp.c.Restart()
 	rp.paused = false
+	kills := rp.kills
 	r.opMu.Unlock()
 	if err != nil {
 		return err
 	}
 	hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	return rp.c.WaitHealthy(hctx)
+	err = rp.c.WaitHealthy(hctx)
+	r.opMu.Lock()
+	killed := rp.kills != kills
+	r.opMu.Unlock()
+	if err != nil && killed {
+		// Another action (a kill, a leader change) killed the new process
+		// before it was healthy: a pod killed while it starts. Whoever
+		// killed it starts it again.
+		r.logf("seed %d: replica-%d was killed by the schedule while it started", r.s.Seed, i+1)
+		return nil
+	}
+	return err
 }
 
 // leaderChange plays a KindLeaderChange in the background, from its
