@@ -29,6 +29,9 @@ func Line(r Result) string {
 			fmt.Fprintf(&b, "  seed %d %s\n", r.Seed, strings.ReplaceAll(v.String(), "\n", "\n  "))
 		}
 	}
+	if r.Teardown != nil {
+		fmt.Fprintf(&b, "  seed %d teardown (the verdict stands): %v\n", r.Seed, r.Teardown)
+	}
 	if r.Dir != "" && (r.Err != nil || len(r.Violations) > 0) {
 		fmt.Fprintf(&b, "  seed %d logs: %s\n", r.Seed, r.Dir)
 	}

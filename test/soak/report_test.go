@@ -139,3 +139,21 @@ func TestSoakParallelRunsEachSeedOnceAtMostNAtATime(t *testing.T) {
 		}
 	}
 }
+
+// A world whose stop went wrong after the check (an S3 server killed after
+// its grace under load, seed 42) keeps its verdict: the line says so, and
+// the soak does not fail for it.
+func TestSoakTeardownAfterTheVerdictIsPrintedNotFailed(t *testing.T) {
+	slowStop := func(_ context.Context, seed uint64, _ Options) Result {
+		return Result{Seed: seed, Schedule: Generate(seed), Teardown: errors.New("versitygw did not stop within 10s of SIGTERM and was killed")}
+	}
+	var out strings.Builder
+	if code := Main(context.Background(), []string{"-seeds", "42"}, &out, slowStop); code != 0 {
+		t.Errorf("exit status %d, want 0:\n%s", code, out.String())
+	}
+	for _, want := range []string{"seed 42: ok (", "  seed 42 teardown (the verdict stands): versitygw did not stop", "soak: 1 schedules, 0 violations ("} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -76,6 +76,9 @@ type Result struct {
 	Duration       time.Duration
 	// Err: the run itself failed (a world that did not start...): no verdict.
 	Err error
+	// Teardown: the world's stop went wrong after the verdict (a component
+	// that had to be killed under load). Printed, but the verdict stands.
+	Teardown error
 	// Dir holds the logs when Options.Dir was set.
 	Dir string
 }
@@ -102,6 +105,7 @@ func Run(ctx context.Context, seed uint64, opts Options) Result {
 	}
 	r := &runner{s: s, logf: logf, claims: map[string]*invariants.Claim{}, ready: map[string]bool{}}
 	res.Violations, res.Err = r.run(ctx, dir)
+	res.Teardown = r.teardown
 	res.Orders, res.Claims = r.orders, len(r.claims)
 	res.Duration = time.Since(start)
 	if dir != "" && res.Err == nil && len(res.Violations) == 0 {
@@ -141,6 +145,8 @@ type runner struct {
 	// outage: the longest stretch the controller was down or starting.
 	outage time.Duration
 	orders int
+	// teardown: the world's stop failed after a verdict.
+	teardown error
 }
 
 type limitsAt struct {
@@ -163,7 +169,11 @@ func (r *runner) run(ctx context.Context, dir string) (vs []invariants.Violation
 		return nil, fmt.Errorf("world: %w", err)
 	}
 	r.w = w
-	defer func() { err = errors.Join(err, w.Stop()) }()
+	defer func() {
+		if r.teardown = w.Stop(); err != nil {
+			err, r.teardown = errors.Join(err, r.teardown), nil
+		}
+	}()
 	defer r.stopReplicas()
 	if err := r.startReplicas(ctx); err != nil {
 		return nil, err
