@@ -29,17 +29,7 @@ type stopCase struct {
 // period seconds" watches for exactly that); one without a hook goes at once.
 func TestKWOKStopsAPodWhenItsContainersHaveStopped(t *testing.T) {
 	ctx := context.Background()
-	k := StartKube(t, KubeOptions{NoKarpenterCRDs: true})
-	kw, err := NewKWOK(ctx, k, KWOKOptions{ManageNodesWithAnnotation: "testenv.io/kubelet=kwok"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = kw.Stop() })
-
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kwok-node", Annotations: map[string]string{"testenv.io/kubelet": "kwok"}}}
-	if err := k.Client.Create(ctx, node); err != nil {
-		t.Fatal(err)
-	}
+	k, kw, node := startKWOKNode(ctx, t)
 	// The deletionTimestamp has whole seconds, so a grace period of g seconds
 	// may end up to a second early.
 	cases := []stopCase{
@@ -68,6 +58,62 @@ func TestKWOKStopsAPodWhenItsContainersHaveStopped(t *testing.T) {
 		wg.Go(func() { checkStop(ctx, t, k.Client, pods[i], c) })
 	}
 	wg.Wait()
+}
+
+// startKWOKNode starts a control plane and KWOK, and registers one Node
+// whose pods KWOK plays.
+func startKWOKNode(ctx context.Context, t *testing.T) (*Kube, *KWOK, *corev1.Node) {
+	t.Helper()
+	k := StartKube(t, KubeOptions{NoKarpenterCRDs: true})
+	kw, err := NewKWOK(ctx, k, KWOKOptions{ManageNodesWithAnnotation: "testenv.io/kubelet=kwok"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kw.Stop() })
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kwok-node", Annotations: map[string]string{"testenv.io/kubelet": "kwok"}}}
+	if err := k.Client.Create(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	return k, kw, node
+}
+
+// A pod labelled kwok.x-k8s.io/stage=unhealthy runs but never goes Ready, as
+// one whose readiness probe fails (Karpenter's regression spec "should not
+// drift any nodes if their PodDisruptionBudgets are unhealthy" asks for it
+// so); its neighbour without the label goes Ready as before.
+func TestKWOKStartsAnUnhealthyPodUnready(t *testing.T) {
+	ctx := context.Background()
+	k, kw, node := startKWOKNode(ctx, t)
+	healthy := stopCasePod(stopCase{name: "healthy", grace: 0}, node.Name)
+	unhealthy := stopCasePod(stopCase{name: "unhealthy", grace: 0}, node.Name)
+	unhealthy.Labels = map[string]string{"kwok.x-k8s.io/stage": "unhealthy"}
+	for _, p := range []*corev1.Pod{healthy, unhealthy} {
+		if err := k.Client.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := waitPodReady(ctx, k.Client, healthy); err != nil {
+		t.Fatalf("pod without the label never went Ready: %v (log %s)", err, kw.LogPath)
+	}
+	got := &corev1.Pod{}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		if err := k.Client.Get(ctx, client.ObjectKeyFromObject(unhealthy), got); err != nil {
+			return false, err
+		}
+		return got.Status.Phase == corev1.PodRunning, nil
+	})
+	if err != nil {
+		t.Fatalf("unhealthy pod never Running: %v, status %+v", err, got.Status)
+	}
+	// KWOK has played every stage it would by the time the other pod is
+	// Ready and this one Running; a second look catches a late Ready.
+	time.Sleep(2 * time.Second)
+	if err := k.Client.Get(ctx, client.ObjectKeyFromObject(unhealthy), got); err != nil {
+		t.Fatal(err)
+	}
+	if podReady(got) || len(got.Status.ContainerStatuses) != 1 || got.Status.ContainerStatuses[0].Ready {
+		t.Fatalf("unhealthy pod is Ready or its container is: %+v", got.Status)
+	}
 }
 
 func stopCasePod(c stopCase, nodeName string) *corev1.Pod {
