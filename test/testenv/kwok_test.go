@@ -77,16 +77,19 @@ func startKWOKNode(ctx context.Context, t *testing.T) (*Kube, *KWOK, *corev1.Nod
 	return k, kw, node
 }
 
-// A pod labelled kwok.x-k8s.io/stage=unhealthy runs but never goes Ready, as
+// A bound pod goes Ready after a container start's time, not at once (else
+// the suite sees pods Ready on a node Karpenter has not initialized yet); a
+// pod labelled kwok.x-k8s.io/stage=unhealthy runs but never goes Ready, as
 // one whose readiness probe fails (Karpenter's regression spec "should not
 // drift any nodes if their PodDisruptionBudgets are unhealthy" asks for it
-// so); its neighbour without the label goes Ready as before.
-func TestKWOKStartsAnUnhealthyPodUnready(t *testing.T) {
+// so).
+func TestKWOKStartsPodsAfterAContainerStartAndUnhealthyOnesUnready(t *testing.T) {
 	ctx := context.Background()
 	k, kw, node := startKWOKNode(ctx, t)
 	healthy := stopCasePod(stopCase{name: "healthy", grace: 0}, node.Name)
 	unhealthy := stopCasePod(stopCase{name: "unhealthy", grace: 0}, node.Name)
 	unhealthy.Labels = map[string]string{"kwok.x-k8s.io/stage": "unhealthy"}
+	created := time.Now()
 	for _, p := range []*corev1.Pod{healthy, unhealthy} {
 		if err := k.Client.Create(ctx, p); err != nil {
 			t.Fatal(err)
@@ -94,6 +97,9 @@ func TestKWOKStartsAnUnhealthyPodUnready(t *testing.T) {
 	}
 	if err := waitPodReady(ctx, k.Client, healthy); err != nil {
 		t.Fatalf("pod without the label never went Ready: %v (log %s)", err, kw.LogPath)
+	}
+	if took := time.Since(created); took < 4*time.Second {
+		t.Errorf("pod Ready %v after it was bound, want a container start's time (5s) first", took.Round(100*time.Millisecond))
 	}
 	got := &corev1.Pod{}
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
