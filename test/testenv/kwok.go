@@ -11,7 +11,8 @@ import (
 	"time"
 )
 
-// KWOKStages is the stage set KWOK plays: pod stages only (start, stop).
+// KWOKStages is the stage set KWOK plays: pod stages only (start, and stop
+// once the preStop hook ran, at most for the grace period).
 //
 //go:embed kwok-stages.yaml
 var KWOKStages []byte
@@ -45,9 +46,10 @@ type KWOK struct {
 
 // NewKWOK runs kwok against k with KWOKStages: the pods bound to nodes
 // carrying opts.ManageNodesWithAnnotation go Running and Ready, and a
-// terminating pod is deleted. It plays no Node stage and holds no node
-// Lease (--node-lease-duration-seconds=0): whoever registered a node keeps
-// its status and heartbeat. Call Stop when done.
+// terminating pod is deleted when its preStop hook has run (a sleep hook
+// its seconds, any other the whole grace period; no hook: at once). It plays
+// no Node stage and holds no node Lease (--node-lease-duration-seconds=0):
+// whoever registered a node keeps its status and heartbeat. Call Stop when done.
 func NewKWOK(ctx context.Context, k *Kube, opts KWOKOptions) (*KWOK, error) {
 	bin, err := FindBinary(BinKWOK)
 	if err != nil {

@@ -36,7 +36,8 @@
 // them, and a node whose heartbeat stops is not marked Unknown unless a test
 // calls talosapi.MarkUnknown. Options.RunPods adds kube-controller-manager
 // and KWOK, which plays the pods of the nodes the simulated Talos registered
-// (Running and Ready; terminating pods deleted) and never writes a Node
+// (Running and Ready; terminating pods deleted once their preStop hook
+// ran, at most for their grace period) and never writes a Node
 // (docs/world.md); `make world` (cmd/world) runs such a world until stopped.
 //
 //	make tools build && go test -count=1 ./test/world/

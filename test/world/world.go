@@ -88,7 +88,8 @@ type Options struct {
 	// (Deployments, ReplicaSets, Jobs, DaemonSets, the node lifecycle and
 	// taint eviction, garbage collection) and KWOK, which plays the pods of
 	// the nodes the simulated Talos registered (Running and Ready; a
-	// terminating pod is deleted). Off, pods stay as the scheduler bound
+	// terminating pod is deleted once its preStop hook, at most its grace
+	// period, has run). Off, pods stay as the scheduler bound
 	// them and Workload plays the ReplicaSet. docs/world.md says who owns
 	// what.
 	RunPods bool
