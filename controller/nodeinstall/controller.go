@@ -264,13 +264,11 @@ func (c *Controller) clock() clock.Clock {
 	return c.Clock
 }
 
-// publish records an event on the NodeClaim.
-func (c *Controller) publish(claim *karpv1.NodeClaim, typ, reason, msg string) {
-	if c.Recorder == nil {
-		return
+// publish records ev (events.go) on the controller's recorder, if any.
+func (c *Controller) publish(ev events.Event) {
+	if c.Recorder != nil {
+		c.Recorder.Publish(ev)
 	}
-	c.Recorder.Publish(events.Event{InvolvedObject: claim, Type: typ, Reason: reason, Message: msg,
-		DedupeValues: []string{claim.Name, reason, msg}})
 }
 
 // Register adds the controller to the manager; ctx bounds the workers.
