@@ -21,6 +21,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/clocks"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 )
@@ -56,12 +57,7 @@ type Store struct {
 // (which names its NodeClaim) still keeps the likeliest repeat out.
 const CountedFor = 24 * time.Hour
 
-func (s *Store) now() clock.Clock {
-	if s.Clock == nil {
-		return clock.RealClock{}
-	}
-	return s.Clock
-}
+func (s *Store) now() clock.Clock { return clocks.Or(s.Clock) }
 
 // keyOf is nc's breaker key: its generation and its join Secret's
 // resourceVersion ("" when the Secret is gone). Any other error reading the

@@ -21,6 +21,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/clocks"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/ordertags"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
@@ -372,12 +373,7 @@ func (c *Controller) publish(ev events.Event) {
 	}
 }
 
-func (c *Controller) clock() clock.Clock {
-	if c.Clock == nil {
-		return clock.RealClock{}
-	}
-	return c.Clock
-}
+func (c *Controller) clock() clock.Clock { return clocks.Or(c.Clock) }
 
 // Register adds the singleton to the manager.
 func (c *Controller) Register(_ context.Context, m manager.Manager) error {
