@@ -21,6 +21,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/clocks"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 )
@@ -56,12 +57,7 @@ type Store struct {
 // (which names its NodeClaim) still keeps the likeliest repeat out.
 const CountedFor = 24 * time.Hour
 
-func (s *Store) now() clock.Clock {
-	if s.Clock == nil {
-		return clock.RealClock{}
-	}
-	return s.Clock
-}
+func (s *Store) now() clock.Clock { return clocks.Or(s.Clock) }
 
 // keyOf is nc's breaker key: its generation and its join Secret's
 // resourceVersion ("" when the Secret is gone). Any other error reading the
@@ -226,8 +222,7 @@ func (s *Store) Failed(ctx context.Context, f Failure) error {
 	s.remember(f.Claim.Name, now)
 	if opened {
 		s.Metrics.openedFor(name)
-		s.publish(name, corev1.EventTypeWarning, EventBreakerOpened, fmt.Sprintf("%s; no server is ordered for this NodeClass before %s",
-			describe(after), after.NextAttempt.UTC().Format("2006-01-02T15:04:05Z")))
+		s.publish(breakerOpened(name, after))
 	}
 	return nil
 }
@@ -279,14 +274,6 @@ func (s *Store) remember(claim string, now time.Time) {
 	s.counted[claim] = now
 }
 
-// Event reasons on the NodeClass.
-const (
-	// EventBreakerOpened: consecutive install failures stopped orders for the NodeClass.
-	EventBreakerOpened = "InstallBreakerOpened"
-	// EventBreakerClosed: an install joined after the breaker had opened.
-	EventBreakerClosed = "InstallBreakerClosed"
-)
-
 // Joined closes the breaker of claim's NodeClass: an install succeeded.
 func (s *Store) Joined(ctx context.Context, claim *karpv1.NodeClaim) error {
 	if claim.Spec.NodeClassRef == nil {
@@ -299,7 +286,7 @@ func (s *Store) Joined(ctx context.Context, claim *karpv1.NodeClaim) error {
 		fresh.Status.Installs = nil
 	})
 	if err == nil && wasOpen {
-		s.publish(name, corev1.EventTypeNormal, EventBreakerClosed, fmt.Sprintf("nodeclaim %s installed and joined: servers are ordered again", claim.Name))
+		s.publish(breakerClosed(name, claim.Name))
 	}
 	return client.IgnoreNotFound(err)
 }
@@ -332,13 +319,9 @@ func (s *Store) update(ctx context.Context, name string, needKey bool, change fu
 	})
 }
 
-func (s *Store) publish(nodeClass, typ, reason, msg string) {
-	if s.Recorder == nil {
-		return
+// publish records ev (events.go) on the store's recorder, if any.
+func (s *Store) publish(ev events.Event) {
+	if s.Recorder != nil {
+		s.Recorder.Publish(ev)
 	}
-	obj := &v1alpha1.ScalewayElasticMetalNodeClass{}
-	obj.Name = nodeClass
-	obj.SetGroupVersionKind(v1alpha1.SchemeGroupVersion.WithKind("ScalewayElasticMetalNodeClass"))
-	s.Recorder.Publish(events.Event{InvolvedObject: obj, Type: typ, Reason: reason, Message: msg,
-		DedupeValues: []string{nodeClass, reason, msg}})
 }

@@ -200,7 +200,7 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 	// window ends; the lookup above then searches the order's zone too.
 	if zone, ok := c.API.OrderInFlight(scaleway.Tag(scaleway.TagNodeClaim, claim.Name)); ok {
 		c.Inventory.Saw(string(zone))
-		c.publish(claim, corev1.EventTypeWarning, "OrderInFlight", fmt.Sprintf("an earlier order in %s may have been taken; waiting for its server before any spare or new order", zone))
+		c.publish(earlierOrderInFlight(claim, zone))
 		return nil, fmt.Errorf("nodeclaim %s: %w (sent to %s); no spare is taken and nothing is ordered until it shows or its settle window ends", claim.Name, scaleway.ErrOrderInFlight, zone)
 	}
 	// The same, for a server another controller process (the leader before
@@ -208,7 +208,7 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 	// claim and died before Karpenter recorded it: only its annotation
 	// says so.
 	if at, ok := c.orderingElsewhere(claim); ok {
-		c.publish(claim, corev1.EventTypeWarning, "OrderInFlight", fmt.Sprintf("an earlier controller process began giving this nodeclaim a server %s ago; waiting for it to show before any spare or new order", time.Since(at).Round(time.Second)))
+		c.publish(orderingElsewhereInFlight(claim, time.Since(at)))
 		return nil, fmt.Errorf("nodeclaim %s: %w: an earlier controller process began taking or ordering its server at %s; no spare is taken and nothing is ordered until it shows or %s have passed",
 			claim.Name, scaleway.ErrOrderInFlight, at.Format(time.RFC3339), c.API.Config().OrderSettle)
 	}
@@ -286,7 +286,7 @@ func (c *CloudProvider) Delete(ctx context.Context, claim *karpv1.NodeClaim) err
 		c.log.Info("releasing server", "nodeclaim", claim.Name, "server", srv.ID, "zone", string(srv.Zone), "why", d.Reason)
 		return nil
 	case spare.Kept:
-		c.publish(claim, corev1.EventTypeNormal, "KeptAsSpare", fmt.Sprintf("server %s kept as a spare: %s", srv.ID, d.Reason))
+		c.publish(keptAsSpare(claim, srv.ID, d.Reason))
 		return cloudprovider.NewNodeClaimNotFoundError(fmt.Errorf("server %s kept as a spare", srv.ID))
 	}
 	return cloudprovider.NewNodeClaimNotFoundError(fmt.Errorf("server %s is not (any more) nodeclaim %s's: %s", srv.ID, claim.Name, outcome))
@@ -383,23 +383,8 @@ func (c *CloudProvider) IsDrifted(ctx context.Context, claim *karpv1.NodeClaim) 
 	return "", nil
 }
 
-func (c *CloudProvider) publish(claim *karpv1.NodeClaim, typ, reason, msg string) {
-	publish(c.Recorder, claim, typ, reason, msg)
-}
-
-// publish records an event about claim on rec (nil: none).
-func publish(rec events.Recorder, claim *karpv1.NodeClaim, typ, reason, msg string) {
-	if rec == nil {
-		return
-	}
-	rec.Publish(events.Event{
-		InvolvedObject: claim,
-		Type:           typ,
-		Reason:         reason,
-		Message:        msg,
-		DedupeValues:   []string{claim.Name, reason, msg},
-	})
-}
+// publish records ev (events.go) on the provider's recorder, if any.
+func (c *CloudProvider) publish(ev events.Event) { publish(c.Recorder, ev) }
 
 // readyToOrder says whether a NodeClaim of this NodeClass may be given a
 // server. Only a NodeClass whose status controller said Ready orders. One

@@ -9,7 +9,6 @@ import (
 	"github.com/go-logr/logr"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	"github.com/scaleway/scaleway-sdk-go/scw"
-	corev1 "k8s.io/api/core/v1"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider"
 	"sigs.k8s.io/karpenter/pkg/events"
@@ -171,7 +170,7 @@ func (o *orderer) reserved(ctx context.Context, p pick) step {
 		return fail(err)
 	}
 	if srv != nil {
-		o.publish(o.claim, corev1.EventTypeNormal, "ReusedSpare", fmt.Sprintf("took spare server %s (%s) in %s from reservation %s", srv.ID, srv.OfferName, p.zone, id))
+		o.publish(reservedSpareTaken(o.claim, srv, p.zone, id))
 		return done(srv)
 	}
 	o.reservations.Exhausted(o.nc.Name, p.zone, p.offer.Name, p.billing)
@@ -194,7 +193,7 @@ func (o *orderer) spare(ctx context.Context, p pick) (st step, ok bool) {
 	if srv == nil {
 		return step{}, false
 	}
-	o.publish(o.claim, corev1.EventTypeNormal, "ReusedSpare", fmt.Sprintf("reusing spare %s server %s (%s) in %s", p.billing, srv.ID, srv.OfferName, p.zone))
+	o.publish(spareTaken(o.claim, p, srv))
 	return done(srv), true
 }
 
@@ -204,7 +203,7 @@ func (o *orderer) newServer(ctx context.Context, p pick) step {
 		// Another offering may fit under the limit; this one is set
 		// aside briefly so that Karpenter's next choice is another.
 		o.setAside(o.nc, p.zone, p.offer.Name, p.billing, o.now())
-		o.publish(o.claim, corev1.EventTypeWarning, "SpendLimitReached", fmt.Sprintf("%s (%s) in %s not ordered: %v", p.offer.Name, p.billing, p.zone, err))
+		o.publish(spendLimitReached(o.claim, p, err))
 		return passOver(err)
 	}
 	if o.record != nil {
@@ -225,7 +224,7 @@ func (o *orderer) newServer(ctx context.Context, p pick) step {
 		return o.orderFailed(p, err)
 	}
 	o.limits.Ordered(srv, p.zone, p.offer)
-	o.publish(o.claim, corev1.EventTypeNormal, "Ordered", fmt.Sprintf("ordered %s (%s) in %s: server %s", p.offer.Name, p.billing, p.zone, srv.ID))
+	o.publish(ordered(o.claim, p, srv))
 	return done(srv)
 }
 
@@ -242,7 +241,7 @@ func (o *orderer) orderFailed(p pick, err error) step {
 		o.offers.MarkUnavailable(p.zone, p.offer.Name, p.billing, catalog.ReasonQuota)
 	case scaleway.IsOrderRefused(err):
 		o.offers.MarkUnavailable(p.zone, p.offer.Name, p.billing, catalog.ReasonRefused)
-		o.publish(o.claim, corev1.EventTypeWarning, "OrderRefused", fmt.Sprintf("%s (%s) in %s: %v", p.offer.Name, p.billing, p.zone, err))
+		o.publish(orderRefused(o.claim, p, err))
 		return fail(cloudprovider.NewInsufficientCapacityError(fmt.Errorf("ordering %s in %s was refused: %w", p.offer.Name, p.zone, err)))
 	default:
 		// An order whose answer was lost (ErrOrderInFlight on the next
@@ -250,12 +249,12 @@ func (o *orderer) orderFailed(p pick, err error) step {
 		// settle window ends; Karpenter retries Create.
 		o.limits.InFlight(o.claimTag(), p.zone, p.offer)
 		if errors.Is(err, scaleway.ErrOrderInFlight) || scaleway.IsAmbiguous(err) {
-			o.publish(o.claim, corev1.EventTypeWarning, "OrderInFlight", fmt.Sprintf("the order of %s in %s may have been taken; looking for its server before any new order", p.offer.Name, p.zone))
+			o.publish(orderMayBeTaken(o.claim, p))
 		}
 		return fail(fmt.Errorf("ordering %s in %s: %w", p.offer.Name, p.zone, err))
 	}
 	o.log.Info("offering unavailable, trying the next one", "offer", p.offer.Name, "zone", p.zone, "billing", p.billing, "error", err.Error())
-	o.publish(o.claim, corev1.EventTypeWarning, "OfferingUnavailable", fmt.Sprintf("%s (%s) in %s: %s", p.offer.Name, p.billing, p.zone, scaleway.Classify(err)))
+	o.publish(offeringUnavailable(o.claim, p, err))
 	return passOver(err)
 }
 
@@ -272,8 +271,5 @@ func (o *orderer) claimTag() string { return scaleway.Tag(scaleway.TagNodeClaim,
 
 func (o *orderer) nodePool() string { return o.claim.Labels[karpv1.NodePoolLabelKey] }
 
-// publish takes the claim as every publish of the project does (obj, type,
-// reason, message), so that test/chart's scan of event reasons sees its reasons.
-func (o *orderer) publish(claim *karpv1.NodeClaim, typ, reason, msg string) {
-	publish(o.recorder, claim, typ, reason, msg)
-}
+// publish records ev (events.go) on the orderer's recorder, if any.
+func (o *orderer) publish(ev events.Event) { publish(o.recorder, ev) }

@@ -28,6 +28,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/clocks"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/inventory"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
@@ -474,9 +475,7 @@ func created(s *baremetal.Server) time.Time {
 
 // Register adds the singleton to the manager.
 func (c *Controller) Register(_ context.Context, m manager.Manager) error {
-	if c.Clock == nil {
-		c.Clock = clock.RealClock{}
-	}
+	c.Clock = clocks.Or(c.Clock)
 	return controllerruntime.NewControllerManagedBy(m).
 		Named("scaleway-em.garbagecollection").
 		WatchesRawSource(singleton.Source()).

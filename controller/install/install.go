@@ -27,6 +27,7 @@ import (
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	"k8s.io/utils/clock"
 
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/clocks"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/talosapi"
@@ -398,12 +399,7 @@ func (i *Installer) progress(job *Job, p Phase, msg string) {
 	}
 }
 
-func (i *Installer) clock() clock.Clock {
-	if i.Clock == nil {
-		return clock.RealClock{}
-	}
-	return i.Clock
-}
+func (i *Installer) clock() clock.Clock { return clocks.Or(i.Clock) }
 
 func (i *Installer) retryInterval() time.Duration {
 	if i.RetryInterval > 0 {

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/clocks"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 )
@@ -60,12 +61,7 @@ type Inventory struct {
 
 func (i *Inventory) managedBy() string { return scaleway.Tag(scaleway.TagManagedBy, i.Owner.Name) }
 
-func (i *Inventory) clock() clock.Clock {
-	if i.Clock == nil {
-		return clock.RealClock{}
-	}
-	return i.Clock
-}
+func (i *Inventory) clock() clock.Clock { return clocks.Or(i.Clock) }
 
 // Saw records that the cluster has a server in zone.
 func (i *Inventory) Saw(zone string) {

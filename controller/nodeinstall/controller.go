@@ -44,6 +44,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/breaker"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/clocks"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/imagesource"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/phaselabels"
@@ -257,20 +258,13 @@ func (c *Controller) resync() time.Duration {
 	return time.Minute
 }
 
-func (c *Controller) clock() clock.Clock {
-	if c.Clock == nil {
-		return clock.RealClock{}
-	}
-	return c.Clock
-}
+func (c *Controller) clock() clock.Clock { return clocks.Or(c.Clock) }
 
-// publish records an event on the NodeClaim.
-func (c *Controller) publish(claim *karpv1.NodeClaim, typ, reason, msg string) {
-	if c.Recorder == nil {
-		return
+// publish records ev (events.go) on the controller's recorder, if any.
+func (c *Controller) publish(ev events.Event) {
+	if c.Recorder != nil {
+		c.Recorder.Publish(ev)
 	}
-	c.Recorder.Publish(events.Event{InvolvedObject: claim, Type: typ, Reason: reason, Message: msg,
-		DedupeValues: []string{claim.Name, reason, msg}})
 }
 
 // Register adds the controller to the manager; ctx bounds the workers.

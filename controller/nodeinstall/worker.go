@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -204,7 +202,7 @@ func (w *worker) job(claim *karpv1.NodeClaim, nc *v1alpha1.ScalewayElasticMetalN
 			return c.Config.Render(ctx, claim, nc, srv, hw, network)
 		},
 		Progress: func(p install.Phase, msg string) {
-			c.publish(claim, corev1.EventTypeNormal, "Install"+title(string(p)), msg)
+			c.publish(installProgress(claim, p, msg))
 		},
 		Phase: func(p install.Phase, since time.Time) {
 			w.setState(p, since)
@@ -359,9 +357,8 @@ func (w *worker) fail(ctx context.Context, srv *baremetal.Server, cause error) {
 	if errors.As(cause, &pe) {
 		phase, cause = pe.Phase, pe.Err
 	}
-	msg := fmt.Sprintf("install failed in phase %s: %v; the nodeclaim is deleted so that Karpenter replaces it; %s", phase, cause, outcome)
 	w.log.Info("install failed for good", "phase", phase, "error", cause.Error(), "server", outcome)
-	c.publish(claim, corev1.EventTypeWarning, "InstallFailed", truncate(msg, 1000))
+	c.publish(installFailed(claim, phase, cause, outcome))
 	c.Metrics.finished(phase, "failed")
 }
 
@@ -425,20 +422,6 @@ func diskSelector(nc *v1alpha1.ScalewayElasticMetalNodeClass) string {
 		return ""
 	}
 	return nc.Spec.Rescue.Disk
-}
-
-func title(s string) string {
-	if s == "" {
-		return ""
-	}
-	return strings.ToUpper(s[:1]) + s[1:]
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }
 
 func isConflict(err error) bool { return apierrors.IsConflict(err) }

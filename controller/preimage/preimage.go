@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/clocks"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/nodeinstall"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
@@ -276,12 +277,7 @@ func (c *Controller) interval() time.Duration {
 	return 2 * time.Minute
 }
 
-func (c *Controller) clock() clock.Clock {
-	if c.Clock == nil {
-		return clock.RealClock{}
-	}
-	return c.Clock
-}
+func (c *Controller) clock() clock.Clock { return clocks.Or(c.Clock) }
 
 // Register adds the singleton to the manager.
 func (c *Controller) Register(ctx context.Context, m manager.Manager) error {

@@ -40,6 +40,8 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/clocks"
 )
 
 // Timeout is Karpenter core's registrationTimeout.
@@ -130,12 +132,7 @@ func (w *Window) hold(ctx context.Context, claim *karpv1.NodeClaim, deadline tim
 	return true, nil
 }
 
-func (w *Window) clock() clock.Clock {
-	if w.Clock == nil {
-		return clock.RealClock{}
-	}
-	return w.Clock
-}
+func (w *Window) clock() clock.Clock { return clocks.Or(w.Clock) }
 
 func (w *Window) refresh() time.Duration {
 	if w.Refresh > 0 {

@@ -18,7 +18,6 @@ import (
 
 	"github.com/go-logr/logr"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	controllerruntime "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,19 +36,6 @@ import (
 
 // Finalizer on every NodeClass.
 const Finalizer = "karpenter-scaleway-em.io/termination"
-
-// Event reasons on a NodeClass being deleted.
-const (
-	// ReasonWaitingForNodeClaims: NodeClaims still use the NodeClass.
-	ReasonWaitingForNodeClaims = "WaitingForNodeClaims"
-	// ReasonSparesReleased: its spares were deleted.
-	ReasonSparesReleased = "SparesReleased"
-	// ReasonSparesHandedOver: its spares were handed over (Keep).
-	ReasonSparesHandedOver = "SparesHandedOver"
-	// ReasonRemovalBlocked: the spares could not be listed or ended (the
-	// Scaleway API failed); retried with backoff.
-	ReasonRemovalBlocked = "RemovalBlocked"
-)
 
 // WaitInterval between checks while NodeClaims still use the NodeClass
 // (their deletion also triggers one).
@@ -83,22 +69,20 @@ func (c *Controller) Reconcile(ctx context.Context, nc *v1alpha1.ScalewayElastic
 		return reconcile.Result{}, err
 	}
 	if len(claims) > 0 {
-		c.publish(nc, corev1.EventTypeNormal, ReasonWaitingForNodeClaims,
-			fmt.Sprintf("deletion waits for %d nodeclaim(s) to go: %s", len(claims), strings.Join(claims, ", ")))
+		c.publish(waitingForNodeClaims(nc, claims))
 		return reconcile.Result{RequeueAfter: WaitInterval}, nil
 	}
 	// Recorded before the listing: a spare it misses (kept moments ago,
 	// not listed yet) is handed over later by the garbage collector.
 	if c.Records != nil && nc.Spec.Billing.KeepSparesOnDeletion() {
 		if err := c.Records.Keep(ctx, nc.Name, nc.DeletionTimestamp.Time); err != nil {
-			c.publish(nc, corev1.EventTypeWarning, ReasonRemovalBlocked, fmt.Sprintf("deletion waits (retried with backoff): %v", err))
+			c.publish(recordBlocked(nc, err))
 			return reconcile.Result{}, err
 		}
 	}
 	ended, err := c.endSpares(ctx, nc)
 	if err != nil {
-		c.publish(nc, corev1.EventTypeWarning, ReasonRemovalBlocked,
-			fmt.Sprintf("deletion waits: its spares cannot be ended yet (retried with backoff): %v", err))
+		c.publish(sparesBlocked(nc, err))
 		return reconcile.Result{}, err
 	}
 	c.reportEnded(nc, ended)
@@ -135,12 +119,7 @@ func (c *Controller) reportEnded(nc *v1alpha1.ScalewayElasticMetalNodeClass, end
 	if len(ended) == 0 {
 		return
 	}
-	reason, what := ReasonSparesReleased, "released (the rest of their paid month is forfeited)"
-	if nc.Spec.Billing.KeepSparesOnDeletion() {
-		reason, what = ReasonSparesHandedOver, fmt.Sprintf("handed over: tagged %s, no longer managed; find them with `scw baremetal server list tags.0=%s zone=<zone>`",
-			scaleway.Tag(scaleway.TagHandedOverBy, c.Spares.Owner.Name), scaleway.Tag(scaleway.TagHandedOverBy, c.Spares.Owner.Name))
-	}
-	c.publish(nc, corev1.EventTypeNormal, reason, fmt.Sprintf("%d spare(s) %s: %s", len(ended), what, strings.Join(ended, ", ")))
+	c.publish(sparesEnded(nc, c.Spares.Owner.Name, ended))
 }
 
 // claimsOf names the NodeClaims that use NodeClass name.
@@ -195,12 +174,11 @@ func (c *Controller) endSpares(ctx context.Context, nc *v1alpha1.ScalewayElastic
 	return ended, nil
 }
 
-func (c *Controller) publish(nc *v1alpha1.ScalewayElasticMetalNodeClass, typ, reason, msg string) {
-	if c.Recorder == nil {
-		return
+// publish records ev (events.go) on the controller's recorder, if any.
+func (c *Controller) publish(ev events.Event) {
+	if c.Recorder != nil {
+		c.Recorder.Publish(ev)
 	}
-	c.Recorder.Publish(events.Event{InvolvedObject: nc, Type: typ, Reason: reason, Message: msg,
-		DedupeValues: []string{nc.Name, reason, msg}})
 }
 
 // Register adds the controller: NodeClasses, and the deletion of their NodeClaims.

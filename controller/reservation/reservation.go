@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/karpenter/pkg/scheduling"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/clocks"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
@@ -262,12 +263,7 @@ func (c *Cache) entry(k key) *entry {
 	return e
 }
 
-func (c *Cache) clock() clock.Clock {
-	if c.Clock == nil {
-		return clock.RealClock{}
-	}
-	return c.Clock
-}
+func (c *Cache) clock() clock.Clock { return clocks.Or(c.Clock) }
 
 // Offerings adds groups to its as reserved offerings, on the instance type
 // of their offer, priced from the on-demand offering of their zone and

@@ -27,6 +27,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/billing"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/clocks"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
@@ -579,9 +580,4 @@ func (k *Keeper) changed(zone scw.Zone) {
 	}
 }
 
-func (k *Keeper) clock() clock.Clock {
-	if k.Clock == nil {
-		return clock.RealClock{}
-	}
-	return k.Clock
-}
+func (k *Keeper) clock() clock.Clock { return clocks.Or(k.Clock) }

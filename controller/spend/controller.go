@@ -12,6 +12,8 @@ import (
 	"k8s.io/utils/clock"
 	controllerruntime "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/clocks"
 )
 
 // Metric names.
@@ -57,9 +59,7 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 
 // Register adds the singleton to the manager.
 func (c *Controller) Register(_ context.Context, m manager.Manager) error {
-	if c.Clock == nil {
-		c.Clock = clock.RealClock{}
-	}
+	c.Clock = clocks.Or(c.Clock)
 	return controllerruntime.NewControllerManagedBy(m).
 		Named("scaleway-em.spend").
 		WatchesRawSource(singleton.Source()).

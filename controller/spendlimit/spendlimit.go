@@ -32,6 +32,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/billing"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/clocks"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spend"
 )
@@ -310,12 +311,7 @@ func (l *Limiter) lock(nodeClass string) func() {
 	return m.Unlock
 }
 
-func (l *Limiter) clock() clock.Clock {
-	if l.Clock == nil {
-		return clock.RealClock{}
-	}
-	return l.Clock
-}
+func (l *Limiter) clock() clock.Clock { return clocks.Or(l.Clock) }
 
 func (l *Limiter) pendingFor() time.Duration {
 	if l.Pending > 0 {

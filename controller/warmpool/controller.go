@@ -13,7 +13,6 @@ import (
 	"github.com/go-logr/logr"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	"github.com/scaleway/scaleway-sdk-go/scw"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
 	controllerruntime "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/clocks"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/ordertags"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
@@ -157,14 +157,14 @@ func (c *Controller) reconcile(ctx context.Context, nc *v1alpha1.ScalewayElastic
 			errs = append(errs, err)
 			continue
 		}
-		c.publish(nc, corev1.EventTypeNormal, "WarmPoolReleased", fmt.Sprintf("released warm-pool server %s (%s, %s) in %s: %s", s.ID, s.OfferName, billing(s), s.Zone, releaseWhy(s)))
+		c.publish(released(nc, s, billing(s)))
 	}
 	for _, s := range plan.Demote {
 		if err := c.demote(ctx, s); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		c.publish(nc, corev1.EventTypeNormal, "WarmPoolDemoted", fmt.Sprintf("monthly server %s (%s) in %s left the warm pool: kept as an ordinary spare until its paid period ends", s.ID, s.OfferName, s.Zone))
+		c.publish(demoted(nc, s))
 	}
 	cond := condition{ok: true, reason: ReasonFull, message: "every warm-pool server is delivered"}
 	if len(plan.Order) > 0 {
@@ -216,7 +216,7 @@ func (c *Controller) order(ctx context.Context, nc *v1alpha1.ScalewayElasticMeta
 			continue
 		}
 		if err := limits.Check(k.Zone, offer); err != nil {
-			c.publish(nc, corev1.EventTypeWarning, "WarmPoolSpendLimit", fmt.Sprintf("warm-pool server %s not ordered: %v", k, err))
+			c.publish(spendLimitReached(nc, k, err))
 			cond = condition{reason: ReasonOrdersBlocked, message: err.Error()}
 			continue
 		}
@@ -250,7 +250,7 @@ func (c *Controller) order(ctx context.Context, nc *v1alpha1.ScalewayElasticMeta
 		if ordered {
 			limits.Ordered(srv, k.Zone, offer)
 			c.Metrics.ordered(nc.Name, k)
-			c.publish(nc, corev1.EventTypeNormal, "WarmPoolOrdered", fmt.Sprintf("ordered warm-pool server %s (%s) in %s: server %s", k.Offer, k.Billing, k.Zone, srv.ID))
+			c.publish(slotOrdered(nc, k, srv.ID))
 		}
 	}
 	return cond
@@ -265,14 +265,13 @@ func (c *Controller) orderFailed(nc *v1alpha1.ScalewayElasticMetalNodeClass, k K
 	case scaleway.IsOrderRefused(err):
 		c.Catalog.MarkUnavailable(k.Zone, k.Offer, k.Billing, catalog.ReasonRefused)
 	}
-	msg := fmt.Sprintf("ordering warm-pool server %s: %s: %v", k, scaleway.Classify(err), err)
 	c.Log.Info("warm-pool order failed", "nodeclass", nc.Name, "offering", k.String(), "error", err.Error())
-	c.publish(nc, corev1.EventTypeWarning, "WarmPoolOrderFailed", msg)
-	return condition{reason: ReasonOfferingUnavail, message: msg}
+	c.publish(orderFailed(nc, k, err))
+	return condition{reason: ReasonOfferingUnavail, message: orderFailedMessage(k, err)}
 }
 
 func (c *Controller) blocked(nc *v1alpha1.ScalewayElasticMetalNodeClass, err error) condition {
-	c.publish(nc, corev1.EventTypeWarning, "WarmPoolOrdersBlocked", err.Error())
+	c.publish(ordersBlocked(nc, err))
 	return condition{reason: ReasonOrdersBlocked, message: err.Error()}
 }
 
@@ -367,27 +366,14 @@ func delivering(keep map[Key][]*baremetal.Server) int {
 	return n
 }
 
-func releaseWhy(s *baremetal.Server) string {
-	if s.Status == baremetal.ServerStatusError || s.Status == baremetal.ServerStatusOutOfStock {
-		return "it is in status " + string(s.Status)
+// publish records ev (events.go) on the controller's recorder, if any.
+func (c *Controller) publish(ev events.Event) {
+	if c.Recorder != nil {
+		c.Recorder.Publish(ev)
 	}
-	return "the pool wants fewer"
 }
 
-func (c *Controller) publish(nc *v1alpha1.ScalewayElasticMetalNodeClass, typ, reason, msg string) {
-	if c.Recorder == nil {
-		return
-	}
-	c.Recorder.Publish(events.Event{InvolvedObject: nc, Type: typ, Reason: reason, Message: msg,
-		DedupeValues: []string{nc.Name, reason, msg}})
-}
-
-func (c *Controller) clock() clock.Clock {
-	if c.Clock == nil {
-		return clock.RealClock{}
-	}
-	return c.Clock
-}
+func (c *Controller) clock() clock.Clock { return clocks.Or(c.Clock) }
 
 // Register adds the singleton to the manager.
 func (c *Controller) Register(_ context.Context, m manager.Manager) error {

@@ -272,11 +272,33 @@ var zoneRE = regexp.MustCompile(`^[a-z]{2}-[a-z]{3}-[0-9]$`)
 
 // Validate reports the first invalid field, naming it and the reason.
 func (o Options) Validate() error {
+	// One check per group of fields, in the order the fields were always
+	// checked, so the first error named stays the same.
+	for _, check := range []func() error{
+		o.validateZones, o.validateTiming, o.validateIDs,
+		func() error { return validateOfferCounts("Stock", o.Stock, "zone", zoneRE) },
+		func() error { return validateOfferCounts("Quotas", o.Quotas, "project", uuidRE) },
+		o.validateStockout, o.validateCounts, o.validateLags, o.validateKexec, o.validatePageSizes,
+		o.validateVariants,
+	} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (o Options) validateZones() error {
 	for _, z := range o.Zones {
 		if !zoneRE.MatchString(z) {
 			return fmt.Errorf("scwsim: Options.Zones: %q is not a zone like fr-par-2", z)
 		}
 	}
+	return nil
+}
+
+// validateTiming checks the fields that stretch the simulated time.
+func (o Options) validateTiming() error {
 	if o.Jitter < 0 || o.Jitter >= 1 {
 		return fmt.Errorf("scwsim: Options.Jitter: %v is not in [0, 1)", o.Jitter)
 	}
@@ -288,48 +310,59 @@ func (o Options) Validate() error {
 			return fmt.Errorf("scwsim: Options.Delays.%s: %v is negative", name, d)
 		}
 	}
+	return nil
+}
+
+// validateIDs checks that every organisation, project and private network
+// id is a UUID, as Scaleway's are.
+func (o Options) validateIDs() error {
 	for _, id := range []struct{ field, v string }{{"OrganizationID", o.OrganizationID}, {"ProjectID", o.ProjectID}} {
 		if id.v != "" && !uuidRE.MatchString(id.v) {
 			return fmt.Errorf("scwsim: Options.%s: %q is not a UUID", id.field, id.v)
 		}
 	}
-	for _, p := range o.AllowedProjects {
-		if !uuidRE.MatchString(p) {
-			return fmt.Errorf("scwsim: Options.AllowedProjects: %q is not a UUID", p)
+	for _, list := range []struct {
+		field string
+		ids   []string
+	}{{"AllowedProjects", o.AllowedProjects}, {"PrivateNetworkIDs", o.PrivateNetworkIDs}} {
+		for _, p := range list.ids {
+			if !uuidRE.MatchString(p) {
+				return fmt.Errorf("scwsim: Options.%s: %q is not a UUID", list.field, p)
+			}
 		}
 	}
-	for _, p := range o.PrivateNetworkIDs {
-		if !uuidRE.MatchString(p) {
-			return fmt.Errorf("scwsim: Options.PrivateNetworkIDs: %q is not a UUID", p)
-		}
-	}
-	for k, n := range o.Stock {
+	return nil
+}
+
+// validateOfferCounts checks a map of counts keyed by an offer name, with
+// an optional "<scope>/" prefix that re matches (Stock by zone, Quotas by
+// project).
+func validateOfferCounts(field string, counts map[string]int, scope string, re *regexp.Regexp) error {
+	for k, n := range counts {
 		if n < 0 {
-			return fmt.Errorf("scwsim: Options.Stock[%q]: %d is negative", k, n)
+			return fmt.Errorf("scwsim: Options.%s[%q]: %d is negative", field, k, n)
 		}
-		if _, _, err := splitKey(k, "zone", zoneRE); err != nil {
-			return fmt.Errorf("scwsim: Options.Stock[%q]: %w", k, err)
+		_, name, err := splitKey(k, scope, re)
+		if err != nil {
+			return fmt.Errorf("scwsim: Options.%s[%q]: %w", field, k, err)
 		}
-		if _, name, _ := splitKey(k, "zone", zoneRE); !knownOfferName(name) {
-			return fmt.Errorf("scwsim: Options.Stock[%q]: no offer named %q in the catalogue", k, name)
-		}
-	}
-	for k, n := range o.Quotas {
-		if n < 0 {
-			return fmt.Errorf("scwsim: Options.Quotas[%q]: %d is negative", k, n)
-		}
-		if _, _, err := splitKey(k, "project", uuidRE); err != nil {
-			return fmt.Errorf("scwsim: Options.Quotas[%q]: %w", k, err)
-		}
-		if _, name, _ := splitKey(k, "project", uuidRE); !knownOfferName(name) {
-			return fmt.Errorf("scwsim: Options.Quotas[%q]: no offer named %q in the catalogue", k, name)
+		if !knownOfferName(name) {
+			return fmt.Errorf("scwsim: Options.%s[%q]: no offer named %q in the catalogue", field, k, name)
 		}
 	}
+	return nil
+}
+
+func (o Options) validateStockout() error {
 	switch o.Stockout {
 	case "", StockoutError, StockoutServer:
-	default:
-		return fmt.Errorf("scwsim: Options.Stockout: %q is not %q or %q", o.Stockout, StockoutError, StockoutServer)
+		return nil
 	}
+	return fmt.Errorf("scwsim: Options.Stockout: %q is not %q or %q", o.Stockout, StockoutError, StockoutServer)
+}
+
+// validateCounts checks the plain counts: none may be negative.
+func (o Options) validateCounts() error {
 	for _, f := range []struct {
 		name string
 		v    int
@@ -339,6 +372,11 @@ func (o Options) Validate() error {
 			return fmt.Errorf("scwsim: Options.%s: %d is negative", f.name, f.v)
 		}
 	}
+	return nil
+}
+
+// validateLags checks the listing lags and the rate limit.
+func (o Options) validateLags() error {
 	if o.ListLag < 0 {
 		return fmt.Errorf("scwsim: Options.ListLag: %v is negative", o.ListLag)
 	}
@@ -348,6 +386,10 @@ func (o Options) Validate() error {
 	if o.RateLimit < 0 || o.RateBurst < 0 {
 		return fmt.Errorf("scwsim: Options.RateLimit/RateBurst: %v/%d is negative", o.RateLimit, o.RateBurst)
 	}
+	return nil
+}
+
+func (o Options) validateKexec() error {
 	for k, v := range o.Kexec {
 		if k != "*" && !knownOfferName(k) {
 			return fmt.Errorf("scwsim: Options.Kexec[%q]: no offer named %q in the catalogue", k, k)
@@ -357,10 +399,14 @@ func (o Options) Validate() error {
 				KexecAccepted, KexecDisabled, KexecLockdown, KexecSecureBoot, KexecUnsupported)
 		}
 	}
+	return nil
+}
+
+func (o Options) validatePageSizes() error {
 	if o.DefaultPageSize > 0 && o.MaxPageSize > 0 && o.DefaultPageSize > o.MaxPageSize {
 		return fmt.Errorf("scwsim: Options.DefaultPageSize: %d is above MaxPageSize %d", o.DefaultPageSize, o.MaxPageSize)
 	}
-	return o.validateVariants()
+	return nil
 }
 
 // splitKey splits "prefix/NAME" or "NAME"; prefix must match re.

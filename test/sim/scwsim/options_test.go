@@ -47,6 +47,16 @@ func TestOptionsValidateNamesTheField(t *testing.T) {
 		"Options.NICs":              {NICs: -2},
 		"Options.DefaultPageSize":   {DefaultPageSize: 200, MaxPageSize: 100},
 		"Options.PrivateNetworkIDs": {PrivateNetworkIDs: []string{"pn"}},
+		"Options.OrganizationID":    {OrganizationID: "o"},
+		"Options.Jitter":            {Jitter: -0.1},
+		`Options.Quotas["EM-NOPE"]`: {Quotas: map[string]int{"EM-NOPE": 1}},
+		`Options.Quotas["p/`:        {Quotas: map[string]int{"p/EM-B112X-SSD": 1}},
+		"Options.ListLag":           {ListLag: -time.Second},
+		"Options.StaleLag":          {StaleLag: -time.Second},
+		"Options.RateLimit":         {RateBurst: -1},
+		"Options.Kexec":             {Kexec: map[string]string{"EM-NOPE": KexecAccepted}},
+		// Two bad fields: the one checked first is named, zones before stock.
+		"Options.Zones: ": {Zones: []string{"paris"}, Stock: map[string]int{"EM-NOPE": 1}},
 	} {
 		err := o.Validate()
 		if err == nil || !strings.Contains(err.Error(), field) {
