@@ -163,7 +163,8 @@ bench: deps build tools bench-nodes ## performance figures (em-imager vs curl|xz
 
 # Per node, realistic profile: time to Ready on a new server and on a spare, split into Scaleway's delivery and
 # reboots, the node's boot and the provider's overhead, with the API calls per server (about 20 minutes of real
-# time; BENCH_SCALE=0.1 runs the simulator 10x faster, about 4 minutes, and scales Scaleway's share back); then
+# time; BENCH_SCALE=0.1 runs the simulator 10x faster, about 4 minutes, and scales Scaleway's share back), for
+# each kexec mode of BENCH_KEXEC (default on,off,refused) in its own world at the same time, one table at the end; then
 # 50 NodeClaims at once (test profile): all Ready, orders == NodeClaims, controller peak RSS.
 bench-nodes: deps build tools ## node times (new server, spare), overhead, API calls per server; 50 NodeClaims at once
 	$(GO) test -run '^$$' -bench RealisticNodeTimes -benchtime 1x -timeout 90m ./test/e2e/

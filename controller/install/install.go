@@ -255,8 +255,13 @@ type Job struct {
 	Joined func(ctx context.Context) (bool, error)
 	// Kexec reports whether the booting phase may boot the written image
 	// with em-imager kexec from rescue (the NodeClass's spec.boot Auto);
-	// nil or false: always Scaleway's reboot. Read when booting starts.
+	// nil or false: always Scaleway's reboot. Read when imaging ends (the
+	// jump's record goes with phase booting's write).
 	Kexec func(ctx context.Context) bool
+	// kexecPending: this process wrote the jump's record with phase
+	// booting and has not run the jump yet (a record found without it may
+	// stand for a jump an earlier process made).
+	kexecPending bool
 	// configSHA is the sha256 of the config this run's write-config put on
 	// the disk ("" after a restart): kexec checks the disk still holds it.
 	configSHA string

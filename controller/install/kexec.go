@@ -68,21 +68,49 @@ const (
 	KexecNoNode      = "no-node"     // no node within the grace after a jump: Scaleway's reboot
 )
 
+// mayKexec reports whether the booting phase will try the jump: the job
+// allows it, the config is on the disk (delivery), and srv runs the
+// install's keyed rescue.
+func mayKexec(pctx context.Context, job *Job, srv *baremetal.Server, delivery ConfigDelivery) bool {
+	return job.Kexec != nil && delivery == DeliveryDisk && InKeyedRescue(srv) && job.Kexec(pctx)
+}
+
+// recordKexec sets the jump's record (the Unix time of now) in a tag list.
+func (i *Installer) recordKexec(tags []string) []string {
+	tags, _ = scaleway.SetTagIn(tags, TagKexec, strconv.FormatInt(i.clock().Now().Unix(), 10))
+	return tags
+}
+
 // kexecBoot boots the written image by kexec when the job allows it and
 // the server runs the install's keyed rescue, or resumes a jump ordered
 // before (a restart): joined is true once the node registered. false
 // without an error means "reboot through the API instead" (not allowed,
 // refused, or no node within the grace).
+//
+// The jump's record is normally written with phase booting (one write,
+// see image), and job.kexecPending says this process wrote it and has not
+// jumped yet. A record found without it was written by an earlier process
+// that may have jumped: nothing jumps again, the node gets the grace.
 func (i *Installer) kexecBoot(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, host string) (joined bool, _ *baremetal.Server, _ error) {
 	_, ordered := KexecSince(srv)
 	if ordered && srv.BootType != baremetal.ServerBootTypeRescue {
 		// Rebooted through the API since (a fallback whose record outlived
 		// a restart): the boot type says what comes up.
+		job.kexecPending = false
 		return false, i.unmarkKexec(ctx, srv), nil
 	}
-	if !ordered {
-		if job.Kexec == nil || DeliveryOf(srv) != DeliveryDisk || !InKeyedRescue(srv) || !job.Kexec(pctx) {
-			return false, srv, nil
+	if !ordered || job.kexecPending {
+		if !ordered {
+			// Booting entered without the record (written by a version
+			// that recorded the jump on its own): record it first.
+			if !mayKexec(pctx, job, srv, DeliveryOf(srv)) {
+				return false, srv, nil
+			}
+			marked, err := i.markKexec(ctx, srv)
+			if err != nil {
+				return false, srv, err
+			}
+			srv = marked
 		}
 		jumped, next, err := i.jump(ctx, pctx, log, job, srv, host)
 		if err != nil || !jumped {
@@ -93,11 +121,9 @@ func (i *Installer) kexecBoot(ctx, pctx context.Context, log logr.Logger, job *J
 	return i.awaitKexecNode(ctx, pctx, log, job, srv), srv, nil
 }
 
-// jump records the order on the server, then runs em-imager kexec in the
-// keyed rescue. jumped is true when the jump happened or may have (the
-// session broke and rescue no longer answers); false after a refusal, with
-// the record removed, for the caller to reboot.
-func (i *Installer) jump(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, host string) (jumped bool, _ *baremetal.Server, _ error) {
+// markKexec records the jump on srv on its own write, when phase booting
+// was written without it.
+func (i *Installer) markKexec(ctx context.Context, srv *baremetal.Server) (*baremetal.Server, error) {
 	owner := claimOf(srv.Tags)
 	lost := false
 	marked, err := i.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
@@ -105,22 +131,31 @@ func (i *Installer) jump(ctx, pctx context.Context, log logr.Logger, job *Job, s
 			lost = true
 			return tags, false
 		}
-		tags, _ = scaleway.SetTagIn(tags, TagKexec, strconv.FormatInt(i.clock().Now().Unix(), 10))
-		return tags, true
+		return i.recordKexec(tags), true
 	})
 	if err != nil {
-		return false, srv, &PhaseError{Phase: PhaseBooting, Err: fmt.Errorf("recording the kexec jump: %w", err)}
+		return srv, &PhaseError{Phase: PhaseBooting, Err: fmt.Errorf("recording the kexec jump: %w", err)}
 	}
 	if lost {
-		return false, srv, fmt.Errorf("recording the kexec jump on server %s: %w", srv.ID, ErrNotOwned)
+		return srv, fmt.Errorf("recording the kexec jump on server %s: %w", srv.ID, ErrNotOwned)
 	}
-	srv = marked
+	return marked, nil
+}
+
+// jump runs em-imager kexec in the keyed rescue, srv carrying the jump's
+// record. jumped is true when the jump happened or may have (the session
+// broke and rescue no longer answers); false after a refusal, with the
+// record removed before the caller's reboot through the API (a record
+// with boot type rescue says a jump may have happened), so that it never
+// claims a jump that was refused.
+func (i *Installer) jump(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, host string) (jumped bool, _ *baremetal.Server, _ error) {
 	disk, _ := scaleway.TagValue(srv.Tags, TagDisk)
 	i.progress(job, PhaseBooting, "booting Talos from rescue with kexec (no firmware reboot)")
 	outcome, err := i.runKexec(pctx, log, job, srv, host, disk)
 	i.Metrics.observeKexec(outcome)
 	switch outcome {
 	case KexecJumped:
+		job.kexecPending = false
 		log.Info("em-imager jumped into Talos with kexec; Scaleway still shows boot type rescue", "disk", disk)
 		// That rescue boot is over: its mark and host key pin say nothing
 		// of whatever answers on the address next.
@@ -136,10 +171,12 @@ func (i *Installer) jump(ctx, pctx context.Context, log logr.Logger, job *Job, s
 	case "":
 		// Neither a jump nor a refusal: the disk does not hold what imaging
 		// verified; no boot would make a node of it.
+		job.kexecPending = false
 		return false, i.unmarkKexec(ctx, srv), &PhaseError{Phase: PhaseBooting, Release: true, Err: err}
 	}
 	log.Info("kexec not done; rebooting into Talos through the API", "outcome", outcome, "error", errString(err))
 	i.progress(job, PhaseBooting, fmt.Sprintf("kexec %s (%s): rebooting into Talos through the API", outcome, errString(err)))
+	job.kexecPending = false
 	return false, i.unmarkKexec(ctx, srv), nil
 }
 

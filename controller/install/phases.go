@@ -304,7 +304,15 @@ func (i *Installer) image(ctx, pctx context.Context, log logr.Logger, job *Job, 
 	if job.imageTags != nil {
 		more = append(more, job.imageTags)
 	}
-	return i.setPhase(ctx, srv, PhaseBooting, more...)
+	// The kexec jump's record goes in the same write as phase booting,
+	// before the jump: a restart after it knows Talos may be running.
+	kexec := mayKexec(pctx, job, srv, img.Delivery)
+	if kexec {
+		more = append(more, i.recordKexec)
+	}
+	srv, err = i.setPhase(ctx, srv, PhaseBooting, more...)
+	job.kexecPending = kexec && err == nil
+	return srv, err
 }
 
 // saveImageTags writes the image tags held for the booting phase's write

@@ -28,10 +28,10 @@ const maxCallsPerServer = 40
 // write per phase change, each tag edit after a read by ID (a listing may lag:
 // issue 31 path 14) unless this process's own write answered it.
 // With the kexec boot (spec.boot Auto, the default) the reboot into Talos
-// gives way to the jump's record on the server (a read by ID and a write)
-// and the write dropping the rescue marks after it: two more.
+// gives way to the write dropping the rescue marks after the jump; the
+// jump's record goes in phase booting's write (no call of its own).
 // docs/api-calls.md lists them; issue 17's goal was 10, before the reads.
-const callBudgetPerServer = 15
+const callBudgetPerServer = 13
 
 // Pods of 3 CPUs fit the cheapest 4-thread offer one per node; 10 CPUs need a
 // 12-thread offer: two instance types from one NodePool.

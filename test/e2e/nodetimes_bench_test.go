@@ -5,6 +5,8 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,7 +22,17 @@ import (
 )
 
 // BenchmarkRealisticNodeTimes: the realistic delay profile (delivery ~4.5
-// min, reboots ~2.5 min, 10% jitter), a monthly NodePool. Wave 1: BENCH_NODES
+// min, reboots ~2.5 min, 10% jitter), a monthly NodePool, measured in one run
+// for each boot mode of BENCH_KEXEC (default "on,off,refused"): on is
+// spec.boot Auto on rescue kernels that allow kexec, off is spec.boot Reboot,
+// refused is Auto on rescue kernels that refuse kexec (the fallback to
+// Scaleway's reboot). Each mode has its own world (simulator, API server,
+// controller), and the modes run at the same time: the run mostly waits on
+// simulated Scaleway delays, so three worlds take the wall time of one. The
+// last lines are one table: pre-imaged spare to Ready and new server to Ready
+// per mode.
+//
+// In each world, wave 1: BENCH_NODES
 // (default 3) pods, one per node, on new servers (the cold path). Then the
 // pods go, Karpenter consolidates, the servers stay as spares (monthly); once
 // each spare is pre-imaged or quiet (ready, tags and status unchanged for
@@ -42,94 +54,183 @@ func BenchmarkRealisticNodeTimes(b *testing.B) {
 	scale := envFloat(b, "BENCH_SCALE", 1)
 	n := int(envFloat(b, "BENCH_NODES", 3))
 	quiet := time.Duration(envFloat(b, "BENCH_SPARE_QUIET", 150) * float64(time.Second))
-	// Printed, not b.Logf: a benchmark's log is cut to a few lines.
-	report := func(format string, args ...any) { fmt.Printf(format+"\n", args...) }
+	modes := benchKexecModes(b)
 	for range b.N {
-		e := harness.Start(b, harness.Setup{
-			World:   world.Options{Profile: scwsim.ProfileRealistic, Sim: func(o *scwsim.Options) { o.Scale = scale }},
-			Zones:   []string{"fr-par-2"},
-			Timeout: 100 * time.Minute,
-			NodeClass: func(nc *v1alpha1.ScalewayElasticMetalNodeClass) {
-				nc.Spec.Billing = v1alpha1.BillingSpec{Periods: []string{"monthly"}, MinimumLifetime: &metav1.Duration{Duration: 24 * time.Hour}}
-			},
-			Reqs: []corev1.NodeSelectorRequirement{{Key: catalog.LabelBillingPeriod, Operator: corev1.NodeSelectorOpIn, Values: []string{"monthly"}}},
-		})
-		long := time.Duration(float64(40*time.Minute)*scale) + 10*time.Minute
-
-		report("realistic profile, simulator delays x%g; wave 1: %d pods, one per node, on new monthly servers", scale, n)
-		t1 := time.Now()
-		wl := e.Run("wave", n, "1", "512Mi", true)
-		e.WaitBound("wave", n, long)
-		wave1 := time.Since(t1)
-		orders1 := orders(e)
-
-		report("wave 1 bound in %s; removing the pods: consolidation keeps the monthly servers as spares", nodetimes.Fmt(wave1))
-		wl.ScaleTo(0)
-		waitQuietSpares(e, n, quiet, long)
-
-		t2 := time.Now()
-		wl.ScaleTo(n)
-		e.WaitBound("wave", n, long)
-		wave2 := time.Since(t2)
-		orders2 := orders(e) - orders1
-
-		e.Track.Stop()
-		calls := e.W.Sim.Calls()
-		var lives []nodetimes.Life
-		for _, tl := range e.Track.Timelines() {
-			lives = append(lives, nodetimes.Lives(tl, calls)...)
+		figures := make([]modeFigures, len(modes))
+		var wg sync.WaitGroup
+		for k, m := range modes {
+			wg.Add(1)
+			go func() {
+				// A Fatalf in a world ends this goroutine only; its
+				// figures stay empty and the table says so.
+				defer wg.Done()
+				figures[k] = realisticNodeTimes(b, m, scale, n, quiet)
+			}()
 		}
-		report("wave 1: %d new orders, pods bound after %s; wave 2: %d new orders, pods bound after %s (real time)",
-			orders1, nodetimes.Fmt(wave1), orders2, nodetimes.Fmt(wave2))
-		sort.SliceStable(lives, func(i, j int) bool {
-			return !lives[i].Reused && lives[j].Reused || lives[i].Reused == lives[j].Reused && lives[i].Start.Before(lives[j].Start)
-		})
-		report("%s", nodetimes.Table(lives, scale))
-		for _, reused := range []bool{false, true} {
-			var total, over []time.Duration
-			var ncalls []int
-			for _, l := range lives {
-				if l.Reused == reused && !l.Ready.IsZero() {
-					total = append(total, l.Projected(scale))
-					over = append(over, l.Provider)
-					ncalls = append(ncalls, len(l.Calls))
-				}
-			}
-			name := "cold"
-			if reused {
-				name = "spare"
-			}
-			if len(total) == 0 {
-				b.Errorf("no %s node became Ready", name)
-				continue
-			}
-			mt, xt := nodetimes.Stats(total)
-			mo, xo := nodetimes.Stats(over)
-			mc, xc := nodetimes.Stats(ncalls)
-			report("%s: time to Ready median %s max %s; provider overhead median %s max %s; API calls to Ready median %d max %d",
-				name, nodetimes.Fmt(mt), nodetimes.Fmt(xt), nodetimes.Fmt(mo), nodetimes.Fmt(xo), mc, xc)
-			b.ReportMetric(mt.Minutes(), name+"-min-to-ready")
-			b.ReportMetric(xo.Seconds(), name+"-max-overhead-s")
-			b.ReportMetric(float64(xc), name+"-max-calls")
-		}
-		perServer := map[string][]scwsim.Call{}
-		for _, c := range calls {
-			if c.ServerID != "" {
-				perServer[c.ServerID] = append(perServer[c.ServerID], c)
-			}
-		}
-		var whole []int
-		for id, cs := range perServer {
-			whole = append(whole, len(cs))
-			report("server %s, both lives and the keep as a spare: %d calls: %s", id[:8], len(cs), nodetimes.Kinds(cs))
-		}
-		mw, xw := nodetimes.Stats(whole)
-		report("API calls per server over the run (order, install, spare, reuse): median %d max %d", mw, xw)
-		if orders2 != 0 {
-			b.Errorf("wave 2 ordered %d servers; want 0 (the spares)", orders2)
-		}
-		e.AssertNoDuplicateOrders()
+		wg.Wait()
+		fmt.Printf("%s", modeTable(modes, figures, scale))
 	}
+}
+
+// benchKexecMode is one boot mode the benchmark measures.
+type benchKexecMode string
+
+// benchKexecModes reads BENCH_KEXEC: a comma-separated list of on, off and
+// refused (default all three).
+func benchKexecModes(b *testing.B) []benchKexecMode {
+	v := os.Getenv("BENCH_KEXEC")
+	if v == "" {
+		v = "on,off,refused"
+	}
+	var out []benchKexecMode
+	for _, m := range strings.Split(v, ",") {
+		switch m = strings.TrimSpace(m); m {
+		case "on", "off", "refused":
+			out = append(out, benchKexecMode(m))
+		default:
+			b.Fatalf("BENCH_KEXEC=%q: want a list of on, off, refused", v)
+		}
+	}
+	return out
+}
+
+// setup is the world of mode m: the monthly NodeClass and NodePool, and the
+// boot mode.
+func (m benchKexecMode) setup(scale float64) harness.Setup {
+	return harness.Setup{
+		World: world.Options{Profile: scwsim.ProfileRealistic, Sim: func(o *scwsim.Options) {
+			o.Scale = scale
+			if m == "refused" {
+				o.Kexec = map[string]string{"*": scwsim.KexecDisabled}
+			}
+		}},
+		Zones:   []string{"fr-par-2"},
+		Timeout: 100 * time.Minute,
+		NodeClass: func(nc *v1alpha1.ScalewayElasticMetalNodeClass) {
+			nc.Spec.Billing = v1alpha1.BillingSpec{Periods: []string{"monthly"}, MinimumLifetime: &metav1.Duration{Duration: 24 * time.Hour}}
+			if m == "off" {
+				nc.Spec.Boot = v1alpha1.BootReboot
+			}
+		},
+		Reqs: []corev1.NodeSelectorRequirement{{Key: catalog.LabelBillingPeriod, Operator: corev1.NodeSelectorOpIn, Values: []string{"monthly"}}},
+	}
+}
+
+// modeFigures are one mode's times to Ready (projected to real time) of
+// new servers (cold) and of spares.
+type modeFigures struct {
+	cold, spare []time.Duration
+}
+
+// modeTable is the summary: per mode, the median and the most of each path.
+func modeTable(modes []benchKexecMode, figures []modeFigures, scale float64) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "boot modes measured in one run (realistic profile x%g, each mode its own world, at the same time):\n", scale)
+	fmt.Fprintf(&sb, "| kexec | pre-imaged spare to Ready (median / max) | new server to Ready (median / max) |\n|---|---|---|\n")
+	cell := func(v []time.Duration) string {
+		if len(v) == 0 {
+			return "none Ready"
+		}
+		m, x := nodetimes.Stats(v)
+		return nodetimes.Fmt(m) + " / " + nodetimes.Fmt(x)
+	}
+	for k, m := range modes {
+		fmt.Fprintf(&sb, "| %s | %s | %s |\n", m, cell(figures[k].spare), cell(figures[k].cold))
+	}
+	return sb.String()
+}
+
+// realisticNodeTimes runs the two waves in mode m's world and prints its
+// details, each line led by the mode.
+func realisticNodeTimes(b *testing.B, m benchKexecMode, scale float64, n int, quiet time.Duration) (fig modeFigures) {
+	// Printed, not b.Logf: a benchmark's log is cut to a few lines.
+	report := func(format string, args ...any) {
+		fmt.Print(prefixLines("["+string(m)+"] ", fmt.Sprintf(format, args...)) + "\n")
+	}
+	e := harness.Start(b, m.setup(scale))
+	long := time.Duration(float64(40*time.Minute)*scale) + 10*time.Minute
+
+	report("realistic profile, kexec %s, simulator delays x%g; wave 1: %d pods, one per node, on new monthly servers", m, scale, n)
+	t1 := time.Now()
+	wl := e.Run("wave", n, "1", "512Mi", true)
+	e.WaitBound("wave", n, long)
+	wave1 := time.Since(t1)
+	orders1 := orders(e)
+
+	report("wave 1 bound in %s; removing the pods: consolidation keeps the monthly servers as spares", nodetimes.Fmt(wave1))
+	wl.ScaleTo(0)
+	waitQuietSpares(e, n, quiet, long)
+
+	t2 := time.Now()
+	wl.ScaleTo(n)
+	e.WaitBound("wave", n, long)
+	wave2 := time.Since(t2)
+	orders2 := orders(e) - orders1
+
+	e.Track.Stop()
+	calls := e.W.Sim.Calls()
+	var lives []nodetimes.Life
+	for _, tl := range e.Track.Timelines() {
+		lives = append(lives, nodetimes.Lives(tl, calls)...)
+	}
+	report("wave 1: %d new orders, pods bound after %s; wave 2: %d new orders, pods bound after %s (real time)",
+		orders1, nodetimes.Fmt(wave1), orders2, nodetimes.Fmt(wave2))
+	sort.SliceStable(lives, func(i, j int) bool {
+		return !lives[i].Reused && lives[j].Reused || lives[i].Reused == lives[j].Reused && lives[i].Start.Before(lives[j].Start)
+	})
+	report("%s", nodetimes.Table(lives, scale))
+	for _, reused := range []bool{false, true} {
+		var total, over []time.Duration
+		var ncalls []int
+		for _, l := range lives {
+			if l.Reused == reused && !l.Ready.IsZero() {
+				total = append(total, l.Projected(scale))
+				over = append(over, l.Provider)
+				ncalls = append(ncalls, len(l.Calls))
+			}
+		}
+		name := "cold"
+		if reused {
+			name = "spare"
+		}
+		if len(total) == 0 {
+			b.Errorf("no %s node became Ready", name)
+			continue
+		}
+		mt, xt := nodetimes.Stats(total)
+		mo, xo := nodetimes.Stats(over)
+		mc, xc := nodetimes.Stats(ncalls)
+		report("%s: time to Ready median %s max %s; provider overhead median %s max %s; API calls to Ready median %d max %d",
+			name, nodetimes.Fmt(mt), nodetimes.Fmt(xt), nodetimes.Fmt(mo), nodetimes.Fmt(xo), mc, xc)
+		if reused {
+			fig.spare = total
+		} else {
+			fig.cold = total
+		}
+	}
+	perServer := map[string][]scwsim.Call{}
+	for _, c := range calls {
+		if c.ServerID != "" {
+			perServer[c.ServerID] = append(perServer[c.ServerID], c)
+		}
+	}
+	var whole []int
+	for id, cs := range perServer {
+		whole = append(whole, len(cs))
+		report("server %s, both lives and the keep as a spare: %d calls: %s", id[:8], len(cs), nodetimes.Kinds(cs))
+	}
+	mw, xw := nodetimes.Stats(whole)
+	report("API calls per server over the run (order, install, spare, reuse): median %d max %d", mw, xw)
+	if orders2 != 0 {
+		b.Errorf("wave 2 ordered %d servers; want 0 (the spares)", orders2)
+	}
+	e.AssertNoDuplicateOrders()
+	return fig
+}
+
+// prefixLines leads every line of s with p.
+func prefixLines(p, s string) string {
+	return p + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n"+p)
 }
 
 // waitQuietSpares waits until n servers are spares, each pre-imaged or
