@@ -7,6 +7,7 @@ import (
 	"sigs.k8s.io/karpenter/pkg/events"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/objectevent"
 )
 
 // Event reasons on the NodeClass, one constructor each below, so that a
@@ -26,8 +27,7 @@ func nodeClassEvent(nodeClass, typ, reason, msg string) events.Event {
 	obj := &v1alpha1.ScalewayElasticMetalNodeClass{}
 	obj.Name = nodeClass
 	obj.SetGroupVersionKind(v1alpha1.SchemeGroupVersion.WithKind("ScalewayElasticMetalNodeClass"))
-	return events.Event{InvolvedObject: obj, Type: typ, Reason: reason, Message: msg,
-		DedupeValues: []string{nodeClass, reason, msg}}
+	return objectevent.For(obj, typ, reason, msg)
 }
 
 // breakerOpened: the failures counted in st opened the breaker until its

@@ -10,6 +10,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/karpenter/pkg/events"
 
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/objectevent"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 )
 
@@ -26,74 +27,67 @@ const (
 	EventKeptAsSpare         = "KeptAsSpare"
 )
 
-// claimEvent is the shape every event of this package shares: the claim is
-// the object, and the name, reason and message together make it distinct.
-func claimEvent(claim *karpv1.NodeClaim, typ, reason, msg string) events.Event {
-	return events.Event{InvolvedObject: claim, Type: typ, Reason: reason, Message: msg,
-		DedupeValues: []string{claim.Name, reason, msg}}
-}
-
 // reservedSpareTaken: the claim took a spare held by a reservation.
 func reservedSpareTaken(claim *karpv1.NodeClaim, srv *baremetal.Server, zone, reservation string) events.Event {
-	return claimEvent(claim, corev1.EventTypeNormal, EventReusedSpare,
+	return objectevent.For(claim, corev1.EventTypeNormal, EventReusedSpare,
 		fmt.Sprintf("took spare server %s (%s) in %s from reservation %s", srv.ID, srv.OfferName, zone, reservation))
 }
 
 // spareTaken: the claim took a kept server instead of an order.
 func spareTaken(claim *karpv1.NodeClaim, p pick, srv *baremetal.Server) events.Event {
-	return claimEvent(claim, corev1.EventTypeNormal, EventReusedSpare,
+	return objectevent.For(claim, corev1.EventTypeNormal, EventReusedSpare,
 		fmt.Sprintf("reusing spare %s server %s (%s) in %s", p.billing, srv.ID, srv.OfferName, p.zone))
 }
 
 // spendLimitReached: the offering was not ordered because a spend limit
 // would be passed.
 func spendLimitReached(claim *karpv1.NodeClaim, p pick, err error) events.Event {
-	return claimEvent(claim, corev1.EventTypeWarning, EventSpendLimitReached,
+	return objectevent.For(claim, corev1.EventTypeWarning, EventSpendLimitReached,
 		fmt.Sprintf("%s (%s) in %s not ordered: %v", p.offer.Name, p.billing, p.zone, err))
 }
 
 // ordered: a new server was ordered for the claim.
 func ordered(claim *karpv1.NodeClaim, p pick, srv *baremetal.Server) events.Event {
-	return claimEvent(claim, corev1.EventTypeNormal, EventOrdered,
+	return objectevent.For(claim, corev1.EventTypeNormal, EventOrdered,
 		fmt.Sprintf("ordered %s (%s) in %s: server %s", p.offer.Name, p.billing, p.zone, srv.ID))
 }
 
 // orderRefused: Scaleway refused the order outright.
 func orderRefused(claim *karpv1.NodeClaim, p pick, err error) events.Event {
-	return claimEvent(claim, corev1.EventTypeWarning, EventOrderRefused,
+	return objectevent.For(claim, corev1.EventTypeWarning, EventOrderRefused,
 		fmt.Sprintf("%s (%s) in %s: %v", p.offer.Name, p.billing, p.zone, err))
 }
 
 // orderMayBeTaken: this order's answer was lost, so it may have been taken.
 func orderMayBeTaken(claim *karpv1.NodeClaim, p pick) events.Event {
-	return claimEvent(claim, corev1.EventTypeWarning, EventOrderInFlight,
+	return objectevent.For(claim, corev1.EventTypeWarning, EventOrderInFlight,
 		fmt.Sprintf("the order of %s in %s may have been taken; looking for its server before any new order", p.offer.Name, p.zone))
 }
 
 // earlierOrderInFlight: an earlier order of the claim, whose answer was
 // lost, may still show; Create waits for it.
 func earlierOrderInFlight(claim *karpv1.NodeClaim, zone scw.Zone) events.Event {
-	return claimEvent(claim, corev1.EventTypeWarning, EventOrderInFlight,
+	return objectevent.For(claim, corev1.EventTypeWarning, EventOrderInFlight,
 		fmt.Sprintf("an earlier order in %s may have been taken; waiting for its server before any spare or new order", zone))
 }
 
 // orderingElsewhereInFlight: another controller process began giving the
 // claim a server ago; Create waits for it to show.
 func orderingElsewhereInFlight(claim *karpv1.NodeClaim, ago time.Duration) events.Event {
-	return claimEvent(claim, corev1.EventTypeWarning, EventOrderInFlight,
+	return objectevent.For(claim, corev1.EventTypeWarning, EventOrderInFlight,
 		fmt.Sprintf("an earlier controller process began giving this nodeclaim a server %s ago; waiting for it to show before any spare or new order", ago.Round(time.Second)))
 }
 
 // offeringUnavailable: the order failed for want of stock or quota, and the
 // next offering is tried.
 func offeringUnavailable(claim *karpv1.NodeClaim, p pick, err error) events.Event {
-	return claimEvent(claim, corev1.EventTypeWarning, EventOfferingUnavailable,
+	return objectevent.For(claim, corev1.EventTypeWarning, EventOfferingUnavailable,
 		fmt.Sprintf("%s (%s) in %s: %s", p.offer.Name, p.billing, p.zone, scaleway.Classify(err)))
 }
 
 // keptAsSpare: the deleted claim's server stays as a spare, for why.
 func keptAsSpare(claim *karpv1.NodeClaim, serverID, why string) events.Event {
-	return claimEvent(claim, corev1.EventTypeNormal, EventKeptAsSpare,
+	return objectevent.For(claim, corev1.EventTypeNormal, EventKeptAsSpare,
 		fmt.Sprintf("server %s kept as a spare: %s", serverID, why))
 }
 

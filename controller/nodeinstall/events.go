@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/karpenter/pkg/events"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/objectevent"
 )
 
 // The events the install controller records on a NodeClaim, one
@@ -23,23 +24,16 @@ const (
 // long em-imager report.
 const maxFailureMessage = 1000
 
-// claimEvent is the shape every event of this package shares: the claim is
-// the object, and the name, reason and message together make it distinct.
-func claimEvent(claim *karpv1.NodeClaim, typ, reason, msg string) events.Event {
-	return events.Event{InvolvedObject: claim, Type: typ, Reason: reason, Message: msg,
-		DedupeValues: []string{claim.Name, reason, msg}}
-}
-
 // installProgress: the install entered phase p (msg says what it does).
 func installProgress(claim *karpv1.NodeClaim, p install.Phase, msg string) events.Event {
-	return claimEvent(claim, corev1.EventTypeNormal, "Install"+title(string(p)), msg)
+	return objectevent.For(claim, corev1.EventTypeNormal, "Install"+title(string(p)), msg)
 }
 
 // installFailed: the install failed for good in phase; outcome says what
 // became of the server.
 func installFailed(claim *karpv1.NodeClaim, phase install.Phase, cause error, outcome string) events.Event {
 	msg := fmt.Sprintf("install failed in phase %s: %v; the nodeclaim is deleted so that Karpenter replaces it; %s", phase, cause, outcome)
-	return claimEvent(claim, corev1.EventTypeWarning, EventInstallFailed, truncate(msg, maxFailureMessage))
+	return objectevent.For(claim, corev1.EventTypeWarning, EventInstallFailed, truncate(msg, maxFailureMessage))
 }
 
 func title(s string) string {

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/karpenter/pkg/events"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/objectevent"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 )
 
@@ -26,29 +27,21 @@ const (
 	ReasonRemovalBlocked = "RemovalBlocked"
 )
 
-// nodeClassEvent is the shape every event of this package shares: the
-// NodeClass is the object, and the name, reason and message together make
-// it distinct.
-func nodeClassEvent(nc *v1alpha1.ScalewayElasticMetalNodeClass, typ, reason, msg string) events.Event {
-	return events.Event{InvolvedObject: nc, Type: typ, Reason: reason, Message: msg,
-		DedupeValues: []string{nc.Name, reason, msg}}
-}
-
 // waitingForNodeClaims: the deletion waits for the named claims to go.
 func waitingForNodeClaims(nc *v1alpha1.ScalewayElasticMetalNodeClass, claims []string) events.Event {
-	return nodeClassEvent(nc, corev1.EventTypeNormal, ReasonWaitingForNodeClaims,
+	return objectevent.For(nc, corev1.EventTypeNormal, ReasonWaitingForNodeClaims,
 		fmt.Sprintf("deletion waits for %d nodeclaim(s) to go: %s", len(claims), strings.Join(claims, ", ")))
 }
 
 // recordBlocked: the record of a Keep deletion could not be written.
 func recordBlocked(nc *v1alpha1.ScalewayElasticMetalNodeClass, err error) events.Event {
-	return nodeClassEvent(nc, corev1.EventTypeWarning, ReasonRemovalBlocked,
+	return objectevent.For(nc, corev1.EventTypeWarning, ReasonRemovalBlocked,
 		fmt.Sprintf("deletion waits (retried with backoff): %v", err))
 }
 
 // sparesBlocked: the NodeClass's spares could not be listed or ended.
 func sparesBlocked(nc *v1alpha1.ScalewayElasticMetalNodeClass, err error) events.Event {
-	return nodeClassEvent(nc, corev1.EventTypeWarning, ReasonRemovalBlocked,
+	return objectevent.For(nc, corev1.EventTypeWarning, ReasonRemovalBlocked,
 		fmt.Sprintf("deletion waits: its spares cannot be ended yet (retried with backoff): %v", err))
 }
 
@@ -60,5 +53,5 @@ func sparesEnded(nc *v1alpha1.ScalewayElasticMetalNodeClass, owner string, ended
 		tag := scaleway.Tag(scaleway.TagHandedOverBy, owner)
 		reason, what = ReasonSparesHandedOver, fmt.Sprintf("handed over: tagged %s, no longer managed; find them with `scw baremetal server list tags.0=%s zone=<zone>`", tag, tag)
 	}
-	return nodeClassEvent(nc, corev1.EventTypeNormal, reason, fmt.Sprintf("%d spare(s) %s: %s", len(ended), what, strings.Join(ended, ", ")))
+	return objectevent.For(nc, corev1.EventTypeNormal, reason, fmt.Sprintf("%d spare(s) %s: %s", len(ended), what, strings.Join(ended, ", ")))
 }

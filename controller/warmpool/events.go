@@ -9,6 +9,7 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/objectevent"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 )
 
@@ -24,17 +25,9 @@ const (
 	EventWarmPoolOrdersBlocked = "WarmPoolOrdersBlocked"
 )
 
-// nodeClassEvent is the shape every event of this package shares: the
-// NodeClass is the object, and the name, reason and message together make
-// it distinct.
-func nodeClassEvent(nc *v1alpha1.ScalewayElasticMetalNodeClass, typ, reason, msg string) events.Event {
-	return events.Event{InvolvedObject: nc, Type: typ, Reason: reason, Message: msg,
-		DedupeValues: []string{nc.Name, reason, msg}}
-}
-
 // released: a pool server bought as billing was given back.
 func released(nc *v1alpha1.ScalewayElasticMetalNodeClass, s *baremetal.Server, billing catalog.BillingPeriod) events.Event {
-	return nodeClassEvent(nc, corev1.EventTypeNormal, EventWarmPoolReleased,
+	return objectevent.For(nc, corev1.EventTypeNormal, EventWarmPoolReleased,
 		fmt.Sprintf("released warm-pool server %s (%s, %s) in %s: %s", s.ID, s.OfferName, billing, s.Zone, releaseWhy(s)))
 }
 
@@ -49,20 +42,20 @@ func releaseWhy(s *baremetal.Server) string {
 
 // demoted: a monthly pool server left the pool and stays as a spare.
 func demoted(nc *v1alpha1.ScalewayElasticMetalNodeClass, s *baremetal.Server) events.Event {
-	return nodeClassEvent(nc, corev1.EventTypeNormal, EventWarmPoolDemoted,
+	return objectevent.For(nc, corev1.EventTypeNormal, EventWarmPoolDemoted,
 		fmt.Sprintf("monthly server %s (%s) in %s left the warm pool: kept as an ordinary spare until its paid period ends", s.ID, s.OfferName, s.Zone))
 }
 
 // spendLimitReached: the slot k was not ordered because a spend limit would
 // be passed.
 func spendLimitReached(nc *v1alpha1.ScalewayElasticMetalNodeClass, k Key, err error) events.Event {
-	return nodeClassEvent(nc, corev1.EventTypeWarning, EventWarmPoolSpendLimit,
+	return objectevent.For(nc, corev1.EventTypeWarning, EventWarmPoolSpendLimit,
 		fmt.Sprintf("warm-pool server %s not ordered: %v", k, err))
 }
 
 // slotOrdered: the slot k's server was ordered.
 func slotOrdered(nc *v1alpha1.ScalewayElasticMetalNodeClass, k Key, serverID string) events.Event {
-	return nodeClassEvent(nc, corev1.EventTypeNormal, EventWarmPoolOrdered,
+	return objectevent.For(nc, corev1.EventTypeNormal, EventWarmPoolOrdered,
 		fmt.Sprintf("ordered warm-pool server %s (%s) in %s: server %s", k.Offer, k.Billing, k.Zone, serverID))
 }
 
@@ -74,11 +67,11 @@ func orderFailedMessage(k Key, err error) string {
 
 // orderFailed: the slot k's order failed.
 func orderFailed(nc *v1alpha1.ScalewayElasticMetalNodeClass, k Key, err error) events.Event {
-	return nodeClassEvent(nc, corev1.EventTypeWarning, EventWarmPoolOrderFailed, orderFailedMessage(k, err))
+	return objectevent.For(nc, corev1.EventTypeWarning, EventWarmPoolOrderFailed, orderFailedMessage(k, err))
 }
 
 // ordersBlocked: a gate (readiness, breaker, spend limits) stopped every
 // order of the pass.
 func ordersBlocked(nc *v1alpha1.ScalewayElasticMetalNodeClass, err error) events.Event {
-	return nodeClassEvent(nc, corev1.EventTypeWarning, EventWarmPoolOrdersBlocked, err.Error())
+	return objectevent.For(nc, corev1.EventTypeWarning, EventWarmPoolOrdersBlocked, err.Error())
 }
