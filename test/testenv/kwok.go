@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // KWOKStages is the stage set KWOK plays: pod stages only (start, and stop
@@ -139,4 +141,18 @@ func (kw *KWOK) cleanup() error {
 		return nil
 	}
 	return os.RemoveAll(kw.tempDir)
+}
+
+// PodReady reports whether p runs and its Ready condition is True, as the
+// pods KWOK starts on the world's nodes are.
+func PodReady(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }

@@ -117,7 +117,7 @@ func TestKWOKStartsPodsAfterAContainerStartAndUnhealthyOnesUnready(t *testing.T)
 	if err := k.Client.Get(ctx, client.ObjectKeyFromObject(unhealthy), got); err != nil {
 		t.Fatal(err)
 	}
-	if podReady(got) || len(got.Status.ContainerStatuses) != 1 || got.Status.ContainerStatuses[0].Ready {
+	if PodReady(got) || len(got.Status.ContainerStatuses) != 1 || got.Status.ContainerStatuses[0].Ready {
 		t.Fatalf("unhealthy pod is Ready or its container is: %+v", got.Status)
 	}
 }
@@ -139,20 +139,8 @@ func waitPodReady(ctx context.Context, c client.Client, p *corev1.Pod) error {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
 			return false, err
 		}
-		return podReady(got), nil
+		return PodReady(got), nil
 	})
-}
-
-func podReady(p *corev1.Pod) bool {
-	if p.Status.Phase != corev1.PodRunning {
-		return false
-	}
-	for _, cond := range p.Status.Conditions {
-		if cond.Type == corev1.PodReady {
-			return cond.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // checkStop deletes the pod (with its own grace period, as a drain's
@@ -177,7 +165,7 @@ func checkStop(ctx context.Context, t *testing.T, c client.Client, p *corev1.Pod
 		case err != nil:
 			t.Errorf("%s: %v", sc.name, err)
 			return
-		case !podReady(got):
+		case !PodReady(got):
 			t.Errorf("%s: terminating pod no longer Running and Ready %v after the delete: %+v", sc.name, took.Round(100*time.Millisecond), got.Status)
 			return
 		case took > sc.max:

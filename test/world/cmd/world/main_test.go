@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testenv"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/world"
 )
 
@@ -135,7 +136,7 @@ func waitReadyPods(ctx context.Context, t *testing.T, cs kubernetes.Interface, n
 		}
 		var ready []corev1.Pod
 		for _, p := range pods.Items {
-			if podReady(&p) {
+			if testenv.PodReady(&p) {
 				ready = append(ready, p)
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testenv"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/world"
 )
 
@@ -100,7 +101,7 @@ func (wa *watcher) nodes(claims []karpv1.NodeClaim, nodes []corev1.Node) int {
 func (wa *watcher) pods(pods []corev1.Pod) (ready, pending int) {
 	for _, p := range pods {
 		switch {
-		case podReady(&p):
+		case testenv.PodReady(&p):
 			ready++
 			if !wa.podReady {
 				wa.podReady = true
@@ -117,18 +118,6 @@ func (wa *watcher) pods(pods []corev1.Pod) (ready, pending int) {
 func nodeReady(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-func podReady(p *corev1.Pod) bool {
-	if p.Status.Phase != corev1.PodRunning {
-		return false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
 			return c.Status == corev1.ConditionTrue
 		}
 	}
