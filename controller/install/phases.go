@@ -67,7 +67,27 @@ func (i *Installer) address(ctx, pctx context.Context, job *Job, srv *baremetal.
 	if err != nil {
 		return srv, "", waitError(ctx, p, "the server's IPv4", err)
 	}
-	return got, host, nil
+	return latest(srv, got), host, nil
+}
+
+// latest is the state to act on after a listing: the listed one, unless
+// the install already holds one at least as recent by the API's
+// updated_at (the answer of its own write). A listing lags behind writes,
+// status and boot type included, so one started after phase booting's
+// write may still show the server as delivered, ready in boot type normal
+// and without the install's tags: acting on it skipped the jump and the
+// reboot and waited for a Talos that never started (soak seed 100, stale
+// lag 8 s). The addresses come from the listing when the held state has
+// none.
+func latest(held, listed *baremetal.Server) *baremetal.Server {
+	if held == nil || held.UpdatedAt == nil || listed.UpdatedAt == nil || listed.UpdatedAt.After(*held.UpdatedAt) {
+		return listed
+	}
+	out := *held
+	if len(out.IPs) == 0 {
+		out.IPs = listed.IPs
+	}
+	return &out
 }
 
 // rescue reboots into rescue (unless the server already runs it) and waits for SSH.
