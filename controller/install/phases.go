@@ -80,7 +80,7 @@ func (i *Installer) address(ctx, pctx context.Context, job *Job, srv *baremetal.
 // lag 8 s). The addresses come from the listing when the held state has
 // none.
 func latest(held, listed *baremetal.Server) *baremetal.Server {
-	if held == nil || held.UpdatedAt == nil || listed.UpdatedAt == nil || listed.UpdatedAt.After(*held.UpdatedAt) {
+	if held == nil || held.UpdatedAt == nil || scaleway.NewerThan(listed, held) {
 		return listed
 	}
 	out := *held

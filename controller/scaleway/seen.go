@@ -88,7 +88,7 @@ func (s *seenServers) put(e seenServer) {
 	if s.byKey == nil {
 		s.byKey = map[string]seenServer{}
 	}
-	if old, ok := s.byKey[k]; ok && (newerThan(old.srv, srv) || old.rank() > e.rank() && !newerThan(srv, old.srv)) {
+	if old, ok := s.byKey[k]; ok && (NewerThan(old.srv, srv) || old.rank() > e.rank() && !NewerThan(srv, old.srv)) {
 		return
 	}
 	s.byKey[k] = e
@@ -97,8 +97,9 @@ func (s *seenServers) put(e seenServer) {
 	}
 }
 
-// newerThan reports whether a is strictly more recent than b by updated_at.
-func newerThan(a, b *baremetal.Server) bool {
+// NewerThan reports whether a is strictly more recent than b by updated_at
+// (the install holds its write's answer against a lagging listing with it).
+func NewerThan(a, b *baremetal.Server) bool {
 	return a.UpdatedAt != nil && (b.UpdatedAt == nil || a.UpdatedAt.After(*b.UpdatedAt))
 }
 

@@ -74,7 +74,7 @@ func (c *Client) FreshServer(ctx context.Context, zone scw.Zone, id string) (*ba
 	if err != nil {
 		return nil, err
 	}
-	if own, ok := c.seen.ownWrite(zone, id); ok && !newerThan(srv, own) {
+	if own, ok := c.seen.ownWrite(zone, id); ok && !NewerThan(srv, own) {
 		return own, nil
 	}
 	return srv, nil
