@@ -132,8 +132,27 @@ FAST_PKGS = $(GO) list -test -f '{{.ImportPath}} {{join .Deps " "}}' ./... | gre
 test-fast: ## unit tests of the packages that start no world, API server, S3 server or loop device: the inner loop
 	$(GO) test -count=1 -timeout 10m $$($(FAST_PKGS))
 
+# make test's schedule: three go test runs side by side, so the wall time is the longest of them rather than the sum.
+# - test/e2e/slowdelivery waits 16 minutes by design (a delivery that outlasts Karpenter's registration timeout on
+#   the real clock), alone;
+# - test/e2e, TEST_E2E_PARALLEL worlds at a time, each with a controller process;
+# - the rest, TEST_P packages at a time, the longest first (go test starts them in the order given), each with up
+#   to TEST_PARALLEL of its parallel tests at once.
+# A world test mostly waits on simulated delays (a cloudprovider test uses about a quarter of a core), so a 2-core
+# machine runs more of them than it has cores. The two side runs print their output when the rest is done.
+TEST_BESIDE := test/e2e/slowdelivery test/e2e
+TEST_LONGEST := controller/cloudprovider build/ociimage test/soak imager/cli test/docs
+TEST_P ?= 2
+TEST_PARALLEL ?= 4
+TEST_E2E_PARALLEL ?= 2
+TEST_REST = $(GO) list -f '{{.Dir}}' ./... | sed 's|^$(ROOT)/||' | grep -v -x -E '$(subst $(space),|,$(TEST_LONGEST) $(TEST_BESIDE))' | sed 's|^|./|'
 test: deps fmt-check vet build tools ## unit, integration and end-to-end suites (what CI runs), then every fuzz target for a few seconds
-	$(GO) test $(GOTEST_FLAGS) ./...
+	@$(GO) test $(GOTEST_FLAGS) ./test/e2e/slowdelivery/ > $(BIN)/test-slowdelivery.log 2>&1 & slow=$$!; \
+	$(GO) test $(GOTEST_FLAGS) -parallel $(TEST_E2E_PARALLEL) ./test/e2e/ > $(BIN)/test-e2e.log 2>&1 & e2e=$$!; \
+	trap 'kill $$slow $$e2e 2>/dev/null' INT TERM; \
+	$(GO) test $(GOTEST_FLAGS) -p $(TEST_P) -parallel $(TEST_PARALLEL) $(addprefix ./,$(TEST_LONGEST)) $$($(TEST_REST)); rest=$$?; \
+	wait $$e2e; e2erc=$$?; cat $(BIN)/test-e2e.log; wait $$slow; slowrc=$$?; cat $(BIN)/test-slowdelivery.log; \
+	[ $$rest -eq 0 ] && [ $$e2erc -eq 0 ] && [ $$slowrc -eq 0 ]
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 
 # Every Go fuzz target (func FuzzX in a _test.go file) fuzzed for FUZZTIME, one

@@ -55,7 +55,8 @@ type env struct {
 	events *eventLog
 	reg    *prometheus.Registry // the running provider's metrics
 	count  int
-	stop   func() // stops the running controller
+	stop   func()            // stops the running controller
+	vars   map[string]string // the controller's environment (world.ControllerEnv)
 	// wrap, when set, wraps each new provider's Talos client.
 	wrap func(install.TalosApplier) install.TalosApplier
 }
@@ -78,6 +79,10 @@ func startLegacyEnv(t *testing.T, simOpts func(*scwsim.Options)) *env {
 
 func startEnvWith(t *testing.T, wopts world.Options, nodeClass func(*v1alpha1.ScalewayElasticMetalNodeClass)) *env {
 	t.Helper()
+	// A world is a test's own (API server, simulator, ports, controller
+	// environment): tests with one spend most of their time waiting on its
+	// delays and run beside each other, up to go test's -parallel.
+	t.Parallel()
 	w := world.Start(t, wopts)
 	imager := os.Getenv("TEST_ASSET_EM_IMAGER")
 	if imager == "" {
@@ -91,11 +96,14 @@ func startEnvWith(t *testing.T, wopts world.Options, nodeClass func(*v1alpha1.Sc
 	if err != nil {
 		t.Fatalf("em-imager binary: %v (run `make build`)", err)
 	}
+	// The controller's variables go to its provider through a getenv of
+	// its own, not the process's environment, so tests can run in parallel.
+	vars := map[string]string{}
 	for _, kv := range w.ControllerEnv() {
 		k, v, _ := strings.Cut(kv, "=")
-		t.Setenv(k, v)
+		vars[k] = v
 	}
-	e := &env{t: t, w: w, kube: w.Kube.Client, imgr: bin, ctx: context.Background(), events: &eventLog{}}
+	e := &env{t: t, w: w, kube: w.Kube.Client, imgr: bin, ctx: context.Background(), events: &eventLog{}, vars: vars}
 	e.opts = &options.Options{
 		ClusterName: w.ClusterName, SystemNamespace: w.SystemNamespace, RescueSSHUser: "rescue",
 		RescueSSHPort: w.Machines.SSHPort(), RescueKeySecret: "rescue-ssh", TalosAPIPort: w.Machines.TalosAPIPort(),
@@ -127,7 +135,7 @@ func (e *env) newProvider() *operator.Provider {
 		e.stop()
 	}
 	e.reg = prometheus.NewRegistry()
-	p, err := operator.NewProvider(e.ctx, e.opts, e.kube, e.kube, e.events, e.reg, testlog.New(e.t))
+	p, err := operator.NewProvider(e.ctx, e.opts, func(k string) string { return e.vars[k] }, e.kube, e.kube, e.events, e.reg, testlog.New(e.t))
 	if err != nil {
 		e.t.Fatal(err)
 	}

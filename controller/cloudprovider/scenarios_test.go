@@ -329,6 +329,11 @@ func (e *env) imagingInRescue(claim *karpv1.NodeClaim) (*karpv1.NodeClaim, scw.Z
 		e.t.Fatal(err)
 	}
 	e.eventually("rescue", ready("rescue"))
+	// The API shows rescue as soon as the boot is queued for the host; wait
+	// for the host's own boot too, so that what the test does to the
+	// machine next (a power-off) comes after it rather than before. Seen
+	// with tests in parallel: the power-off came first and rescue came up.
+	e.eventually("rescue booted on the host", func() bool { return e.rescueBoots(id) == 1 })
 	// As if an install had got to imaging when its controller stopped.
 	if _, err := e.p.API.EditTags(e.ctx, zone, id, func(tags []string) ([]string, bool) {
 		return install.SetPhaseIn(tags, install.PhaseImaging, time.Now()), true

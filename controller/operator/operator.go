@@ -85,7 +85,7 @@ func Run() error {
 		go fence.Run(ctx, 500*time.Millisecond)
 		apiOpts = append(apiOpts, scaleway.WithTransport(fence.Transport(http.DefaultTransport.(*http.Transport).Clone())))
 	}
-	p, err := NewProvider(ctx, opts, op.GetClient(), direct, op.EventRecorder, crmetrics.Registry, logger, apiOpts...)
+	p, err := NewProvider(ctx, opts, os.Getenv, op.GetClient(), direct, op.EventRecorder, crmetrics.Registry, logger, apiOpts...)
 	if err != nil {
 		return err
 	}
@@ -150,10 +150,10 @@ func (p *Provider) SetControlPlane(cp kubeversion.ControlPlane) {
 // NewProvider builds the provider. kube may be cached; direct must not be
 // (it reads Secrets). Credentials come from the environment; apiOpts are
 // added to the Scaleway client's.
-func NewProvider(ctx context.Context, opts *options.Options, kube, direct client.Client, recorder events.Recorder,
+func NewProvider(ctx context.Context, opts *options.Options, getenv func(string) string, kube, direct client.Client, recorder events.Recorder,
 	reg prometheus.Registerer, logger logr.Logger, apiOpts ...scaleway.Option) (*Provider, error) {
 	_ = v1alpha1.SchemeGroupVersion // registers the NodeClass types with the scheme
-	scwCfg, err := scaleway.ConfigFromEnv()
+	scwCfg, err := scaleway.ConfigFromEnv(getenv)
 	if err != nil {
 		return nil, fmt.Errorf("scaleway settings: %w", err)
 	}
@@ -161,7 +161,7 @@ func NewProvider(ctx context.Context, opts *options.Options, kube, direct client
 	if err != nil {
 		return nil, fmt.Errorf("scaleway client: %w", err)
 	}
-	imgCfg, err := imagesource.ConfigFromEnv(os.Getenv)
+	imgCfg, err := imagesource.ConfigFromEnv(getenv)
 	if err != nil {
 		return nil, fmt.Errorf("image bucket settings: %w", err)
 	}

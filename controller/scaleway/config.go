@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -288,19 +287,20 @@ func (c Config) String() string {
 func (c Config) GoString() string { return c.String() }
 
 // ConfigFromEnv reads the standard SCW_* variables (and the optional
-// KARPENTER_SCALEWAY_EM_API_* tuning knobs), applies defaults and validates.
-// Credentials come only from the environment (a Kubernetes Secret mounted as
-// env), never from flags.
-func ConfigFromEnv() (Config, error) {
+// KARPENTER_SCALEWAY_EM_API_* tuning knobs) through getenv (os.Getenv),
+// applies defaults and validates. Credentials come only from the environment
+// (a Kubernetes Secret mounted as env), never from flags; tests pass their own
+// getenv so that worlds in one process keep their credentials apart.
+func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	c := Config{
-		AccessKey:      strings.TrimSpace(os.Getenv(EnvAccessKey)),
-		SecretKey:      strings.TrimSpace(os.Getenv(EnvSecretKey)),
-		ProjectID:      strings.TrimSpace(os.Getenv(EnvProjectID)),
-		OrganizationID: strings.TrimSpace(os.Getenv(EnvOrganizationID)),
-		APIURL:         strings.TrimSpace(os.Getenv(EnvAPIURL)),
-		DefaultZone:    scw.Zone(strings.TrimSpace(os.Getenv(EnvDefaultZone))),
+		AccessKey:      strings.TrimSpace(getenv(EnvAccessKey)),
+		SecretKey:      strings.TrimSpace(getenv(EnvSecretKey)),
+		ProjectID:      strings.TrimSpace(getenv(EnvProjectID)),
+		OrganizationID: strings.TrimSpace(getenv(EnvOrganizationID)),
+		APIURL:         strings.TrimSpace(getenv(EnvAPIURL)),
+		DefaultZone:    scw.Zone(strings.TrimSpace(getenv(EnvDefaultZone))),
 	}
-	if err := c.tuningFromEnv(); err != nil {
+	if err := c.tuningFromEnv(getenv); err != nil {
 		return Config{}, err
 	}
 	c = c.WithDefaults()
@@ -313,27 +313,27 @@ func ConfigFromEnv() (Config, error) {
 // tuningFromEnv reads the optional tuning knobs. Each must be positive when
 // set: zero is how a Config says "the default", so a variable set to zero
 // would be a silent no-op.
-func (c *Config) tuningFromEnv() error {
+func (c *Config) tuningFromEnv(getenv func(string) string) error {
 	errs := []error{
-		positiveFromEnv(EnvRateLimit, &c.RateLimit.PerSecond, func(v string) (float64, error) { return strconv.ParseFloat(v, 64) },
+		positiveFromEnv(getenv, EnvRateLimit, &c.RateLimit.PerSecond, func(v string) (float64, error) { return strconv.ParseFloat(v, 64) },
 			"a positive number of requests per second"),
-		positiveFromEnv(EnvRateBurst, &c.RateLimit.Burst, strconv.Atoi, "a positive integer"),
-		positiveFromEnv(EnvMaxAttempts, &c.Retry.MaxAttempts, strconv.Atoi, "a positive integer"),
+		positiveFromEnv(getenv, EnvRateBurst, &c.RateLimit.Burst, strconv.Atoi, "a positive integer"),
+		positiveFromEnv(getenv, EnvMaxAttempts, &c.Retry.MaxAttempts, strconv.Atoi, "a positive integer"),
 	}
 	for _, d := range []struct {
 		env string
 		dst *time.Duration
 	}{{EnvRequestTimeout, &c.RequestTimeout}, {EnvPollInterval, &c.PollInterval}, {EnvThrottleWait, &c.Retry.ThrottleWait},
 		{EnvSettleWait, &c.SettleWait}, {EnvOrderSettle, &c.OrderSettle}} {
-		errs = append(errs, positiveFromEnv(d.env, d.dst, time.ParseDuration, "a positive duration like 30s"))
+		errs = append(errs, positiveFromEnv(getenv, d.env, d.dst, time.ParseDuration, "a positive duration like 30s"))
 	}
 	return errors.Join(errs...)
 }
 
 // positiveFromEnv parses the variable env, when set, into dst with parse,
 // and says what it must be when the value does not parse or is not positive.
-func positiveFromEnv[T int | float64 | time.Duration](env string, dst *T, parse func(string) (T, error), want string) error {
-	v := os.Getenv(env)
+func positiveFromEnv[T int | float64 | time.Duration](getenv func(string) string, env string, dst *T, parse func(string) (T, error), want string) error {
+	v := getenv(env)
 	if v == "" {
 		return nil
 	}

@@ -8,20 +8,17 @@ import (
 	"time"
 )
 
-func setEnv(t *testing.T, kv map[string]string) {
-	for _, k := range []string{EnvAccessKey, EnvSecretKey, EnvProjectID, EnvOrganizationID, EnvDefaultZone, EnvAPIURL,
-		EnvRateLimit, EnvRateBurst, EnvMaxAttempts, EnvRequestTimeout, EnvPollInterval, EnvThrottleWait, EnvSettleWait} {
-		t.Setenv(k, kv[k])
-	}
+// envOf is a getenv that sees only kv.
+func envOf(kv map[string]string) func(string) string {
+	return func(k string) string { return kv[k] }
 }
 
 func TestConfigFromEnv(t *testing.T) {
-	setEnv(t, map[string]string{
+	c, err := ConfigFromEnv(envOf(map[string]string{
 		EnvAccessKey: testAccessKey, EnvSecretKey: testSecretKey, EnvProjectID: testProject,
 		EnvDefaultZone: "nl-ams-1", EnvAPIURL: "http://127.0.0.1:8080", EnvPollInterval: "3s", EnvRateLimit: "2.5",
 		EnvThrottleWait: "45s", EnvSettleWait: "3m",
-	})
-	c, err := ConfigFromEnv()
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,8 +31,7 @@ func TestConfigFromEnv(t *testing.T) {
 		t.Fatalf("defaults not applied: %v", c)
 	}
 
-	setEnv(t, map[string]string{EnvAccessKey: testAccessKey, EnvSecretKey: testSecretKey, EnvProjectID: testProject})
-	c, err = ConfigFromEnv()
+	c, err = ConfigFromEnv(envOf(map[string]string{EnvAccessKey: testAccessKey, EnvSecretKey: testSecretKey, EnvProjectID: testProject}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,8 +64,7 @@ func TestConfigErrorsNameTheFieldAndHideTheSecret(t *testing.T) {
 		{map[string]string{EnvAccessKey: testAccessKey, EnvSecretKey: testSecretKey, EnvProjectID: testProject, EnvRateBurst: "-2"}, EnvRateBurst},
 	}
 	for _, tc := range cases {
-		setEnv(t, tc.env)
-		_, err := ConfigFromEnv()
+		_, err := ConfigFromEnv(envOf(tc.env))
 		if err == nil {
 			t.Fatalf("%v: accepted", tc.env)
 		}

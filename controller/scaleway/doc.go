@@ -92,7 +92,7 @@
 //
 // # Usage
 //
-//	cfg, err := scaleway.ConfigFromEnv() // SCW_ACCESS_KEY, SCW_SECRET_KEY, SCW_DEFAULT_PROJECT_ID,
+//	cfg, err := scaleway.ConfigFromEnv(os.Getenv) // SCW_ACCESS_KEY, SCW_SECRET_KEY, SCW_DEFAULT_PROJECT_ID,
 //	                                     // SCW_DEFAULT_ORGANIZATION_ID, SCW_DEFAULT_ZONE, SCW_API_URL
 //	c, err := scaleway.New(cfg, scaleway.WithLogger(log), scaleway.WithRegisterer(crmetrics.Registry))
 //	claim := scaleway.Tag(scaleway.TagNodeClaim, nodeClaim.Name)

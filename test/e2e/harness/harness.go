@@ -64,6 +64,13 @@ type Setup struct {
 // "default" and a NodePool "default" on it.
 func Start(t testing.TB, s Setup) *Env {
 	t.Helper()
+	// A test's world and controller are its own, and they mostly wait on
+	// simulated delays: tests run beside each other, up to go test's
+	// -parallel (make test runs this package with TEST_E2E_PARALLEL).
+	// Benchmarks measure times and run alone.
+	if pt, ok := t.(*testing.T); ok {
+		pt.Parallel()
+	}
 	// Binaries first, so a missing one fails with its make target at once.
 	if _, err := world.FindBinary(world.BinController); err != nil {
 		t.Fatalf("%v", err)

@@ -50,7 +50,7 @@ func run(args []string) error {
 		}
 		zs = append(zs, zone)
 	}
-	cfg, err := scaleway.ConfigFromEnv()
+	cfg, err := scaleway.ConfigFromEnv(os.Getenv)
 	if err != nil {
 		return err
 	}
