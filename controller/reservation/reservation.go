@@ -7,7 +7,8 @@
 // consolidation prefer it to ordering.
 //
 // The counts come from a cache: one ListServers per zone and NodeClass per
-// TTL, dropped when this process takes, keeps or releases a spare, so that
+// TTL, dropped when this process takes, keeps or releases a spare (and
+// listed again every ErrorTTL for a while, until listings show the change), so that
 // GetInstanceTypes (called for every NodePool on every scheduling pass) does
 // not call Scaleway each time. A listing that fails gives no reserved
 // offerings at all: Karpenter must never believe in capacity that may not
@@ -73,6 +74,12 @@ const (
 	// DefaultErrorTTL: a failed listing is tried again this soon (no
 	// reserved offerings meanwhile).
 	DefaultErrorTTL = 10 * time.Second
+	// DefaultSettle: for this long after this process changed a zone's
+	// spares (Invalidate), a listing is kept only ErrorTTL. Scaleway's
+	// listings lag behind writes, so the first listing after a spare was
+	// kept, erased or taken may not show it yet; kept a whole TTL, that
+	// stale count would hide a new spare from Karpenter for a minute.
+	DefaultSettle = time.Minute
 )
 
 // Group is one reserved offering: spares of a NodeClass with one offer, zone
@@ -119,9 +126,11 @@ type Cache struct {
 	// ManagedBy is the cluster's name (the managed-by tag's value).
 	ManagedBy string
 	Clock     clock.Clock
-	// TTL and ErrorTTL: 0 means DefaultTTL and DefaultErrorTTL.
+	// TTL, ErrorTTL and Settle: 0 means DefaultTTL, DefaultErrorTTL and
+	// DefaultSettle.
 	TTL      time.Duration
 	ErrorTTL time.Duration
+	Settle   time.Duration
 	Log      logr.Logger
 
 	mu      sync.Mutex
@@ -135,7 +144,8 @@ type entry struct {
 	expires time.Time
 	groups  []Group // nil with err
 	err     error
-	gen     uint64 // bumped by Invalidate: a listing begun before is not kept
+	gen     uint64    // bumped by Invalidate: a listing begun before is not kept
+	changed time.Time // the last Invalidate
 }
 
 // Groups are NodeClass nodeClass's reserved offerings in zones, from the
@@ -166,20 +176,26 @@ func (c *Cache) zoneGroups(ctx context.Context, nodeClass, zone string) []Group 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e.groups, e.err = groups, err
-	switch {
-	case e.gen != gen:
-		e.expires = time.Time{} // invalidated meanwhile: used once, listed again next time
-	case err != nil:
-		e.expires = now.Add(cmp.Or(c.ErrorTTL, DefaultErrorTTL))
-	default:
-		e.expires = now.Add(cmp.Or(c.TTL, DefaultTTL))
-	}
+	e.expires = c.expiry(e, gen, now, err)
 	if err != nil {
 		c.Log.Error(err, "listing spare servers for reserved offerings; none offered until it succeeds", "nodeclass", nodeClass, "zone", zone)
 		return nil
 	}
 	c.Log.V(1).Info("listed the spares offered as reserved capacity", "nodeclass", nodeClass, "zone", zone, "spares", total(groups), "offerings", len(groups))
 	return slices.Clone(groups)
+}
+
+// expiry is when a listing begun at now, while e's generation was gen,
+// stops being used. Caller holds mu.
+func (c *Cache) expiry(e *entry, gen uint64, now time.Time, err error) time.Time {
+	switch {
+	case e.gen != gen:
+		return time.Time{} // invalidated meanwhile: used once, listed again next time
+	case err != nil, now.Sub(e.changed) < cmp.Or(c.Settle, DefaultSettle):
+		return now.Add(cmp.Or(c.ErrorTTL, DefaultErrorTTL))
+	default:
+		return now.Add(cmp.Or(c.TTL, DefaultTTL))
+	}
 }
 
 // total is the number of spares groups count.
@@ -239,12 +255,14 @@ func (c *Cache) Exhausted(nodeClass, zone, offer string, billing catalog.Billing
 // Invalidate drops every count of zone: this process took, kept or
 // released a spare there (spare.Keeper's Changed hook).
 func (c *Cache) Invalidate(zone scw.Zone) {
+	now := c.clock().Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for k, e := range c.entries {
 		if k.zone == string(zone) {
 			e.expires = time.Time{}
 			e.gen++
+			e.changed = now
 		}
 	}
 }
