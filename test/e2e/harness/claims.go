@@ -19,6 +19,7 @@ import (
 type ClaimWatch struct {
 	mu     sync.Mutex
 	claims map[string]invariants.Claim
+	seen   map[string]time.Time // the last poll that listed each claim
 	stop   context.CancelFunc
 	done   chan struct{}
 }
@@ -26,7 +27,7 @@ type ClaimWatch struct {
 // WatchClaims polls the NodeClaims every interval until the test ends.
 func (e *Env) WatchClaims(interval time.Duration) *ClaimWatch {
 	ctx, cancel := context.WithCancel(e.Ctx)
-	cw := &ClaimWatch{claims: map[string]invariants.Claim{}, stop: cancel, done: make(chan struct{})}
+	cw := &ClaimWatch{claims: map[string]invariants.Claim{}, seen: map[string]time.Time{}, stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(cw.done)
 		t := time.NewTicker(interval)
@@ -62,10 +63,20 @@ func (cw *ClaimWatch) saw(items []karpv1.NodeClaim, now time.Time) {
 			c.Deleting = nc.DeletionTimestamp.Time
 		}
 		cw.claims[nc.Name] = c
+		cw.seen[nc.Name] = now
 	}
 	for name, c := range cw.claims {
 		if !present[name] && c.Gone.IsZero() {
 			c.Gone = now
+			// Deleted and gone between two polls: its deletion began after
+			// the last poll that listed it without one. The earliest such
+			// time is taken, so that nothing the deletion allowed in that
+			// gap is blamed on a live claim (seen with polls slowed down by
+			// a loaded machine: the keep's untag counted as taking the
+			// server from a claim still live).
+			if c.Deleting.IsZero() {
+				c.Deleting = cw.seen[name]
+			}
 			cw.claims[name] = c
 		}
 	}
