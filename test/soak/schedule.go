@@ -346,3 +346,15 @@ func randomFault(r *rand.Rand) scwsim.Fault {
 	}
 	return f
 }
+
+// finalPods is the replica count the schedule leaves App at: what the last
+// pods action for it asked, 0 when none did.
+func (s Schedule) finalPods() int {
+	want := 0
+	for _, a := range s.Actions {
+		if a.Kind == KindPods && a.App == App {
+			want = a.Pods
+		}
+	}
+	return want
+}
