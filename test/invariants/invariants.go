@@ -306,31 +306,46 @@ func I3(ledger []scwsim.LedgerEntry, f Facts) []Violation {
 		if es[0].Period != "monthly" || es[0].Kind != scwsim.LedgerOrder {
 			continue
 		}
-		created := es[0].Created
-		for _, e := range es {
-			if e.Kind != scwsim.LedgerDelete {
-				continue
-			}
-			if left := periodEnd(created, e.At).Sub(e.At); left > f.RenewalMargin+f.Sweep && !excused(id, e.At) {
-				out = append(out, Violation{Invariant: "I3", Server: id,
-					Detail:  fmt.Sprintf("monthly server %s released with %s of its paid period left", id, left.Round(time.Minute)),
-					Entries: es})
-			}
+		out = append(out, i3EarlyReleases(id, es, f, periodEnd, excused)...)
+		out = append(out, i3SpareRenewals(id, es, f, periodEnd, excused)...)
+	}
+	return out
+}
+
+// i3EarlyReleases flags each delete of the monthly server id that gave
+// back more of its paid period than the renewal margin and a sweep.
+func i3EarlyReleases(id string, es []scwsim.LedgerEntry, f Facts, periodEnd func(created, t time.Time) time.Time, excused func(string, time.Time) bool) []Violation {
+	var out []Violation
+	created := es[0].Created
+	for _, e := range es {
+		if e.Kind != scwsim.LedgerDelete {
+			continue
 		}
-		// Each period boundary the server lived through as an idle spare,
-		// a spare since well before it: a month renewed for nothing.
-		tl := timeline(es, f.End)
-		for _, st := range tl {
-			if !isSpare(st.tags) {
-				continue
-			}
-			for b := periodEnd(created, st.from); b.Before(st.to); b = periodEnd(created, b) {
-				if b.Sub(st.from) > f.Sweep+f.RenewalMargin && !excused(id, b) {
-					out = append(out, Violation{Invariant: "I3", Server: id,
-						Detail:  fmt.Sprintf("idle monthly spare %s carried into the paid period starting %s (a spare since %s)", id, b.UTC().Format(time.RFC3339), st.from.UTC().Format(time.RFC3339)),
-						Entries: es})
-					break
-				}
+		if left := periodEnd(created, e.At).Sub(e.At); left > f.RenewalMargin+f.Sweep && !excused(id, e.At) {
+			out = append(out, Violation{Invariant: "I3", Server: id,
+				Detail:  fmt.Sprintf("monthly server %s released with %s of its paid period left", id, left.Round(time.Minute)),
+				Entries: es})
+		}
+	}
+	return out
+}
+
+// i3SpareRenewals flags each stretch the monthly server id spent as an idle
+// spare across a period boundary, a spare since well before it: a month
+// renewed for nothing. One violation per stretch.
+func i3SpareRenewals(id string, es []scwsim.LedgerEntry, f Facts, periodEnd func(created, t time.Time) time.Time, excused func(string, time.Time) bool) []Violation {
+	var out []Violation
+	created := es[0].Created
+	for _, st := range timeline(es, f.End) {
+		if !isSpare(st.tags) {
+			continue
+		}
+		for b := periodEnd(created, st.from); b.Before(st.to); b = periodEnd(created, b) {
+			if b.Sub(st.from) > f.Sweep+f.RenewalMargin && !excused(id, b) {
+				out = append(out, Violation{Invariant: "I3", Server: id,
+					Detail:  fmt.Sprintf("idle monthly spare %s carried into the paid period starting %s (a spare since %s)", id, b.UTC().Format(time.RFC3339), st.from.UTC().Format(time.RFC3339)),
+					Entries: es})
+				break
 			}
 		}
 	}
@@ -415,18 +430,14 @@ func I5(ledger []scwsim.LedgerEntry, f Facts) []Violation {
 	if len(f.Limits) == 0 {
 		return nil
 	}
-	type live struct {
-		e       scwsim.LedgerEntry
-		deleted time.Time
-	}
-	var servers []live
+	var servers []i5Server
 	index := map[string]int{}
 	var out []Violation
 	for _, e := range ledger {
 		switch e.Kind {
 		case scwsim.LedgerOrder:
 			index[e.Server] = len(servers)
-			servers = append(servers, live{e: e})
+			servers = append(servers, i5Server{e: e})
 		case scwsim.LedgerDelete:
 			if i, ok := index[e.Server]; ok {
 				servers[i].deleted = e.At
@@ -436,35 +447,55 @@ func I5(ledger []scwsim.LedgerEntry, f Facts) []Violation {
 			continue
 		}
 		nc := e.Tag(tagNodeClass)
-		lim, ok := f.Limits[nc]
-		if !ok {
+		if lim, ok := f.Limits[nc]; ok {
+			hourly, commitment := i5Spend(servers, nc, e.At)
+			out = append(out, i5Over(e, nc, lim, hourly, commitment)...)
+		}
+	}
+	return out
+}
+
+// i5Server is an order in the ledger and when it was deleted, zero while
+// it lives.
+type i5Server struct {
+	e       scwsim.LedgerEntry
+	deleted time.Time
+}
+
+// i5Spend sums, over the node class's servers alive at at, the hourly
+// spend (a monthly server at its month price spread over the hours) and
+// this month's commitment (month prices, plus the setup fees of servers
+// ordered this month).
+func i5Spend(servers []i5Server, nc string, at time.Time) (hourly, commitment float64) {
+	monthStart := time.Date(at.UTC().Year(), at.UTC().Month(), 1, 0, 0, 0, 0, time.UTC)
+	for _, s := range servers {
+		if s.e.Tag(tagNodeClass) != nc || !s.deleted.IsZero() && !s.deleted.After(at) {
 			continue
 		}
-		monthStart := time.Date(e.At.UTC().Year(), e.At.UTC().Month(), 1, 0, 0, 0, 0, time.UTC)
-		var hourly, commitment float64
-		for _, s := range servers {
-			if s.e.Tag(tagNodeClass) != nc || !s.deleted.IsZero() && !s.deleted.After(e.At) {
-				continue
-			}
-			if s.e.Period == "monthly" {
-				hourly += s.e.PricePerMonth / HoursPerMonth
-				commitment += s.e.PricePerMonth
-				if !s.e.At.Before(monthStart) {
-					commitment += s.e.Fee
-				}
-			} else {
-				hourly += s.e.PricePerHour
-			}
+		if s.e.Period != "monthly" {
+			hourly += s.e.PricePerHour
+			continue
 		}
-		const eps = 1e-6
-		if lim.Hourly > 0 && hourly > lim.Hourly+eps {
-			out = append(out, Violation{Invariant: "I5", Server: e.Server,
-				Detail: fmt.Sprintf("nodeclass %s spends %.4f EUR/h after ordering %s, over its limit %.4f", nc, hourly, e.Server, lim.Hourly), Entries: []scwsim.LedgerEntry{e}})
+		hourly += s.e.PricePerMonth / HoursPerMonth
+		commitment += s.e.PricePerMonth
+		if !s.e.At.Before(monthStart) {
+			commitment += s.e.Fee
 		}
-		if lim.MonthlyCommitment > 0 && commitment > lim.MonthlyCommitment+eps {
-			out = append(out, Violation{Invariant: "I5", Server: e.Server,
-				Detail: fmt.Sprintf("nodeclass %s commits %.2f EUR this month after ordering %s, over its limit %.2f", nc, commitment, e.Server, lim.MonthlyCommitment), Entries: []scwsim.LedgerEntry{e}})
-		}
+	}
+	return hourly, commitment
+}
+
+// i5Over flags the order e when it took the node class over either limit.
+func i5Over(e scwsim.LedgerEntry, nc string, lim Limits, hourly, commitment float64) []Violation {
+	const eps = 1e-6
+	var out []Violation
+	if lim.Hourly > 0 && hourly > lim.Hourly+eps {
+		out = append(out, Violation{Invariant: "I5", Server: e.Server,
+			Detail: fmt.Sprintf("nodeclass %s spends %.4f EUR/h after ordering %s, over its limit %.4f", nc, hourly, e.Server, lim.Hourly), Entries: []scwsim.LedgerEntry{e}})
+	}
+	if lim.MonthlyCommitment > 0 && commitment > lim.MonthlyCommitment+eps {
+		out = append(out, Violation{Invariant: "I5", Server: e.Server,
+			Detail: fmt.Sprintf("nodeclass %s commits %.2f EUR this month after ordering %s, over its limit %.2f", nc, commitment, e.Server, lim.MonthlyCommitment), Entries: []scwsim.LedgerEntry{e}})
 	}
 	return out
 }
@@ -494,13 +525,9 @@ func I7(ledger []scwsim.LedgerEntry, f Facts) []Violation {
 	servers, ids := byServer(ledger)
 	alive := map[string]bool{}
 	for _, id := range ids {
-		es := servers[id]
-		last := es[len(es)-1]
-		deleted := slices.ContainsFunc(es, func(e scwsim.LedgerEntry) bool { return e.Kind == scwsim.LedgerDelete })
-		if deleted || last.Tag(tagManagedBy) != f.Cluster || last.Tag(tagHandedOver) != "" {
-			continue
+		if billedToCluster(servers[id], f.Cluster) {
+			alive[id] = true
 		}
-		alive[id] = true
 	}
 	view := map[string]bool{}
 	for _, id := range f.ControllerView {
@@ -523,6 +550,14 @@ func I7(ledger []scwsim.LedgerEntry, f Facts) []Violation {
 		out = append(out, Violation{Invariant: "I7", Server: id, Detail: fmt.Sprintf("the controller accounts for server %s, which the ledger shows gone or not the cluster's", id), Entries: servers[id]})
 	}
 	return out
+}
+
+// billedToCluster reports whether a server's ledger entries leave it alive,
+// managed by cluster and not handed over: a server the cluster pays for.
+func billedToCluster(es []scwsim.LedgerEntry, cluster string) bool {
+	last := es[len(es)-1]
+	deleted := slices.ContainsFunc(es, func(e scwsim.LedgerEntry) bool { return e.Kind == scwsim.LedgerDelete })
+	return !deleted && last.Tag(tagManagedBy) == cluster && last.Tag(tagHandedOver) == ""
 }
 
 // I8 checks that in no hour did a NodeClass with a breaker budget order more servers

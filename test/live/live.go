@@ -168,6 +168,14 @@ func offerProblem(o *baremetal.Offer, period baremetal.OfferSubscriptionPeriod) 
 		return "no name"
 	case o.SubscriptionPeriod != "" && o.SubscriptionPeriod != period:
 		return fmt.Sprintf("subscription_period %q in the %s listing", o.SubscriptionPeriod, period)
+	}
+	return offerContentProblem(o, period)
+}
+
+// offerContentProblem checks what an offer sells: a known stock value,
+// hardware lists, and the price its listing's period needs.
+func offerContentProblem(o *baremetal.Offer, period baremetal.OfferSubscriptionPeriod) string {
+	switch {
 	case !slices.Contains(baremetal.OfferStock("").Values(), o.Stock):
 		return fmt.Sprintf("stock %q is not one of %v", o.Stock, baremetal.OfferStock("").Values())
 	case len(o.CPUs) == 0 || len(o.Memories) == 0 || len(o.Disks) == 0:
@@ -200,17 +208,7 @@ func checkServers(ctx context.Context, c *scaleway.Client, zone scw.Zone, cluste
 	}
 	bad := 0
 	for _, s := range servers {
-		problem := ""
-		phase, _ := scaleway.TagValue(s.Tags, scaleway.TagPhase)
-		switch {
-		case !slices.Contains(baremetal.ServerStatus("").Values(), s.Status):
-			problem = fmt.Sprintf("status %q is not one the SDK knows", s.Status)
-		case s.OfferName == "" || s.Zone != zone:
-			problem = fmt.Sprintf("offer_name %q, zone %q", s.OfferName, s.Zone)
-		case phase != "" && !slices.Contains(knownPhases, phase):
-			problem = fmt.Sprintf("phase tag %q is not a phase of this provider", phase)
-		}
-		if problem != "" {
+		if problem := serverProblem(s, zone); problem != "" {
 			r.add(Fail, where, "server %s: %s", s.ID, problem)
 			bad++
 			continue
@@ -222,8 +220,29 @@ func checkServers(ctx context.Context, c *scaleway.Client, zone scw.Zone, cluste
 	if bad == 0 {
 		r.add(OK, where, "%d servers tagged %s, all with a known status and phase", len(servers), tag)
 	}
-	// Spares a deleted NodeClass handed over (sparesOnDeletion: Keep): paid,
-	// and no controller manages them any more.
+	checkHandedOver(ctx, c, zone, cluster, r)
+}
+
+// serverProblem says what about a listed server the provider would not
+// understand: a status the SDK does not know, no offer name or another
+// zone, a phase tag it never writes; empty when none.
+func serverProblem(s *baremetal.Server, zone scw.Zone) string {
+	phase, _ := scaleway.TagValue(s.Tags, scaleway.TagPhase)
+	switch {
+	case !slices.Contains(baremetal.ServerStatus("").Values(), s.Status):
+		return fmt.Sprintf("status %q is not one the SDK knows", s.Status)
+	case s.OfferName == "" || s.Zone != zone:
+		return fmt.Sprintf("offer_name %q, zone %q", s.OfferName, s.Zone)
+	case phase != "" && !slices.Contains(knownPhases, phase):
+		return fmt.Sprintf("phase tag %q is not a phase of this provider", phase)
+	}
+	return ""
+}
+
+// checkHandedOver warns of spares a deleted NodeClass handed over
+// (sparesOnDeletion: Keep): paid, and no controller manages them any more.
+func checkHandedOver(ctx context.Context, c *scaleway.Client, zone scw.Zone, cluster string, r *Report) {
+	where := string(zone)
 	handed := scaleway.Tag(scaleway.TagHandedOverBy, cluster)
 	kept, err := c.ListServers(ctx, zone, []string{handed})
 	switch {

@@ -82,22 +82,35 @@ func Lives(tl world.Timeline, calls []scwsim.Call) []Life {
 		if i == 0 && !tl.Created.IsZero() && tl.Created.Before(l.Start) {
 			l.Start = tl.Created
 		}
-		// A spare before this claim: the claim took it.
-		for _, p := range tl.Phases {
-			if p.Value == "spare" && p.At.Before(c.At) {
-				l.Reused = true
-			}
-		}
-		for _, n := range tl.Nodes {
-			if !n.Seen.Before(l.Start) && (end.IsZero() || n.Seen.Before(end)) {
-				l.Node, l.Ready = n.Name, n.Ready
-				break
-			}
+		l.Reused = spareBefore(tl.Phases, c.At)
+		if n, ok := firstNode(tl.Nodes, l.Start, end); ok {
+			l.Node, l.Ready = n.Name, n.Ready
 		}
 		l.measure(tl, calls)
 		out = append(out, l)
 	}
 	return out
+}
+
+// spareBefore reports whether the server was a spare before at: a claim at
+// at then took a spare rather than a new server.
+func spareBefore(phases []world.Stamp, at time.Time) bool {
+	for _, p := range phases {
+		if p.Value == "spare" && p.At.Before(at) {
+			return true
+		}
+	}
+	return false
+}
+
+// firstNode is the first node seen in [start, end), end zero meaning open.
+func firstNode(nodes []world.NodeSeen, start, end time.Time) (world.NodeSeen, bool) {
+	for _, n := range nodes {
+		if !n.Seen.Before(start) && (end.IsZero() || n.Seen.Before(end)) {
+			return n, true
+		}
+	}
+	return world.NodeSeen{}, false
 }
 
 // measure splits the life into Scaleway's waits, the provider's stretches

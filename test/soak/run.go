@@ -290,28 +290,9 @@ func (r *runner) steps(a Action) []step {
 	case KindLimits:
 		return one(func(ctx context.Context) error { return r.setLimits(ctx, a.Hourly, a.Monthly) })
 	case KindMinimumLifetime:
-		return one(func(ctx context.Context) error {
-			err := r.editMain(ctx, func(nc *v1alpha1.ScalewayElasticMetalNodeClass) {
-				nc.Spec.Billing.MinimumLifetime = nil
-				if a.MinimumLifetime != "" {
-					d, _ := time.ParseDuration(a.MinimumLifetime)
-					nc.Spec.Billing.MinimumLifetime = &metav1.Duration{Duration: d}
-				}
-			})
-			r.mu.Lock()
-			r.lifetimes = append(r.lifetimes, lifetimeAt{at: time.Now(), lifetime: a.MinimumLifetime})
-			r.mu.Unlock()
-			return err
-		})
+		return one(func(ctx context.Context) error { return r.setMinimumLifetime(ctx, a.MinimumLifetime) })
 	case KindWarmPool:
-		return one(func(ctx context.Context) error {
-			return r.editMain(ctx, func(nc *v1alpha1.ScalewayElasticMetalNodeClass) {
-				nc.Spec.WarmPool = nil
-				if a.Servers > 0 {
-					nc.Spec.WarmPool = []v1alpha1.WarmPoolEntry{{Offer: a.Offer, Zone: Zone, BillingPeriod: a.Period, Servers: int32(a.Servers)}}
-				}
-			})
-		})
+		return one(func(ctx context.Context) error { return r.setWarmPool(ctx, a) })
 	case KindFault:
 		var id scwsim.FaultID
 		return []step{{at: a.At, do: func(context.Context) (err error) {
@@ -326,34 +307,73 @@ func (r *runner) steps(a Action) []step {
 		}}, {at: a.At + a.For, do: func(context.Context) error { return w.Sim.SetStock(Zone, a.Offer, max(had, 100)) }}}
 	case KindQuota:
 		return []step{{at: a.At, do: func(context.Context) error {
-			n := 0
-			for _, sv := range w.Sim.Servers() {
-				if sv.OfferName == a.Offer {
-					n++
-				}
-			}
-			return w.Sim.SetQuota("", a.Offer, n)
+			return w.Sim.SetQuota("", a.Offer, r.serversOf(a.Offer))
 		}}, {at: a.At + a.For, do: func(context.Context) error { return w.Sim.SetQuota("", a.Offer, -1) }}}
 	case KindKill:
-		i := -1
-		return []step{{at: a.At, do: func(context.Context) error {
-			if i = r.leader(); i < 0 {
-				// A takeover under way: the replica about to lead dies.
-				if i = r.standby(); i < 0 {
-					return nil
-				}
-			}
-			return r.kill(i)
-		}}, {at: a.At + a.For, do: func(ctx context.Context) error {
-			if i < 0 {
-				return nil
-			}
-			return r.restart(ctx, i)
-		}}}
+		return r.killSteps(a)
 	case KindLeaderChange:
 		return r.leaderChange(a)
 	}
 	return one(func(context.Context) error { return fmt.Errorf("soak: the world cannot play a %s action yet", a.Kind) })
+}
+
+// setMinimumLifetime sets the main NodeClass's billing.minimumLifetime
+// (none when empty) and notes when, for the invariants.
+func (r *runner) setMinimumLifetime(ctx context.Context, lifetime string) error {
+	err := r.editMain(ctx, func(nc *v1alpha1.ScalewayElasticMetalNodeClass) {
+		nc.Spec.Billing.MinimumLifetime = nil
+		if lifetime != "" {
+			d, _ := time.ParseDuration(lifetime)
+			nc.Spec.Billing.MinimumLifetime = &metav1.Duration{Duration: d}
+		}
+	})
+	r.mu.Lock()
+	r.lifetimes = append(r.lifetimes, lifetimeAt{at: time.Now(), lifetime: lifetime})
+	r.mu.Unlock()
+	return err
+}
+
+// setWarmPool sets the main NodeClass's warm pool to the action's one
+// entry, or none when it asks for no servers.
+func (r *runner) setWarmPool(ctx context.Context, a Action) error {
+	return r.editMain(ctx, func(nc *v1alpha1.ScalewayElasticMetalNodeClass) {
+		nc.Spec.WarmPool = nil
+		if a.Servers > 0 {
+			nc.Spec.WarmPool = []v1alpha1.WarmPoolEntry{{Offer: a.Offer, Zone: Zone, BillingPeriod: a.Period, Servers: int32(a.Servers)}}
+		}
+	})
+}
+
+// serversOf counts the simulator's servers of an offer: a quota at that
+// count lets none more be ordered.
+func (r *runner) serversOf(offer string) int {
+	n := 0
+	for _, sv := range r.w.Sim.Servers() {
+		if sv.OfferName == offer {
+			n++
+		}
+	}
+	return n
+}
+
+// killSteps kill the leader (or, during a takeover, the replica about to
+// lead) at the action's time and restart it For later.
+func (r *runner) killSteps(a Action) []step {
+	i := -1
+	return []step{{at: a.At, do: func(context.Context) error {
+		if i = r.leader(); i < 0 {
+			// A takeover under way: the replica about to lead dies.
+			if i = r.standby(); i < 0 {
+				return nil
+			}
+		}
+		return r.kill(i)
+	}}, {at: a.At + a.For, do: func(ctx context.Context) error {
+		if i < 0 {
+			return nil
+		}
+		return r.restart(ctx, i)
+	}}}
 }
 
 // replica is one controller process of the two the soak runs.
@@ -684,26 +704,9 @@ func (r *runner) leave(a Action, l, held int, frozen *bool) error {
 	r.logf("seed %d: leader change: replica-%d goes (%s)", r.s.Seed, l+1, how)
 	if a.Shape == LeaderKill {
 		err := r.kill(l)
-		// Back as the standby once the other leads (else it could take
-		// the Lease back), and not before For.
 		back := time.Now().Add(a.For)
 		r.bg.Add(1)
-		go func() {
-			defer r.bg.Done()
-			for r.bgCtx.Err() == nil {
-				if o := r.leader(); o >= 0 && o != l && time.Now().After(back) {
-					break
-				}
-				select {
-				case <-r.bgCtx.Done():
-					return
-				case <-time.After(250 * time.Millisecond):
-				}
-			}
-			if err := r.restart(r.bgCtx, l); err != nil && r.bgCtx.Err() == nil {
-				r.logf("seed %d: restarting replica-%d after a leader change: %v", r.s.Seed, l+1, err)
-			}
-		}()
+		go r.rejoin(l, back)
 		return err
 	}
 	r.opMu.Lock()
@@ -714,6 +717,26 @@ func (r *runner) leave(a Action, l, held int, frozen *bool) error {
 	r.opMu.Unlock()
 	r.watchTakeover(down)
 	return err
+}
+
+// rejoin restarts replica l as the standby once another replica leads
+// (else it could take the Lease back), and not before back. It runs in the
+// background, under r.bg.
+func (r *runner) rejoin(l int, back time.Time) {
+	defer r.bg.Done()
+	for r.bgCtx.Err() == nil {
+		if o := r.leader(); o >= 0 && o != l && time.Now().After(back) {
+			break
+		}
+		select {
+		case <-r.bgCtx.Done():
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	if err := r.restart(r.bgCtx, l); err != nil && r.bgCtx.Err() == nil {
+		r.logf("seed %d: restarting replica-%d after a leader change: %v", r.s.Seed, l+1, err)
+	}
 }
 
 // editMain changes the main NodeClass's spec (retrying on conflicts with the
@@ -765,38 +788,51 @@ func (r *runner) pollClaims(ctx context.Context) {
 	for ctx.Err() == nil {
 		var l karpv1.NodeClaimList
 		if err := r.w.Kube.Client.List(ctx, &l); err == nil {
-			now := time.Now()
-			r.mu.Lock()
-			seen := map[string]bool{}
-			for _, nc := range l.Items {
-				seen[nc.Name] = true
-				c := r.claims[nc.Name]
-				if c == nil {
-					c = &invariants.Claim{Name: nc.Name, Created: nc.CreationTimestamp.Time}
-					r.claims[nc.Name] = c
-				}
-				if nc.DeletionTimestamp != nil && c.Deleting.IsZero() {
-					c.Deleting = nc.DeletionTimestamp.Time
-				}
-				if c.Registered.IsZero() && nc.StatusConditions().Get(karpv1.ConditionTypeRegistered).IsTrue() {
-					c.Registered = now
-				}
-				if nc.StatusConditions().Get(karpv1.ConditionTypeInitialized).IsTrue() || nc.StatusConditions().Root().IsTrue() {
-					r.ready[nc.Name] = true
-				}
-			}
-			for name, c := range r.claims {
-				if !seen[name] && c.Gone.IsZero() {
-					c.Gone = now
-				}
-			}
-			r.mu.Unlock()
+			r.noteClaims(l.Items, time.Now())
 		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// noteClaims records what one listing of the NodeClaims shows at now:
+// new claims, deletions, registration and readiness, and claims gone.
+func (r *runner) noteClaims(items []karpv1.NodeClaim, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := map[string]bool{}
+	for i := range items {
+		nc := &items[i]
+		seen[nc.Name] = true
+		c := r.claimLocked(nc)
+		if nc.DeletionTimestamp != nil && c.Deleting.IsZero() {
+			c.Deleting = nc.DeletionTimestamp.Time
+		}
+		if c.Registered.IsZero() && nc.StatusConditions().Get(karpv1.ConditionTypeRegistered).IsTrue() {
+			c.Registered = now
+		}
+		if nc.StatusConditions().Get(karpv1.ConditionTypeInitialized).IsTrue() || nc.StatusConditions().Root().IsTrue() {
+			r.ready[nc.Name] = true
+		}
+	}
+	for name, c := range r.claims {
+		if !seen[name] && c.Gone.IsZero() {
+			c.Gone = now
+		}
+	}
+}
+
+// claimLocked is the record of a NodeClaim, made when first seen. Caller
+// holds r.mu.
+func (r *runner) claimLocked(nc *karpv1.NodeClaim) *invariants.Claim {
+	c := r.claims[nc.Name]
+	if c == nil {
+		c = &invariants.Claim{Name: nc.Name, Created: nc.CreationTimestamp.Time}
+		r.claims[nc.Name] = c
+	}
+	return c
 }
 
 // watchDeletions records when each NodeClaim's deletion began from a watch:
@@ -822,26 +858,27 @@ func (r *runner) watchDeletions(ctx context.Context) {
 			continue
 		}
 		for ev := range w.ResultChan() {
-			nc, ok := ev.Object.(*karpv1.NodeClaim)
-			if !ok || (nc.DeletionTimestamp == nil && ev.Type != watch.Deleted) {
-				continue
-			}
-			at := time.Now()
-			if nc.DeletionTimestamp != nil {
-				at = nc.DeletionTimestamp.Time
-			}
-			r.mu.Lock()
-			c := r.claims[nc.Name]
-			if c == nil {
-				c = &invariants.Claim{Name: nc.Name, Created: nc.CreationTimestamp.Time}
-				r.claims[nc.Name] = c
-			}
-			if c.Deleting.IsZero() {
-				c.Deleting = at
-			}
-			r.mu.Unlock()
+			r.noteDeletion(ev)
 		}
 		w.Stop()
+	}
+}
+
+// noteDeletion records when a watched NodeClaim started deleting: its
+// deletion timestamp, or now for a delete seen without one.
+func (r *runner) noteDeletion(ev watch.Event) {
+	nc, ok := ev.Object.(*karpv1.NodeClaim)
+	if !ok || (nc.DeletionTimestamp == nil && ev.Type != watch.Deleted) {
+		return
+	}
+	at := time.Now()
+	if nc.DeletionTimestamp != nil {
+		at = nc.DeletionTimestamp.Time
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c := r.claimLocked(nc); c.Deleting.IsZero() {
+		c.Deleting = at
 	}
 }
 
@@ -850,13 +887,7 @@ func (r *runner) watchDeletions(ctx context.Context) {
 // main workload bound and every live server of the cluster accounted for.
 func (r *runner) settle(ctx context.Context) error {
 	r.settling.Store(true)
-	r.w.Sim.ClearFaults()
-	for _, o := range Offers {
-		_ = r.w.Sim.SetQuota("", o, -1)
-		if r.w.Sim.Stock(Zone, o) == 0 {
-			_ = r.w.Sim.SetStock(Zone, o, 100)
-		}
-	}
+	r.clearTrouble()
 	if err := r.allUp(ctx); err != nil {
 		return err
 	}
@@ -869,12 +900,7 @@ func (r *runner) settle(ctx context.Context) error {
 	if err := r.apps[Broken].Scale(ctx, 0); err != nil {
 		return err
 	}
-	want := 0
-	for _, a := range r.s.Actions {
-		if a.Kind == KindPods && a.App == App {
-			want = a.Pods
-		}
-	}
+	want := r.s.finalPods()
 	deadline := time.Now().Add(SettleTimeout)
 	for time.Now().Before(deadline) {
 		if r.quiet(ctx, want) {
@@ -888,6 +914,17 @@ func (r *runner) settle(ctx context.Context) error {
 	}
 	r.logf("seed %d: not quiet after %s", r.s.Seed, SettleTimeout)
 	return nil
+}
+
+// clearTrouble ends the schedule's faults, quotas and stockouts.
+func (r *runner) clearTrouble() {
+	r.w.Sim.ClearFaults()
+	for _, o := range Offers {
+		_ = r.w.Sim.SetQuota("", o, -1)
+		if r.w.Sim.Stock(Zone, o) == 0 {
+			_ = r.w.Sim.SetStock(Zone, o, 100)
+		}
+	}
 }
 
 // allUp brings every replica up: a frozen one is woken (it must stop by

@@ -129,30 +129,43 @@ func (a Action) String() string {
 	case KindWarmPool:
 		return fmt.Sprintf("%s warm pool %d x %s %s", at, a.Servers, a.Offer, a.Period)
 	case KindFault:
-		f := a.Fault
-		s := fmt.Sprintf("%s fault %s %s %s", at, f.Kind, f.Method, f.Path)
-		if f.Status != 0 {
-			s += fmt.Sprintf(" status=%d", f.Status)
-		}
-		if f.Times != 0 {
-			s += fmt.Sprintf(" times=%d", f.Times)
-		}
-		return s + fmt.Sprintf(" for %s", a.For)
+		return at + a.faultString()
 	case KindOutOfStock, KindQuota:
 		return fmt.Sprintf("%s %s %s for %s", at, a.Kind, a.Offer, a.For)
 	case KindKill:
 		return fmt.Sprintf("%s kill, down %s", at, a.For)
 	case KindLeaderChange:
-		s := fmt.Sprintf("%s leader change: %s", at, a.Shape)
-		if a.Hold != "" {
-			s += fmt.Sprintf(" after holding a %s answer (at most %s)", a.Hold, a.HoldFor)
-		}
-		if a.Shape == LeaderPause {
-			return s + fmt.Sprintf(", frozen %s", a.For)
-		}
-		return s + fmt.Sprintf(", down %s", a.For)
+		return at + a.leaderChangeString()
 	}
 	return fmt.Sprintf("%s %s", at, a.Kind)
+}
+
+// faultString describes a fault action after its time: the fault, the
+// status and count when set, and how long it stays.
+func (a Action) faultString() string {
+	f := a.Fault
+	s := fmt.Sprintf(" fault %s %s %s", f.Kind, f.Method, f.Path)
+	if f.Status != 0 {
+		s += fmt.Sprintf(" status=%d", f.Status)
+	}
+	if f.Times != 0 {
+		s += fmt.Sprintf(" times=%d", f.Times)
+	}
+	return s + fmt.Sprintf(" for %s", a.For)
+}
+
+// leaderChangeString describes a leader change after its time: its shape,
+// the answer held back when one is, and how long the old leader is frozen
+// or down.
+func (a Action) leaderChangeString() string {
+	s := fmt.Sprintf(" leader change: %s", a.Shape)
+	if a.Hold != "" {
+		s += fmt.Sprintf(" after holding a %s answer (at most %s)", a.Hold, a.HoldFor)
+	}
+	if a.Shape == LeaderPause {
+		return s + fmt.Sprintf(", frozen %s", a.For)
+	}
+	return s + fmt.Sprintf(", down %s", a.For)
 }
 
 // Schedule is one seeded chaos run: how the world is set up, then the
@@ -332,4 +345,16 @@ func randomFault(r *rand.Rand) scwsim.Fault {
 		f.Status = []int{500, 502, 503}[r.IntN(3)]
 	}
 	return f
+}
+
+// finalPods is the replica count the schedule leaves App at: what the last
+// pods action for it asked, 0 when none did.
+func (s Schedule) finalPods() int {
+	want := 0
+	for _, a := range s.Actions {
+		if a.Kind == KindPods && a.App == App {
+			want = a.Pods
+		}
+	}
+	return want
 }

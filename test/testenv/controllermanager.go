@@ -77,13 +77,10 @@ func NewControllerManager(ctx context.Context, k *Kube, opts ControllerManagerOp
 		timeout = 2 * time.Minute
 	}
 	args := append(append([]string{}, controllerManagerArgs...), opts.Args...)
-	// The port is picked before the process binds it: retry on a lost race.
-	for attempt := 1; ; attempt++ {
+	err = retryStart(ctx, func() (err error) {
 		m.proc, m.Port, err = startComponent(ctx, "kube-controller-manager", bin, k, dir, "/healthz", args, m.LogPath, timeout)
-		if err == nil || attempt == 3 || ctx.Err() != nil {
-			break
-		}
-	}
+		return err
+	})
 	if err != nil {
 		_ = m.cleanup()
 		return nil, err

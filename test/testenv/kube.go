@@ -139,41 +139,20 @@ func NewKube(ctx context.Context, opts KubeOptions) (*Kube, error) {
 	if err := addAPIExtensions(); err != nil {
 		return nil, err
 	}
-	k := &Kube{Scheme: opts.Scheme, Dir: opts.Dir}
+	k := &Kube{Scheme: opts.Scheme}
 	if k.Scheme == nil {
 		k.Scheme = scheme.Scheme
 	}
-	if k.Dir == "" {
-		if k.Dir, err = os.MkdirTemp("", "testenv-kube-"); err != nil {
-			return nil, err
-		}
-		k.tempDir = k.Dir
+	if k.Dir, k.tempDir, err = workDir(opts.Dir, "testenv-kube-"); err != nil {
+		return nil, err
 	}
 	fail := func(err error) (*Kube, error) {
 		return nil, errors.Join(err, k.Stop())
 	}
-
-	var crds []*apiextensionsv1.CustomResourceDefinition
-	if !opts.NoKarpenterCRDs {
-		crds = append(crds, KarpenterCRDs()...)
+	crds, err := opts.crds()
+	if err != nil {
+		return fail(err)
 	}
-	crds = append(crds, opts.CRDs...)
-	for i, y := range opts.CRDYAML {
-		parsed, err := ParseCRDs(y)
-		if err != nil {
-			return fail(fmt.Errorf("KubeOptions.CRDYAML[%d]: %w", i, err))
-		}
-		crds = append(crds, parsed...)
-	}
-
-	// envtest would notice a missing path only after starting the control
-	// plane; check first so a typo fails fast and names the field.
-	for i, p := range opts.CRDPaths {
-		if _, err := os.Stat(p); err != nil {
-			return fail(fmt.Errorf("KubeOptions.CRDPaths[%d]: %w", i, err))
-		}
-	}
-
 	apiLog, err := k.openLog("kube-apiserver.log")
 	if err != nil {
 		return fail(err)
@@ -182,60 +161,102 @@ func NewKube(ctx context.Context, opts KubeOptions) (*Kube, error) {
 	if err != nil {
 		return fail(err)
 	}
-	timeout := opts.StartTimeout
-	if timeout == 0 && os.Getenv("KUBEBUILDER_CONTROLPLANE_START_TIMEOUT") == "" {
-		timeout = 2 * time.Minute
-	}
 	newEnv := func() *envtest.Environment {
-		apiserver := &envtest.APIServer{Path: apiserverBin, Out: apiLog, Err: apiLog}
-		// No kube-controller-manager runs here, so nothing would ever remove the
-		// node.kubernetes.io/not-ready taint that TaintNodesByCondition puts on
-		// every new Node: pods could never schedule onto registered nodes. envtest
-		// already disables ServiceAccount (no token controller either).
-		apiserver.Configure().Append("disable-admission-plugins", "TaintNodesByCondition")
-		for flag, values := range opts.APIServerFlags {
-			apiserver.Configure().Set(flag, values...)
-		}
-		return &envtest.Environment{
-			ControlPlane: envtest.ControlPlane{
-				APIServer: apiserver,
-				Etcd:      &envtest.Etcd{Path: etcdBin, Out: etcdLog, Err: etcdLog},
-			},
-			Scheme:                   k.Scheme,
-			CRDs:                     crds,
-			CRDDirectoryPaths:        opts.CRDPaths,
-			ErrorIfCRDPathMissing:    true,
-			ControlPlaneStartTimeout: timeout,
-		}
+		return k.newEnv(opts, crds, &envtest.APIServer{Path: apiserverBin, Out: apiLog, Err: apiLog},
+			&envtest.Etcd{Path: etcdBin, Out: etcdLog, Err: etcdLog})
 	}
-	// envtest picks its ports by listening and closing, then retries with the
-	// same ports: a process that binds one meanwhile (another world's S3 or
-	// etcd, started side by side) fails all its retries. A fresh environment
-	// picks fresh ports.
-	var res startResult
-	for attempt := 1; ; attempt++ {
-		k.env = newEnv()
-		res = startEnv(ctx, k.env)
-		if res.err == nil || attempt == 3 || ctx.Err() != nil || !strings.Contains(fileTail(etcdLog.Name(), 10)+fileTail(apiLog.Name(), 10), "address already in use") {
-			break
-		}
-		_ = k.env.Stop()
-	}
+	res := k.startControlPlane(ctx, newEnv, apiLog.Name(), etcdLog.Name())
 	if res.err != nil {
 		return fail(fmt.Errorf("start kube-apiserver/etcd: %w\nkube-apiserver log tail:\n%s\netcd log tail:\n%s",
 			res.err, fileTail(apiLog.Name(), 20), fileTail(etcdLog.Name(), 10)))
 	}
 	k.Config = res.cfg
+	if err := k.connect(); err != nil {
+		return fail(err)
+	}
+	return k, nil
+}
+
+// crds gathers the CRDs to install: Karpenter's unless left out, the
+// options' objects, then their YAML. A CRD path that does not exist fails
+// here: envtest would notice only after starting the control plane, and
+// this error names the field.
+func (opts KubeOptions) crds() ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	var crds []*apiextensionsv1.CustomResourceDefinition
+	if !opts.NoKarpenterCRDs {
+		crds = append(crds, KarpenterCRDs()...)
+	}
+	crds = append(crds, opts.CRDs...)
+	for i, y := range opts.CRDYAML {
+		parsed, err := ParseCRDs(y)
+		if err != nil {
+			return nil, fmt.Errorf("KubeOptions.CRDYAML[%d]: %w", i, err)
+		}
+		crds = append(crds, parsed...)
+	}
+	for i, p := range opts.CRDPaths {
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("KubeOptions.CRDPaths[%d]: %w", i, err)
+		}
+	}
+	return crds, nil
+}
+
+// newEnv builds an envtest environment for the options. No
+// kube-controller-manager runs here, so nothing would ever remove the
+// node.kubernetes.io/not-ready taint that TaintNodesByCondition puts on
+// every new Node: pods could never schedule onto registered nodes. envtest
+// already disables ServiceAccount (no token controller either).
+func (k *Kube) newEnv(opts KubeOptions, crds []*apiextensionsv1.CustomResourceDefinition, apiserver *envtest.APIServer, etcd *envtest.Etcd) *envtest.Environment {
+	timeout := opts.StartTimeout
+	if timeout == 0 && os.Getenv("KUBEBUILDER_CONTROLPLANE_START_TIMEOUT") == "" {
+		timeout = 2 * time.Minute
+	}
+	apiserver.Configure().Append("disable-admission-plugins", "TaintNodesByCondition")
+	for flag, values := range opts.APIServerFlags {
+		apiserver.Configure().Set(flag, values...)
+	}
+	return &envtest.Environment{
+		ControlPlane:             envtest.ControlPlane{APIServer: apiserver, Etcd: etcd},
+		Scheme:                   k.Scheme,
+		CRDs:                     crds,
+		CRDDirectoryPaths:        opts.CRDPaths,
+		ErrorIfCRDPathMissing:    true,
+		ControlPlaneStartTimeout: timeout,
+	}
+}
+
+// startControlPlane starts etcd and kube-apiserver. envtest picks its
+// ports by listening and closing, then retries with the same ports: a
+// process that binds one meanwhile (another world's S3 or etcd, started
+// side by side) fails all its retries. So a start that failed on an
+// address in use is tried again with a fresh environment, which picks
+// fresh ports.
+func (k *Kube) startControlPlane(ctx context.Context, newEnv func() *envtest.Environment, apiLog, etcdLog string) startResult {
+	var res startResult
+	for attempt := 1; ; attempt++ {
+		k.env = newEnv()
+		res = startEnv(ctx, k.env)
+		if res.err == nil || attempt == startAttempts || ctx.Err() != nil ||
+			!strings.Contains(fileTail(etcdLog, 10)+fileTail(apiLog, 10), "address already in use") {
+			return res
+		}
+		_ = k.env.Stop()
+	}
+}
+
+// connect writes the kubeconfig of the started control plane and makes
+// the client.
+func (k *Kube) connect() error {
 	k.CRDs = k.env.CRDs
 	k.Kubeconfig = k.env.KubeConfig
 	k.KubeconfigPath = filepath.Join(k.Dir, "kubeconfig")
 	if err := os.WriteFile(k.KubeconfigPath, k.Kubeconfig, 0o600); err != nil {
-		return fail(err)
+		return err
 	}
-	if k.Client, err = client.New(k.Config, client.Options{Scheme: k.Scheme}); err != nil {
-		return fail(err)
-	}
-	return k, nil
+	var err error
+	k.Client, err = client.New(k.Config, client.Options{Scheme: k.Scheme})
+	return err
 }
 
 type startResult struct {

@@ -64,13 +64,11 @@ func NewKWOK(ctx context.Context, k *Kube, opts KWOKOptions) (*KWOK, error) {
 		return nil, errors.New("kwok: KWOKOptions.ManageNodesWithAnnotation is required")
 	}
 	kw := &KWOK{}
-	dir := opts.Dir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "testenv-kwok-"); err != nil {
-			return nil, err
-		}
-		kw.tempDir = dir
+	dir, temp, err := workDir(opts.Dir, "testenv-kwok-")
+	if err != nil {
+		return nil, err
 	}
+	kw.tempDir = temp
 	stages := filepath.Join(dir, "kwok-stages.yaml")
 	if err := os.WriteFile(stages, KWOKStages, 0o600); err != nil {
 		_ = kw.cleanup()
@@ -81,13 +79,7 @@ func NewKWOK(ctx context.Context, k *Kube, opts KWOKOptions) (*KWOK, error) {
 	if timeout == 0 {
 		timeout = time.Minute
 	}
-	for attempt := 1; ; attempt++ {
-		err = kw.start(ctx, bin, k, stages, opts, timeout)
-		if err == nil || attempt == 3 || ctx.Err() != nil {
-			break
-		}
-	}
-	if err != nil {
+	if err := retryStart(ctx, func() error { return kw.start(ctx, bin, k, stages, opts, timeout) }); err != nil {
 		_ = kw.cleanup()
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -53,22 +54,30 @@ func NewPrometheus(ctx context.Context, opts PrometheusOptions) (*Prometheus, er
 		return nil, errors.New("prometheus not found: `make deps` installs Debian's prometheus package")
 	}
 	p := &Prometheus{}
-	dir := opts.Dir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "testenv-prometheus-"); err != nil {
-			return nil, err
-		}
-		p.tempDir = dir
+	dir, temp, err := workDir(opts.Dir, "testenv-prometheus-")
+	if err != nil {
+		return nil, err
 	}
-	if opts.Job == "" {
-		opts.Job = "test"
+	p.tempDir = temp
+	opts.Job = cmp.Or(opts.Job, "test")
+	opts.ScrapeInterval = cmp.Or(opts.ScrapeInterval, time.Second)
+	opts.StartTimeout = cmp.Or(opts.StartTimeout, 60*time.Second)
+	if err := writePrometheusConfig(dir, opts); err != nil {
+		p.cleanup()
+		return nil, err
 	}
-	if opts.ScrapeInterval == 0 {
-		opts.ScrapeInterval = time.Second
+	p.LogPath = filepath.Join(dir, "prometheus.log")
+	if err := retryStart(ctx, func() error { return p.start(ctx, bin, dir, opts.StartTimeout) }); err != nil {
+		p.cleanup()
+		return nil, err
 	}
-	if opts.StartTimeout == 0 {
-		opts.StartTimeout = 60 * time.Second
-	}
+	return p, nil
+}
+
+// writePrometheusConfig writes prometheus.yml into dir: one job scraping
+// the targets at the scrape interval (which is also the evaluation
+// interval and the timeout), and the rules file when there are rules.
+func writePrometheusConfig(dir string, opts PrometheusOptions) error {
 	interval := opts.ScrapeInterval.String()
 	cfg := map[string]any{
 		"global": map[string]any{"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": interval},
@@ -79,33 +88,15 @@ func NewPrometheus(ctx context.Context, opts PrometheusOptions) (*Prometheus, er
 	}
 	if len(opts.Rules) > 0 {
 		if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), opts.Rules, 0o644); err != nil {
-			p.cleanup()
-			return nil, err
+			return err
 		}
 		cfg["rule_files"] = []string{filepath.Join(dir, "rules.yaml")}
 	}
 	b, err := yaml.Marshal(cfg)
 	if err != nil {
-		p.cleanup()
-		return nil, err
+		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), b, 0o644); err != nil {
-		p.cleanup()
-		return nil, err
-	}
-	p.LogPath = filepath.Join(dir, "prometheus.log")
-	// The port is picked before prometheus binds it: retry on a lost race.
-	for attempt := 1; ; attempt++ {
-		err = p.start(ctx, bin, dir, opts.StartTimeout)
-		if err == nil || attempt == 3 || ctx.Err() != nil {
-			break
-		}
-	}
-	if err != nil {
-		p.cleanup()
-		return nil, err
-	}
-	return p, nil
+	return os.WriteFile(filepath.Join(dir, "prometheus.yml"), b, 0o644)
 }
 
 func (p *Prometheus) start(ctx context.Context, bin, dir string, timeout time.Duration) error {

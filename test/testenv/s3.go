@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -55,43 +56,26 @@ func NewS3(ctx context.Context, opts S3Options) (*S3, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &S3{Region: opts.Region, AccessKey: opts.AccessKey, SecretKey: opts.SecretKey}
-	if s.Region == "" {
-		s.Region = "us-east-1"
-	}
+	s := &S3{Region: cmp.Or(opts.Region, "us-east-1"), AccessKey: opts.AccessKey, SecretKey: opts.SecretKey}
 	if s.AccessKey == "" {
 		s.AccessKey = "TESTKEY" + randomHex(8)
 	}
 	if s.SecretKey == "" {
 		s.SecretKey = randomHex(20)
 	}
-	dir := opts.Dir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "testenv-s3-"); err != nil {
-			return nil, err
-		}
-		s.tempDir = dir
+	dir, temp, err := workDir(opts.Dir, "testenv-s3-")
+	if err != nil {
+		return nil, err
 	}
+	s.tempDir = temp
 	s.DataDir = filepath.Join(dir, "data")
 	s.LogPath = filepath.Join(dir, "versitygw.log")
 	if err := os.MkdirAll(s.DataDir, 0o700); err != nil {
 		s.cleanup()
 		return nil, err
 	}
-	timeout := opts.StartTimeout
-	if timeout == 0 {
-		timeout = 60 * time.Second
-	}
-
-	// The port is picked before versitygw binds it, so another process may win
-	// the race: try a few ports before giving up.
-	for attempt := 1; ; attempt++ {
-		err = s.start(ctx, bin, timeout)
-		if err == nil || attempt == 3 || ctx.Err() != nil {
-			break
-		}
-	}
-	if err != nil {
+	timeout := cmp.Or(opts.StartTimeout, 60*time.Second)
+	if err := retryStart(ctx, func() error { return s.start(ctx, bin, timeout) }); err != nil {
 		s.cleanup()
 		return nil, err
 	}

@@ -59,14 +59,7 @@ func NewScheduler(ctx context.Context, k *Kube, opts SchedulerOptions) (*Schedul
 	if timeout == 0 {
 		timeout = 2 * time.Minute
 	}
-	// The port is picked before kube-scheduler binds it: retry on a lost race.
-	for attempt := 1; ; attempt++ {
-		err = s.start(ctx, bin, k, dir, opts.Args, timeout)
-		if err == nil || attempt == 3 || ctx.Err() != nil {
-			break
-		}
-	}
-	if err != nil {
+	if err := retryStart(ctx, func() error { return s.start(ctx, bin, k, dir, opts.Args, timeout) }); err != nil {
 		_ = s.cleanup()
 		return nil, err
 	}

@@ -71,43 +71,63 @@ func checkFresh(bin, root string, dirs []string) error {
 	if err != nil {
 		return err
 	}
-	built := st.ModTime()
-	var newer string
-	check := func(path string, info os.FileInfo) {
-		if newer == "" && info.ModTime().After(built) {
-			newer = path
-		}
+	newer, err := newerSource(root, dirs, st.ModTime())
+	if err != nil || newer == "" {
+		return err
 	}
+	rel, _ := filepath.Rel(root, newer)
+	return fmt.Errorf("%s is older than %s: run \"make build\"", bin, rel)
+}
+
+// newerSource is the first file the binary is built from that changed
+// after built: go.mod, go.sum, then the non-test Go files under dirs; ""
+// when none did.
+func newerSource(root string, dirs []string, built time.Time) (string, error) {
 	for _, f := range []string{"go.mod", "go.sum"} {
-		if info, err := os.Stat(filepath.Join(root, f)); err == nil {
-			check(filepath.Join(root, f), info)
+		path := filepath.Join(root, f)
+		if info, err := os.Stat(path); err == nil && info.ModTime().After(built) {
+			return path, nil
 		}
 	}
 	for _, dir := range dirs {
-		err := filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
-			if err != nil || newer != "" {
-				return err
-			}
-			if info.IsDir() {
-				if b := info.Name(); path != dir && (b == "test" || b == "bin" || b == "testdata" || strings.HasPrefix(b, ".")) {
-					return filepath.SkipDir
-				}
-				return nil
-			}
-			if strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, "_test.go") {
-				check(path, info)
-			}
-			return nil
-		})
-		if err != nil {
-			return err
+		if newer, err := newerIn(dir, built); err != nil || newer != "" {
+			return newer, err
 		}
 	}
-	if newer != "" {
-		rel, _ := filepath.Rel(root, newer)
-		return fmt.Errorf("%s is older than %s: run \"make build\"", bin, rel)
-	}
-	return nil
+	return "", nil
+}
+
+// newerIn is the first non-test Go file under dir changed after built,
+// skipping directories that hold no source of the binary.
+func newerIn(dir string, built time.Time) (string, error) {
+	var newer string
+	err := filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
+		if err != nil || newer != "" {
+			return err
+		}
+		if info.IsDir() {
+			if path != dir && skipSourceDir(info.Name()) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if isSource(path) && info.ModTime().After(built) {
+			newer = path
+		}
+		return nil
+	})
+	return newer, err
+}
+
+// skipSourceDir says which directories hold no source of the binary: tests,
+// tools, test data and hidden directories.
+func skipSourceDir(name string) bool {
+	return name == "test" || name == "bin" || name == "testdata" || strings.HasPrefix(name, ".")
+}
+
+// isSource reports whether path is a Go file built into the binary.
+func isSource(path string) bool {
+	return strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, "_test.go")
 }
 
 // ControllerOptions tune one controller process.

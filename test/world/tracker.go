@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 )
 
 // Tags the provider sets on servers (DESIGN.md).
@@ -157,30 +159,7 @@ func (t *Tracker) poll(ctx context.Context) {
 	seen := map[string]bool{}
 	for _, s := range servers {
 		seen[s.ID] = true
-		tl := t.timelines[s.ID]
-		if tl == nil {
-			tl = &Timeline{ID: s.ID, Zone: s.Zone, Offer: s.OfferName, Created: s.CreatedAt,
-				NodeClaim: TagValue(s.Tags, TagNodeClaim), NodePool: TagValue(s.Tags, TagNodePool)}
-			t.timelines[s.ID] = tl
-			t.order = append(t.order, s.ID)
-			evs = append(evs, Event{At: now, ServerID: s.ID, Kind: "created", Value: fmt.Sprintf("%s in %s", s.OfferName, s.Zone)})
-		}
-		if nc := TagValue(s.Tags, TagNodeClaim); nc != "" {
-			tl.NodeClaim = nc
-			if n := len(tl.Claims); n == 0 || tl.Claims[n-1].Value != nc {
-				tl.Claims = append(tl.Claims, Stamp{nc, now})
-			}
-		}
-		if n := len(tl.Statuses); n == 0 || tl.Statuses[n-1].Value != s.Status {
-			tl.Statuses = append(tl.Statuses, Stamp{s.Status, now})
-			evs = append(evs, Event{At: now, ServerID: s.ID, Kind: "status", Value: s.Status})
-		}
-		if p := TagValue(s.Tags, TagPhase); p != "" {
-			if n := len(tl.Phases); n == 0 || tl.Phases[n-1].Value != p {
-				tl.Phases = append(tl.Phases, Stamp{p, now})
-				evs = append(evs, Event{At: now, ServerID: s.ID, Kind: "phase", Value: p})
-			}
-		}
+		evs = append(evs, t.serverLocked(s, now)...)
 	}
 	for id, tl := range t.timelines {
 		if !seen[id] && tl.Gone.IsZero() {
@@ -188,35 +167,81 @@ func (t *Tracker) poll(ctx context.Context) {
 			evs = append(evs, Event{At: now, ServerID: id, Kind: "gone"})
 		}
 	}
-	for _, n := range nodes {
-		id := serverIDOf(n.Spec.ProviderID)
-		tl := t.timelines[id]
-		if tl == nil {
-			continue
-		}
-		if tl.Node == "" {
-			tl.Node, tl.NodeSeen = n.Name, now
-			evs = append(evs, Event{At: now, ServerID: id, Kind: "node", Value: n.Name})
-		}
-		if tl.NodeReady.IsZero() && nodeReady(&n) {
-			tl.NodeReady = now
-			evs = append(evs, Event{At: now, ServerID: id, Kind: "ready", Value: n.Name})
-		}
-		if k := len(tl.Nodes); k == 0 || tl.Nodes[k-1].Name != n.Name {
-			if k > 0 { // a spare's next node; the first is reported above
-				evs = append(evs, Event{At: now, ServerID: id, Kind: "node", Value: n.Name})
-			}
-			tl.Nodes = append(tl.Nodes, NodeSeen{Name: n.Name, Seen: now})
-		}
-		if last := &tl.Nodes[len(tl.Nodes)-1]; last.Ready.IsZero() && nodeReady(&n) {
-			last.Ready = now
-			if len(tl.Nodes) > 1 {
-				evs = append(evs, Event{At: now, ServerID: id, Kind: "ready", Value: n.Name})
-			}
-		}
+	for i := range nodes {
+		evs = append(evs, t.nodeLocked(&nodes[i], now)...)
 	}
 	t.mu.Unlock()
 	t.emit(evs)
+}
+
+// serverLocked records what a listed server shows at now: a new timeline
+// when first seen, its NodeClaim, status and phase when they changed; it
+// returns the events to report. Caller holds t.mu.
+func (t *Tracker) serverLocked(s scwsim.ServerState, now time.Time) []Event {
+	var evs []Event
+	tl := t.timelines[s.ID]
+	if tl == nil {
+		tl = &Timeline{ID: s.ID, Zone: s.Zone, Offer: s.OfferName, Created: s.CreatedAt,
+			NodeClaim: TagValue(s.Tags, TagNodeClaim), NodePool: TagValue(s.Tags, TagNodePool)}
+		t.timelines[s.ID] = tl
+		t.order = append(t.order, s.ID)
+		evs = append(evs, Event{At: now, ServerID: s.ID, Kind: "created", Value: fmt.Sprintf("%s in %s", s.OfferName, s.Zone)})
+	}
+	if nc := TagValue(s.Tags, TagNodeClaim); nc != "" {
+		tl.NodeClaim = nc
+		appendChange(&tl.Claims, nc, now)
+	}
+	if appendChange(&tl.Statuses, s.Status, now) {
+		evs = append(evs, Event{At: now, ServerID: s.ID, Kind: "status", Value: s.Status})
+	}
+	if p := TagValue(s.Tags, TagPhase); p != "" && appendChange(&tl.Phases, p, now) {
+		evs = append(evs, Event{At: now, ServerID: s.ID, Kind: "phase", Value: p})
+	}
+	return evs
+}
+
+// appendChange stamps v at now unless it is already the last value seen,
+// and reports whether it did.
+func appendChange(stamps *[]Stamp, v string, now time.Time) bool {
+	if n := len(*stamps); n > 0 && (*stamps)[n-1].Value == v {
+		return false
+	}
+	*stamps = append(*stamps, Stamp{v, now})
+	return true
+}
+
+// nodeLocked records what a Node shows at now on its server's timeline:
+// the first node and when it was Ready, and each node after (a spare's
+// next life) with its own Ready; it returns the events to report. Caller
+// holds t.mu.
+func (t *Tracker) nodeLocked(n *corev1.Node, now time.Time) []Event {
+	id := serverIDOf(n.Spec.ProviderID)
+	tl := t.timelines[id]
+	if tl == nil {
+		return nil
+	}
+	var evs []Event
+	if tl.Node == "" {
+		tl.Node, tl.NodeSeen = n.Name, now
+		evs = append(evs, Event{At: now, ServerID: id, Kind: "node", Value: n.Name})
+	}
+	if tl.NodeReady.IsZero() && nodeReady(n) {
+		tl.NodeReady = now
+		evs = append(evs, Event{At: now, ServerID: id, Kind: "ready", Value: n.Name})
+	}
+	if k := len(tl.Nodes); k == 0 || tl.Nodes[k-1].Name != n.Name {
+		if k > 0 { // a spare's next node; the first is reported above
+			evs = append(evs, Event{At: now, ServerID: id, Kind: "node", Value: n.Name})
+		}
+		tl.Nodes = append(tl.Nodes, NodeSeen{Name: n.Name, Seen: now})
+	}
+	if last := &tl.Nodes[len(tl.Nodes)-1]; last.Ready.IsZero() && nodeReady(n) {
+		last.Ready = now
+		if len(tl.Nodes) > 1 {
+			evs = append(evs, Event{At: now, ServerID: id, Kind: "ready", Value: n.Name})
+		}
+	}
+	return evs
 }
 
 // serverIDOf returns the server ID of a provider ID scaleway-em://<zone>/<id>.

@@ -1,6 +1,7 @@
 package world
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -202,57 +203,12 @@ func Start(t testing.TB, opts Options) *World {
 // New builds and starts a world; Stop releases everything. On error,
 // whatever was started is stopped.
 func New(ctx context.Context, opts Options) (w *World, err error) {
-	if opts.Profile == "" {
-		opts.Profile = scwsim.ProfileTest
-	}
-	if opts.ClusterName == "" {
-		opts.ClusterName = DefaultClusterName
-	}
-	if opts.SystemNamespace == "" {
-		opts.SystemNamespace = DefaultSystemNamespace
-	}
-	if opts.TalosVersion == "" {
-		opts.TalosVersion = DefaultTalosVersion
-	}
-	if opts.SchematicID == "" {
-		opts.SchematicID = SchematicID
-	}
-	if opts.Bucket == "" {
-		opts.Bucket = DefaultBucket
-	}
-	if opts.Prefix == "" {
-		opts.Prefix = DefaultPrefix
-	}
-	if opts.JoinSecretName == "" {
-		opts.JoinSecretName = JoinSecretName
-	}
-	if opts.ImageSize == 0 {
-		opts.ImageSize = DefaultImageSize
-	}
-	if opts.ImageKernelArgs == "" {
-		opts.ImageKernelArgs = diskimage.MetalISOKernelArgs
-	}
-	if len(opts.ImageFormats) == 0 {
-		opts.ImageFormats = []string{manifest.FormatZstd}
-	}
-	if opts.Logf == nil {
-		opts.Logf = func(string, ...any) {}
-	}
+	opts = opts.withDefaults()
 	simOpts, err := scwsim.Profile(opts.Profile)
 	if err != nil {
 		return nil, fmt.Errorf("Options.Profile: %w", err)
 	}
-	// Fail fast, before minutes of work, when a binary is missing.
-	bins := []string{testenv.BinKubeAPIServer, testenv.BinEtcd, testenv.BinKubeScheduler, testenv.BinVersityGW}
-	if opts.RunPods {
-		bins = append(bins, testenv.BinKubeControllerManager, testenv.BinKWOK)
-	}
-	for _, b := range bins {
-		if _, err := testenv.FindBinary(b); err != nil {
-			return nil, err
-		}
-	}
-	if _, err := FindBinary(BinEMImager); err != nil {
+	if err := checkBinaries(opts.RunPods); err != nil {
 		return nil, err
 	}
 
@@ -271,64 +227,15 @@ func New(ctx context.Context, opts Options) (w *World, err error) {
 			w = nil
 		}
 	}()
-	logf := opts.Logf
-	for _, d := range []string{"kube", "scheduler", "s3", "machines", "controller", "pods"} {
-		if err := os.MkdirAll(filepath.Join(w.Dir, d), 0o700); err != nil {
-			return w, err
-		}
-	}
-
-	// Kubernetes, and S3 with the image, start side by side: both take seconds.
-	s3ch := make(chan error, 1)
-	t0 := time.Now()
-	go func() {
-		s3, err := testenv.NewS3(ctx, testenv.S3Options{Dir: filepath.Join(w.Dir, "s3")})
-		if err != nil {
-			s3ch <- fmt.Errorf("S3: %w", err)
-			return
-		}
-		w.S3 = s3
-		w.onStop(s3.Stop)
-		if err := s3.CreateBucket(ctx, w.Bucket); err != nil {
-			s3ch <- fmt.Errorf("S3 bucket %s: %w", w.Bucket, err)
-			return
-		}
-		img, err := w.PublishImage(ctx, opts.TalosVersion)
-		if err == nil {
-			logf("world: S3 %s holds Talos-like image %s (raw sha256 %.12s, %d MiB, %s) after %s", s3.Endpoint,
-				img.TalosVersion, img.RawSHA256, opts.ImageSize>>20, strings.Join(opts.ImageFormats, "+"), time.Since(t0).Round(time.Millisecond))
-		}
-		s3ch <- err
-	}()
-	kube, kerr := testenv.NewKube(ctx, testenv.KubeOptions{Dir: filepath.Join(w.Dir, "kube"), CRDs: apis.CRDs})
-	if kube != nil {
-		w.Kube = kube
-		w.onStop(kube.Stop)
-	}
-	s3err := <-s3ch
-	if kerr != nil {
-		return w, fmt.Errorf("kube-apiserver: %w", kerr)
-	}
-	if s3err != nil {
-		return w, s3err
-	}
-	logf("world: kube-apiserver %s up after %s", kube.Config.Host, time.Since(t0).Round(time.Millisecond))
-	if w.Clientset, err = kubernetes.NewForConfig(kube.Config); err != nil {
+	if err := w.makeDirs(); err != nil {
 		return w, err
 	}
-
-	sched, err := testenv.NewScheduler(ctx, kube, testenv.SchedulerOptions{Dir: filepath.Join(w.Dir, "scheduler")})
-	if err != nil {
-		return w, fmt.Errorf("kube-scheduler: %w", err)
+	if err := w.startKubeAndS3(ctx); err != nil {
+		return w, err
 	}
-	w.Scheduler = sched
-	w.onStop(sched.Stop)
-	if opts.RunPods {
-		if err := w.startPods(ctx); err != nil {
-			return w, err
-		}
+	if err := w.startScheduling(ctx); err != nil {
+		return w, err
 	}
-
 	if err := w.createNamespace(ctx, opts.SystemNamespace); err != nil {
 		return w, err
 	}
@@ -336,44 +243,168 @@ func New(ctx context.Context, opts Options) (w *World, err error) {
 	if err != nil {
 		return w, fmt.Errorf("join Secret: %w", err)
 	}
+	if err := w.startSim(simOpts, join); err != nil {
+		return w, err
+	}
+	opts.Logf("world: Scaleway API simulator at %s (profile %s)", w.SimURL, opts.Profile)
+	return w, nil
+}
 
+// makeDirs makes the directory of each part of the world.
+func (w *World) makeDirs() error {
+	for _, d := range []string{"kube", "scheduler", "s3", "machines", "controller", "pods"} {
+		if err := os.MkdirAll(filepath.Join(w.Dir, d), 0o700); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// withDefaults fills in every option left empty.
+func (opts Options) withDefaults() Options {
+	opts.Profile = cmp.Or(opts.Profile, scwsim.ProfileTest)
+	opts.ClusterName = cmp.Or(opts.ClusterName, DefaultClusterName)
+	opts.SystemNamespace = cmp.Or(opts.SystemNamespace, DefaultSystemNamespace)
+	opts.TalosVersion = cmp.Or(opts.TalosVersion, DefaultTalosVersion)
+	opts.SchematicID = cmp.Or(opts.SchematicID, SchematicID)
+	opts.Bucket = cmp.Or(opts.Bucket, DefaultBucket)
+	opts.Prefix = cmp.Or(opts.Prefix, DefaultPrefix)
+	opts.JoinSecretName = cmp.Or(opts.JoinSecretName, JoinSecretName)
+	opts.ImageSize = cmp.Or(opts.ImageSize, DefaultImageSize)
+	opts.ImageKernelArgs = cmp.Or(opts.ImageKernelArgs, diskimage.MetalISOKernelArgs)
+	if len(opts.ImageFormats) == 0 {
+		opts.ImageFormats = []string{manifest.FormatZstd}
+	}
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	return opts
+}
+
+// checkBinaries fails fast, before minutes of work, when a binary the world
+// runs is missing.
+func checkBinaries(runPods bool) error {
+	bins := []string{testenv.BinKubeAPIServer, testenv.BinEtcd, testenv.BinKubeScheduler, testenv.BinVersityGW}
+	if runPods {
+		bins = append(bins, testenv.BinKubeControllerManager, testenv.BinKWOK)
+	}
+	for _, b := range bins {
+		if _, err := testenv.FindBinary(b); err != nil {
+			return err
+		}
+	}
+	_, err := FindBinary(BinEMImager)
+	return err
+}
+
+// startKubeAndS3 starts Kubernetes, and S3 with the image, side by side:
+// both take seconds.
+func (w *World) startKubeAndS3(ctx context.Context) error {
+	s3ch := make(chan error, 1)
+	t0 := time.Now()
+	go func() { s3ch <- w.startS3(ctx, t0) }()
+	kube, kerr := testenv.NewKube(ctx, testenv.KubeOptions{Dir: filepath.Join(w.Dir, "kube"), CRDs: apis.CRDs})
+	if kube != nil {
+		w.Kube = kube
+		w.onStop(kube.Stop)
+	}
+	s3err := <-s3ch
+	if kerr != nil {
+		return fmt.Errorf("kube-apiserver: %w", kerr)
+	}
+	if s3err != nil {
+		return s3err
+	}
+	w.Opts.Logf("world: kube-apiserver %s up after %s", kube.Config.Host, time.Since(t0).Round(time.Millisecond))
+	var err error
+	w.Clientset, err = kubernetes.NewForConfig(kube.Config)
+	return err
+}
+
+// startS3 starts S3, makes the bucket and publishes the image of the
+// world's Talos version.
+func (w *World) startS3(ctx context.Context, t0 time.Time) error {
+	s3, err := testenv.NewS3(ctx, testenv.S3Options{Dir: filepath.Join(w.Dir, "s3")})
+	if err != nil {
+		return fmt.Errorf("S3: %w", err)
+	}
+	w.S3 = s3
+	w.onStop(s3.Stop)
+	if err := s3.CreateBucket(ctx, w.Bucket); err != nil {
+		return fmt.Errorf("S3 bucket %s: %w", w.Bucket, err)
+	}
+	opts := w.Opts
+	img, err := w.PublishImage(ctx, opts.TalosVersion)
+	if err == nil {
+		opts.Logf("world: S3 %s holds Talos-like image %s (raw sha256 %.12s, %d MiB, %s) after %s", s3.Endpoint,
+			img.TalosVersion, img.RawSHA256, opts.ImageSize>>20, strings.Join(opts.ImageFormats, "+"), time.Since(t0).Round(time.Millisecond))
+	}
+	return err
+}
+
+// startScheduling starts kube-scheduler and, when the world runs pods,
+// what runs them.
+func (w *World) startScheduling(ctx context.Context) error {
+	sched, err := testenv.NewScheduler(ctx, w.Kube, testenv.SchedulerOptions{Dir: filepath.Join(w.Dir, "scheduler")})
+	if err != nil {
+		return fmt.Errorf("kube-scheduler: %w", err)
+	}
+	w.Scheduler = sched
+	w.onStop(sched.Stop)
+	if w.Opts.RunPods {
+		return w.startPods(ctx)
+	}
+	return nil
+}
+
+// startSim starts the Scaleway API simulator with the profile's options,
+// the rescue login and the caller's changes, and the machines it boots.
+func (w *World) startSim(simOpts scwsim.Options, join Join) error {
+	opts := w.Opts
 	sudo, sshUser, err := rescueLogin(opts.RescueLogin, &simOpts)
 	if err != nil {
-		return w, err
+		return err
 	}
 	if opts.Sim != nil {
 		opts.Sim(&simOpts)
 	}
 	if simOpts.Logf == nil {
-		simLog, err := os.OpenFile(filepath.Join(w.Dir, "scwsim.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			return w, err
-		}
-		w.onStop(simLog.Close)
-		var lmu sync.Mutex
-		simOpts.Logf = func(format string, args ...any) {
-			lmu.Lock()
-			defer lmu.Unlock()
-			fmt.Fprintf(simLog, time.Now().UTC().Format("15:04:05.000 ")+format+"\n", args...)
+		if simOpts.Logf, err = w.simLog(); err != nil {
+			return err
 		}
 	}
 	if err := simOpts.Validate(); err != nil {
-		return w, err
+		return err
 	}
 	w.Sim = scwsim.New(simOpts)
 	w.onStop(func() error { w.Sim.Close(); return nil })
 	machines, err := newMachines(w, join, opts.Host, sudo, sshUser)
 	if err != nil {
-		return w, fmt.Errorf("machines: %w", err)
+		return fmt.Errorf("machines: %w", err)
 	}
 	w.Machines = machines
 	w.onStop(machines.Close)
 	w.Sim.SetHost(machines)
 	if w.SimURL, err = w.Sim.Start(); err != nil {
-		return w, fmt.Errorf("the Scaleway API simulator: %w", err)
+		return fmt.Errorf("the Scaleway API simulator: %w", err)
 	}
-	logf("world: Scaleway API simulator at %s (profile %s)", w.SimURL, opts.Profile)
-	return w, nil
+	return nil
+}
+
+// simLog is the simulator's log, scwsim.log in the world's directory, one
+// timestamped line per call.
+func (w *World) simLog() (func(format string, args ...any), error) {
+	f, err := os.OpenFile(filepath.Join(w.Dir, "scwsim.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	w.onStop(f.Close)
+	var mu sync.Mutex
+	return func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(f, time.Now().UTC().Format("15:04:05.000 ")+format+"\n", args...)
+	}, nil
 }
 
 func (w *World) onStop(f func() error) {

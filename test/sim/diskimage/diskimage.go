@@ -302,60 +302,26 @@ var ErrNotBootable = errors.New("not bootable")
 // and returns its layout, or an error wrapping ErrNotBootable saying why it
 // does not boot.
 func Inspect(disk io.ReaderAt, size int64) (*Layout, error) {
-	notBootable := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrNotBootable, fmt.Sprintf(format, args...))
+	g, err := readGPTHeader(disk)
+	if err != nil {
+		return nil, err
 	}
-	h := make([]byte, SectorSize)
-	if _, err := disk.ReadAt(h, SectorSize); err != nil {
-		return nil, notBootable("read GPT header: %v", err)
-	}
-	if string(h[:8]) != "EFI PART" {
-		return nil, notBootable("no GPT header at LBA 1")
-	}
-	hsize := binary.LittleEndian.Uint32(h[12:])
-	if hsize < 92 || hsize > SectorSize {
-		return nil, notBootable("GPT header size %d", hsize)
-	}
-	want := binary.LittleEndian.Uint32(h[16:])
-	hc := append([]byte{}, h[:hsize]...)
-	binary.LittleEndian.PutUint32(hc[16:], 0)
-	if crc32.ChecksumIEEE(hc) != want {
-		return nil, notBootable("GPT header CRC mismatch")
-	}
-	entriesLBA := int64(binary.LittleEndian.Uint64(h[72:]))
-	n := binary.LittleEndian.Uint32(h[80:])
-	esize := binary.LittleEndian.Uint32(h[84:])
-	if n == 0 || n > 1024 || esize < 128 || esize > 1024 {
-		return nil, notBootable("GPT entry array %d x %d", n, esize)
-	}
-	entries := make([]byte, int(n)*int(esize))
-	if _, err := disk.ReadAt(entries, entriesLBA*SectorSize); err != nil {
+	entries := make([]byte, int(g.count)*int(g.entrySize))
+	if _, err := disk.ReadAt(entries, g.entriesLBA*SectorSize); err != nil {
 		return nil, notBootable("read GPT entries: %v", err)
 	}
-	if crc32.ChecksumIEEE(entries) != binary.LittleEndian.Uint32(h[88:]) {
+	if crc32.ChecksumIEEE(entries) != g.entriesCRC {
 		return nil, notBootable("GPT partition entries CRC mismatch")
 	}
 	l := &Layout{}
-	for i := 0; i < int(n); i++ {
-		e := entries[i*int(esize) : (i+1)*int(esize)]
-		if bytes.Equal(e[:16], make([]byte, 16)) {
-			continue
+	for i := 0; i < int(g.count); i++ {
+		p, used, err := partitionEntry(entries[i*int(g.entrySize):(i+1)*int(g.entrySize)], size)
+		if err != nil {
+			return nil, err
 		}
-		first := int64(binary.LittleEndian.Uint64(e[32:]))
-		last := int64(binary.LittleEndian.Uint64(e[40:]))
-		var name []uint16
-		for j := 56; j+1 < 128; j += 2 {
-			c := binary.LittleEndian.Uint16(e[j:])
-			if c == 0 {
-				break
-			}
-			name = append(name, c)
+		if used {
+			l.Partitions = append(l.Partitions, p)
 		}
-		p := Partition{Name: string(utf16.Decode(name)), Offset: first * SectorSize, Size: (last - first + 1) * SectorSize}
-		if last < first || p.Offset+p.Size > size {
-			return nil, notBootable("partition %q lies outside the disk", p.Name)
-		}
-		l.Partitions = append(l.Partitions, p)
 	}
 	boot, ok := l.Partition("BOOT")
 	if !ok {
@@ -364,20 +330,103 @@ func Inspect(disk io.ReaderAt, size int64) (*Layout, error) {
 	if _, ok := l.Partition("STATE"); !ok {
 		return nil, notBootable("no STATE partition")
 	}
+	if l.TalosVersion, err = readBootMarker(disk, boot); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// notBootable is an ErrNotBootable saying why.
+func notBootable(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrNotBootable, fmt.Sprintf(format, args...))
+}
+
+// gptHeader is what Inspect needs from the primary GPT header: where the
+// partition entry array is, its shape and its checksum.
+type gptHeader struct {
+	entriesLBA int64
+	count      uint32
+	entrySize  uint32
+	entriesCRC uint32
+}
+
+// readGPTHeader reads and checks the primary GPT header at LBA 1: its
+// signature, size, CRC and a sane entry array.
+func readGPTHeader(disk io.ReaderAt) (gptHeader, error) {
+	h := make([]byte, SectorSize)
+	if _, err := disk.ReadAt(h, SectorSize); err != nil {
+		return gptHeader{}, notBootable("read GPT header: %v", err)
+	}
+	if string(h[:8]) != "EFI PART" {
+		return gptHeader{}, notBootable("no GPT header at LBA 1")
+	}
+	hsize := binary.LittleEndian.Uint32(h[12:])
+	if hsize < 92 || hsize > SectorSize {
+		return gptHeader{}, notBootable("GPT header size %d", hsize)
+	}
+	want := binary.LittleEndian.Uint32(h[16:])
+	hc := append([]byte{}, h[:hsize]...)
+	binary.LittleEndian.PutUint32(hc[16:], 0)
+	if crc32.ChecksumIEEE(hc) != want {
+		return gptHeader{}, notBootable("GPT header CRC mismatch")
+	}
+	g := gptHeader{
+		entriesLBA: int64(binary.LittleEndian.Uint64(h[72:])),
+		count:      binary.LittleEndian.Uint32(h[80:]),
+		entrySize:  binary.LittleEndian.Uint32(h[84:]),
+		entriesCRC: binary.LittleEndian.Uint32(h[88:]),
+	}
+	if g.count == 0 || g.count > 1024 || g.entrySize < 128 || g.entrySize > 1024 {
+		return gptHeader{}, notBootable("GPT entry array %d x %d", g.count, g.entrySize)
+	}
+	return g, nil
+}
+
+// partitionEntry reads one GPT partition entry: false for an unused entry
+// (a zero type GUID), an error for a partition past the disk's end.
+func partitionEntry(e []byte, size int64) (Partition, bool, error) {
+	if bytes.Equal(e[:16], make([]byte, 16)) {
+		return Partition{}, false, nil
+	}
+	first := int64(binary.LittleEndian.Uint64(e[32:]))
+	last := int64(binary.LittleEndian.Uint64(e[40:]))
+	p := Partition{Name: partitionName(e), Offset: first * SectorSize, Size: (last - first + 1) * SectorSize}
+	if last < first || p.Offset+p.Size > size {
+		return Partition{}, false, notBootable("partition %q lies outside the disk", p.Name)
+	}
+	return p, true, nil
+}
+
+// partitionName decodes an entry's UTF-16LE name (bytes 56-127), which
+// ends at the first NUL.
+func partitionName(e []byte) string {
+	var name []uint16
+	for j := 56; j+1 < 128; j += 2 {
+		c := binary.LittleEndian.Uint16(e[j:])
+		if c == 0 {
+			break
+		}
+		name = append(name, c)
+	}
+	return string(utf16.Decode(name))
+}
+
+// readBootMarker reads the Talos version from the boot marker at the start
+// of the BOOT partition.
+func readBootMarker(disk io.ReaderAt, boot Partition) (string, error) {
 	m := make([]byte, len(BootMarker)+64)
 	if _, err := disk.ReadAt(m, boot.Offset); err != nil {
-		return nil, notBootable("read BOOT partition: %v", err)
+		return "", notBootable("read BOOT partition: %v", err)
 	}
 	if !bytes.HasPrefix(m, []byte(BootMarker)) {
-		return nil, notBootable("BOOT partition has no boot marker")
+		return "", notBootable("BOOT partition has no boot marker")
 	}
 	rest := m[len(BootMarker):]
 	end := bytes.IndexByte(rest, '\n')
 	if end <= 0 {
-		return nil, notBootable("BOOT partition marker has no Talos version")
+		return "", notBootable("BOOT partition marker has no Talos version")
 	}
-	l.TalosVersion = string(rest[:end])
-	return l, nil
+	return string(rest[:end]), nil
 }
 
 // InspectFile opens path (a disk file) and inspects it, and reads the

@@ -113,20 +113,11 @@ func (t *Tree) InstallDisk() Disk { return t.Spec.Disks[0] }
 // Disk sizes are divided by sizeDivisor (>= 1) and rounded down to whole MiB,
 // at least 64 MiB. serverID seeds serial numbers.
 func FromOffer(offer *baremetal.Offer, macs []string, serverID string, sizeDivisor int64) (Spec, error) {
-	if offer == nil {
-		return Spec{}, errors.New("offer: missing")
-	}
-	if len(offer.Disks) == 0 {
-		return Spec{}, fmt.Errorf("offer %q: has no disks", offer.Name)
-	}
-	if len(macs) == 0 {
-		return Spec{}, errors.New("macs: a machine needs at least one NIC")
-	}
-	if sizeDivisor < 1 {
-		return Spec{}, fmt.Errorf("disk size divisor %d: must be at least 1", sizeDivisor)
+	if err := checkFromOffer(offer, macs, sizeDivisor); err != nil {
+		return Spec{}, err
 	}
 	var s Spec
-	var nvme, sata, mmc int
+	var names diskNames
 	for i, d := range offer.Disks {
 		if d == nil {
 			return Spec{}, fmt.Errorf("offer %q: disk %d is null", offer.Name, i)
@@ -136,44 +127,12 @@ func FromOffer(offer *baremetal.Offer, macs []string, serverID string, sizeDivis
 		h := sha256.Sum256([]byte(fmt.Sprintf("%s/%d", serverID, i)))
 		serial := strings.ToUpper(fmt.Sprintf("%x", h[:7]))
 		disk := Disk{SizeBytes: size, LogicalBlockSize: 512, PhysicalBlockSize: 4096, Serial: serial}
-		switch strings.ToLower(d.Type) {
-		case "nvme":
-			disk.Name = fmt.Sprintf("nvme%dn1", nvme)
-			nvme++
-			disk.Model = "SAMSUNG MZQL21T9HCJR-00A07"
-			disk.Transport = "nvme"
-			disk.WWID = fmt.Sprintf("eui.%x", h[8:16])
-		case "hdd":
-			disk.Name = "sd" + string(rune('a'+sata))
-			sata++
-			disk.Model = "TOSHIBA MG08ADA400N"
-			disk.Transport = "sata"
-			disk.Rotational = true
-			disk.WWID = fmt.Sprintf("naa.5%x", h[8:15])
-		case "ssd", "sata":
-			disk.Name = "sd" + string(rune('a'+sata))
-			sata++
-			disk.Model = "SAMSUNG MZ7L3480HCHQ-00A07"
-			disk.Transport = "sata"
-			disk.WWID = fmt.Sprintf("naa.5%x", h[8:15])
-		case "mmc", "emmc":
-			disk.Name = fmt.Sprintf("mmcblk%d", mmc)
-			mmc++
-			disk.Model = "DG4128"
-			disk.Transport = "mmc"
-			disk.PhysicalBlockSize = 512
-		default:
+		if !names.describe(&disk, d.Type, h) {
 			return Spec{}, fmt.Errorf("offer %q: disk %d has unknown type %q", offer.Name, i, d.Type)
 		}
 		s.Disks = append(s.Disks, disk)
 	}
-	driver, speed := "igb", 1000
-	if bw := offer.Bandwidth; bw > 1_000_000_000 {
-		driver, speed = "ixgbe", 10000
-		if bw > 10_000_000_000 {
-			driver, speed = "mlx5_core", 25000
-		}
-	}
+	driver, speed := nicDriver(offer.Bandwidth)
 	for i, mac := range macs {
 		s.NICs = append(s.NICs, NIC{
 			Name:         fmt.Sprintf("eth%d", i),
@@ -186,6 +145,75 @@ func FromOffer(offer *baremetal.Offer, macs []string, serverID string, sizeDivis
 		})
 	}
 	return s, nil
+}
+
+// checkFromOffer refuses inputs no machine can be made from.
+func checkFromOffer(offer *baremetal.Offer, macs []string, sizeDivisor int64) error {
+	if offer == nil {
+		return errors.New("offer: missing")
+	}
+	if len(offer.Disks) == 0 {
+		return fmt.Errorf("offer %q: has no disks", offer.Name)
+	}
+	if len(macs) == 0 {
+		return errors.New("macs: a machine needs at least one NIC")
+	}
+	if sizeDivisor < 1 {
+		return fmt.Errorf("disk size divisor %d: must be at least 1", sizeDivisor)
+	}
+	return nil
+}
+
+// diskNames counts the disks of each bus seen so far, so each disk gets the
+// kernel name Linux would give it (nvme0n1, sda, mmcblk0, ...).
+type diskNames struct{ nvme, sata, mmc int }
+
+// describe fills in the kernel name, model, transport and WWID a disk of
+// the offer's type has, from h (the disk's hash); false for a type the
+// simulator does not know.
+func (n *diskNames) describe(disk *Disk, diskType string, h [32]byte) bool {
+	switch strings.ToLower(diskType) {
+	case "nvme":
+		disk.Name = fmt.Sprintf("nvme%dn1", n.nvme)
+		n.nvme++
+		disk.Model = "SAMSUNG MZQL21T9HCJR-00A07"
+		disk.Transport = "nvme"
+		disk.WWID = fmt.Sprintf("eui.%x", h[8:16])
+	case "hdd":
+		disk.Name = "sd" + string(rune('a'+n.sata))
+		n.sata++
+		disk.Model = "TOSHIBA MG08ADA400N"
+		disk.Transport = "sata"
+		disk.Rotational = true
+		disk.WWID = fmt.Sprintf("naa.5%x", h[8:15])
+	case "ssd", "sata":
+		disk.Name = "sd" + string(rune('a'+n.sata))
+		n.sata++
+		disk.Model = "SAMSUNG MZ7L3480HCHQ-00A07"
+		disk.Transport = "sata"
+		disk.WWID = fmt.Sprintf("naa.5%x", h[8:15])
+	case "mmc", "emmc":
+		disk.Name = fmt.Sprintf("mmcblk%d", n.mmc)
+		n.mmc++
+		disk.Model = "DG4128"
+		disk.Transport = "mmc"
+		disk.PhysicalBlockSize = 512
+	default:
+		return false
+	}
+	return true
+}
+
+// nicDriver is the NIC driver and link speed a server with the offer's
+// bandwidth (bits per second) has: 1G igb, 10G ixgbe, 25G mlx5.
+func nicDriver(bw uint64) (string, int) {
+	switch {
+	case bw > 10_000_000_000:
+		return "mlx5_core", 25000
+	case bw > 1_000_000_000:
+		return "ixgbe", 10000
+	}
+	return "igb", 1000
 }
 
 // Create lays out spec under dir. It is idempotent: disks that exist keep

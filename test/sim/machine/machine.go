@@ -314,11 +314,8 @@ func (h *Hosts) get(id string, create bool, m scwsim.Machine) (*host, error) {
 // Boot implements scwsim.Host. Listeners start before it returns; nothing
 // here blocks on the network.
 func (h *Hosts) Boot(_ context.Context, m scwsim.Machine, mode scwsim.BootMode, sshPublicKeys []string) error {
-	if m.ID == "" {
-		return errors.New("machine: Boot: Machine.ID is empty")
-	}
-	if net.ParseIP(m.IPv4) == nil || net.ParseIP(m.IPv4).To4() == nil {
-		return fmt.Errorf("machine %s: Boot: IPv4 %q is not an IPv4 address", m.ID, m.IPv4)
+	if err := checkBootable(m); err != nil {
+		return err
 	}
 	x, err := h.get(m.ID, true, m)
 	if err != nil {
@@ -336,6 +333,39 @@ func (h *Hosts) Boot(_ context.Context, m scwsim.Machine, mode scwsim.BootMode, 
 		x.unknown.Stop()
 		x.unknown = nil
 	}
+	if err := h.powerOnLocked(x, mode); err != nil {
+		return err
+	}
+	x.bootCount++
+	log := h.log.With("server", m.ID, "mode", mode)
+	switch mode {
+	case scwsim.BootRescue:
+		return h.bootRescue(x, sshPublicKeys, log)
+	case scwsim.BootNormal:
+		err := h.bootNormal(x, log)
+		x.status.BootedBy = BootedByFirmware
+		return err
+	}
+	return fmt.Errorf("machine %s: unknown boot mode %q", m.ID, mode)
+}
+
+// checkBootable refuses a machine the simulator cannot boot: no ID, or no
+// IPv4 address to serve its APIs on.
+func checkBootable(m scwsim.Machine) error {
+	if m.ID == "" {
+		return errors.New("machine: Boot: Machine.ID is empty")
+	}
+	if ip := net.ParseIP(m.IPv4); ip == nil || ip.To4() == nil {
+		return fmt.Errorf("machine %s: Boot: IPv4 %q is not an IPv4 address", m.ID, m.IPv4)
+	}
+	return nil
+}
+
+// powerOnLocked lays out the machine's hardware from its offer (disks
+// keep their contents across boots) and the kexec switches for mode.
+// Caller holds x.mu.
+func (h *Hosts) powerOnLocked(x *host, mode scwsim.BootMode) error {
+	m := x.m
 	spec, err := hardware.FromOffer(m.Offer, m.MACs, m.ID, h.opts.DiskSizeDivisor)
 	if err != nil {
 		return fmt.Errorf("machine %s: %w", m.ID, err)
@@ -349,17 +379,7 @@ func (h *Hosts) Boot(_ context.Context, m scwsim.Machine, mode scwsim.BootMode, 
 	if err := writeKexecSwitches(x.tree.Sysroot, mode, m.Kexec); err != nil {
 		return fmt.Errorf("machine %s: kexec switches: %w", m.ID, err)
 	}
-	x.bootCount++
-	log := h.log.With("server", m.ID, "mode", mode)
-	switch mode {
-	case scwsim.BootRescue:
-		return h.bootRescue(x, sshPublicKeys, log)
-	case scwsim.BootNormal:
-		err := h.bootNormal(x, log)
-		x.status.BootedBy = BootedByFirmware
-		return err
-	}
-	return fmt.Errorf("machine %s: unknown boot mode %q", m.ID, mode)
+	return nil
 }
 
 func (h *Hosts) bootRescue(x *host, keys []string, log *slog.Logger) error {
@@ -487,23 +507,10 @@ func (h *Hosts) kexecJump(x *host, boot int) {
 
 // bootNormal plays the firmware (first bootable disk in order) and Talos.
 func (h *Hosts) bootNormal(x *host, log *slog.Logger) error {
-	var (
-		disk   string
-		layout *diskimage.Layout
-		errs   []string
-	)
 	if err := h.wipeMetalISOLocked(x); err != nil {
 		return fmt.Errorf("machine %s: losing metal-iso: %w", x.m.ID, err)
 	}
-	for _, d := range x.tree.Spec.Disks {
-		p := x.tree.DevicePath(d.Name)
-		l, err := diskimage.InspectFile(p)
-		if err == nil {
-			disk, layout = p, l
-			break
-		}
-		errs = append(errs, d.Name+": "+err.Error())
-	}
+	disk, layout, errs := findBootDisk(x)
 	if layout == nil {
 		x.status = Status{Phase: PhaseNoOS, BootError: fmt.Sprint(errs)}
 		log.Info("no bootable disk", "why", errs)
@@ -535,6 +542,29 @@ func (h *Hosts) bootNormal(x *host, log *slog.Logger) error {
 		h.bootFailedLocked(x, "config-missing", fmt.Errorf("%s=%s: a config URL is not simulated", kernelargs.ConfigParam, source), log)
 		return nil
 	}
+	return h.startMaintenanceLocked(x, disk, layout, log)
+}
+
+// findBootDisk is the first disk, in the firmware's order, that holds a
+// bootable Talos layout; with none, why each disk was passed over.
+func findBootDisk(x *host) (string, *diskimage.Layout, []string) {
+	var errs []string
+	for _, d := range x.tree.Spec.Disks {
+		p := x.tree.DevicePath(d.Name)
+		l, err := diskimage.InspectFile(p)
+		if err == nil {
+			return p, l, nil
+		}
+		errs = append(errs, d.Name+": "+err.Error())
+	}
+	return "", nil, errs
+}
+
+// startMaintenanceLocked starts Talos's maintenance API, as a Talos with no
+// config does: an applied config is saved to STATE and starts the kubelet,
+// then apid once the maintenance service is gone. An apply that races a
+// reboot is refused. Caller holds x.mu.
+func (h *Hosts) startMaintenanceLocked(x *host, disk string, layout *diskimage.Layout, log *slog.Logger) error {
 	bootCount := x.bootCount
 	m, err := talosapi.StartMaintenance(talosapi.MaintenanceOptions{
 		Addr:   net.JoinHostPort(x.m.IPv4, strconv.Itoa(h.opts.TalosPort)),

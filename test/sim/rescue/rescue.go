@@ -160,25 +160,13 @@ esac
 
 // Start listens on opts.Addr and serves in the background.
 func Start(opts Options) (*Server, error) {
-	if opts.Addr == "" {
-		return nil, errors.New("rescue: Addr is empty")
+	opts, err := opts.checked()
+	if err != nil {
+		return nil, err
 	}
-	if opts.Home == "" {
-		return nil, errors.New("rescue: Home is empty")
-	}
-	if opts.User == "" {
-		opts.User = User
-	}
-	if opts.SudoPassword != "" && opts.BinDir == "" {
-		return nil, errors.New("rescue: SudoPassword needs BinDir (where sudo is)")
-	}
-	var keys [][]byte
-	for i, line := range opts.AuthorizedKeys {
-		pk, _, _, _, err := ssh.ParseAuthorizedKey([]byte(line))
-		if err != nil {
-			return nil, fmt.Errorf("rescue: authorized key %d: %w", i, err)
-		}
-		keys = append(keys, pk.Marshal())
+	keys, err := parseAuthorizedKeys(opts.AuthorizedKeys)
+	if err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(opts.Home, 0o700); err != nil {
 		return nil, err
@@ -188,26 +176,7 @@ func Start(opts Options) (*Server, error) {
 		return nil, err
 	}
 	if opts.BinDir != "" {
-		if err := os.MkdirAll(opts.BinDir, 0o755); err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(filepath.Join(opts.BinDir, "sudo"), []byte(sudoShim), 0o755); err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(filepath.Join(opts.BinDir, "id"), []byte(idShim), 0o755); err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(filepath.Join(opts.BinDir, "id-user"), []byte(opts.User+"\n"), 0o644); err != nil {
-			return nil, err
-		}
-		// Outside Home, so SFTP cannot read it; rewritten at each boot (a
-		// new password per rescue boot).
-		pwfile := filepath.Join(opts.BinDir, "sudo-password")
-		if opts.SudoPassword == "" {
-			if err := os.Remove(pwfile); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return nil, err
-			}
-		} else if err := os.WriteFile(pwfile, []byte(opts.SudoPassword), 0o600); err != nil {
+		if err := writeBinDir(opts); err != nil {
 			return nil, err
 		}
 	}
@@ -226,22 +195,8 @@ func Start(opts Options) (*Server, error) {
 		conns: map[*ssh.ServerConn]struct{}{}, procs: map[*os.Process]struct{}{},
 	}
 	s.config = &ssh.ServerConfig{
-		PublicKeyCallback: func(c ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
-			if c.User() != opts.User {
-				// Logged: tests of the variant where the API's user is
-				// refused read it.
-				log.Debug("ssh login refused", "user", c.User(), "remote", c.RemoteAddr())
-				return nil, fmt.Errorf("user %q not allowed", c.User())
-			}
-			m := key.Marshal()
-			for _, k := range keys {
-				if string(k) == string(m) {
-					return &ssh.Permissions{}, nil
-				}
-			}
-			return nil, errors.New("public key not authorized")
-		},
-		ServerVersion: "SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13",
+		PublicKeyCallback: publicKeyCallback(opts.User, keys, log),
+		ServerVersion:     "SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13",
 	}
 	s.config.AddHostKey(hostKey)
 	s.ln, err = net.Listen("tcp", opts.Addr)
@@ -251,6 +206,85 @@ func Start(opts Options) (*Server, error) {
 	s.wg.Add(1)
 	go s.accept()
 	return s, nil
+}
+
+// checked refuses options Start cannot serve and fills in the default user.
+func (opts Options) checked() (Options, error) {
+	if opts.Addr == "" {
+		return opts, errors.New("rescue: Addr is empty")
+	}
+	if opts.Home == "" {
+		return opts, errors.New("rescue: Home is empty")
+	}
+	if opts.User == "" {
+		opts.User = User
+	}
+	if opts.SudoPassword != "" && opts.BinDir == "" {
+		return opts, errors.New("rescue: SudoPassword needs BinDir (where sudo is)")
+	}
+	return opts, nil
+}
+
+// parseAuthorizedKeys reads authorized_keys lines into wire-format keys.
+func parseAuthorizedKeys(lines []string) ([][]byte, error) {
+	var keys [][]byte
+	for i, line := range lines {
+		pk, _, _, _, err := ssh.ParseAuthorizedKey([]byte(line))
+		if err != nil {
+			return nil, fmt.Errorf("rescue: authorized key %d: %w", i, err)
+		}
+		keys = append(keys, pk.Marshal())
+	}
+	return keys, nil
+}
+
+// writeBinDir writes the sudo and id shims, the user id reads, and the
+// sudo password (or removes a previous boot's when there is none).
+func writeBinDir(opts Options) error {
+	if err := os.MkdirAll(opts.BinDir, 0o755); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name, body string
+		mode       os.FileMode
+	}{
+		{"sudo", sudoShim, 0o755},
+		{"id", idShim, 0o755},
+		{"id-user", opts.User + "\n", 0o644},
+	} {
+		if err := os.WriteFile(filepath.Join(opts.BinDir, f.name), []byte(f.body), f.mode); err != nil {
+			return err
+		}
+	}
+	// Outside Home, so SFTP cannot read it; rewritten at each boot (a
+	// new password per rescue boot).
+	pwfile := filepath.Join(opts.BinDir, "sudo-password")
+	if opts.SudoPassword == "" {
+		if err := os.Remove(pwfile); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	return os.WriteFile(pwfile, []byte(opts.SudoPassword), 0o600)
+}
+
+// publicKeyCallback lets user in with any of keys and refuses anyone else.
+func publicKeyCallback(user string, keys [][]byte, log *slog.Logger) func(ssh.ConnMetadata, ssh.PublicKey) (*ssh.Permissions, error) {
+	return func(c ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
+		if c.User() != user {
+			// Logged: tests of the variant where the API's user is
+			// refused read it.
+			log.Debug("ssh login refused", "user", c.User(), "remote", c.RemoteAddr())
+			return nil, fmt.Errorf("user %q not allowed", c.User())
+		}
+		m := key.Marshal()
+		for _, k := range keys {
+			if string(k) == string(m) {
+				return &ssh.Permissions{}, nil
+			}
+		}
+		return nil, errors.New("public key not authorized")
+	}
 }
 
 // NewHostKey generates an ed25519 host key.
@@ -353,26 +387,12 @@ func (s *Server) session(ch ssh.Channel, reqs <-chan *ssh.Request) {
 	for req := range reqs {
 		switch req.Type {
 		case "env":
-			var kv struct{ Name, Value string }
-			if err := ssh.Unmarshal(req.Payload, &kv); err != nil {
+			env = acceptEnv(req, env)
+		case "exec", "shell":
+			command, ok := execCommand(req)
+			if !ok {
 				_ = req.Reply(false, nil)
 				continue
-			}
-			// Like OpenSSH's default AcceptEnv: locale only.
-			ok := kv.Name == "LANG" || strings.HasPrefix(kv.Name, "LC_")
-			if ok {
-				env = append(env, kv.Name+"="+kv.Value)
-			}
-			_ = req.Reply(ok, nil)
-		case "exec", "shell":
-			var command string
-			if req.Type == "exec" {
-				var p struct{ Command string }
-				if err := ssh.Unmarshal(req.Payload, &p); err != nil {
-					_ = req.Reply(false, nil)
-					continue
-				}
-				command = p.Command
 			}
 			_ = req.Reply(true, nil)
 			s.run(ch, reqs, req.Type == "shell", command, env)
@@ -384,12 +404,7 @@ func (s *Server) session(ch ssh.Channel, reqs <-chan *ssh.Request) {
 				continue
 			}
 			_ = req.Reply(true, nil)
-			go ssh.DiscardRequests(reqs)
-			srv := sftp.NewRequestServer(ch, s.sftpHandlers(), sftp.WithStartDirectory(s.home))
-			if err := srv.Serve(); err != nil && !errors.Is(err, io.EOF) {
-				s.log.Debug("sftp session ended", "err", err)
-			}
-			_ = srv.Close()
+			s.serveSFTP(ch, reqs)
 			return
 		default: // pty-req, x11-req, auth-agent-req...: not offered
 			if req.WantReply {
@@ -397,6 +412,46 @@ func (s *Server) session(ch ssh.Channel, reqs <-chan *ssh.Request) {
 			}
 		}
 	}
+}
+
+// acceptEnv answers an "env" request the way OpenSSH's default AcceptEnv
+// does: locale variables only, added to env.
+func acceptEnv(req *ssh.Request, env []string) []string {
+	var kv struct{ Name, Value string }
+	if err := ssh.Unmarshal(req.Payload, &kv); err != nil {
+		_ = req.Reply(false, nil)
+		return env
+	}
+	ok := kv.Name == "LANG" || strings.HasPrefix(kv.Name, "LC_")
+	if ok {
+		env = append(env, kv.Name+"="+kv.Value)
+	}
+	_ = req.Reply(ok, nil)
+	return env
+}
+
+// execCommand is the command an "exec" request carries, empty for a
+// "shell"; false when the payload does not decode.
+func execCommand(req *ssh.Request) (string, bool) {
+	if req.Type != "exec" {
+		return "", true
+	}
+	var p struct{ Command string }
+	if err := ssh.Unmarshal(req.Payload, &p); err != nil {
+		return "", false
+	}
+	return p.Command, true
+}
+
+// serveSFTP serves SFTP on the channel, rooted at Home, until the client
+// leaves; further session requests are discarded.
+func (s *Server) serveSFTP(ch ssh.Channel, reqs <-chan *ssh.Request) {
+	go ssh.DiscardRequests(reqs)
+	srv := sftp.NewRequestServer(ch, s.sftpHandlers(), sftp.WithStartDirectory(s.home))
+	if err := srv.Serve(); err != nil && !errors.Is(err, io.EOF) {
+		s.log.Debug("sftp session ended", "err", err)
+	}
+	_ = srv.Close()
 }
 
 // transcript opens the files of the next command's output.
@@ -421,6 +476,57 @@ func (s *Server) transcript() (stdout, stderr *os.File, err error) {
 
 // run executes the command and reports its exit status on the channel.
 func (s *Server) run(ch ssh.Channel, reqs <-chan *ssh.Request, shell bool, command string, env []string) {
+	cmd := s.command(shell, command, env)
+	cmd.Stdout = ch
+	cmd.Stderr = ch.Stderr()
+	if s.opts.Transcript != "" {
+		closeTranscript, err := s.teeTranscript(cmd, ch)
+		if err != nil {
+			fmt.Fprintf(ch.Stderr(), "sh: transcript: %v\n", err)
+			sendExit(ch, 127)
+			return
+		}
+		defer closeTranscript()
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		sendExit(ch, 127)
+		return
+	}
+	if started, err := s.start(cmd); !started {
+		if err != nil {
+			fmt.Fprintf(ch.Stderr(), "sh: %v\n", err)
+			sendExit(ch, 127)
+		}
+		return
+	}
+	s.log.Debug("exec", "command", command, "pid", cmd.Process.Pid)
+
+	go func() {
+		_, _ = io.Copy(stdin, ch)
+		_ = stdin.Close()
+	}()
+	done := make(chan struct{})
+	go forwardRequests(reqs, cmd.Process.Pid, done)
+	err = cmd.Wait()
+	close(done)
+	s.mu.Lock()
+	delete(s.procs, cmd.Process)
+	s.mu.Unlock()
+
+	if s.opts.Halted != nil && s.opts.Halted() {
+		// The command's output went out; its exit status never does.
+		s.log.Debug("the machine left rescue during the command", "command", command)
+		return
+	}
+	sendResult(ch, err)
+	_ = ch.CloseWrite()
+}
+
+// command builds the shell for a session (a login shell, or sh -c command)
+// in Home, with the environment sshd would give: PATH with BinDir first,
+// the user's names, then the client's accepted variables and Options.Env.
+func (s *Server) command(shell bool, command string, env []string) *exec.Cmd {
 	args := []string{"-c", command}
 	if shell {
 		args = nil
@@ -433,85 +539,81 @@ func (s *Server) run(ch ssh.Channel, reqs <-chan *ssh.Request, shell bool, comma
 	}
 	cmd.Env = append([]string{"PATH=" + path, "HOME=" + s.opts.Home, "USER=" + s.opts.User, "LOGNAME=" + s.opts.User, "SHELL=/bin/sh"}, env...)
 	cmd.Env = append(cmd.Env, s.opts.Env...)
-	cmd.Stdout = ch
-	cmd.Stderr = ch.Stderr()
-	if s.opts.Transcript != "" {
-		out, errOut, err := s.transcript()
-		if err != nil {
-			fmt.Fprintf(ch.Stderr(), "sh: transcript: %v\n", err)
-			sendExit(ch, 127)
-			return
-		}
-		defer out.Close()
-		defer errOut.Close()
-		cmd.Stdout = io.MultiWriter(ch, out)
-		cmd.Stderr = io.MultiWriter(ch.Stderr(), errOut)
-	}
 	// Children that keep the pipes open must not hold the session forever.
 	cmd.WaitDelay = 2 * time.Second
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stdin, err := cmd.StdinPipe()
+	return cmd
+}
+
+// teeTranscript copies the command's output to the transcript as well as
+// to the client; the returned func closes the transcript's files.
+func (s *Server) teeTranscript(cmd *exec.Cmd, ch ssh.Channel) (func(), error) {
+	out, errOut, err := s.transcript()
 	if err != nil {
-		sendExit(ch, 127)
-		return
+		return nil, err
 	}
+	cmd.Stdout = io.MultiWriter(ch, out)
+	cmd.Stderr = io.MultiWriter(ch.Stderr(), errOut)
+	return func() {
+		_ = errOut.Close()
+		_ = out.Close()
+	}, nil
+}
+
+// start starts cmd and tracks its process, so Close can kill it; false
+// without an error when the server is already closed.
+func (s *Server) start(cmd *exec.Cmd) (bool, error) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.closed {
-		s.mu.Unlock()
-		return
+		return false, nil
 	}
 	if err := cmd.Start(); err != nil {
-		s.mu.Unlock()
-		fmt.Fprintf(ch.Stderr(), "sh: %v\n", err)
-		sendExit(ch, 127)
-		return
+		return false, err
 	}
 	s.procs[cmd.Process] = struct{}{}
-	s.mu.Unlock()
-	s.log.Debug("exec", "command", command, "pid", cmd.Process.Pid)
+	return true, nil
+}
 
-	go func() {
-		_, _ = io.Copy(stdin, ch)
-		_ = stdin.Close()
-	}()
-	// The request channel closes when the client closes the channel or the
-	// connection drops: the command dies with it, as with sshd.
-	done := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case req, ok := <-reqs:
-				if !ok {
-					_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-					return
-				}
-				if req.Type == "signal" {
-					var p struct{ Signal string }
-					if ssh.Unmarshal(req.Payload, &p) == nil {
-						if sig, ok := signals[ssh.Signal(p.Signal)]; ok {
-							_ = syscall.Kill(-cmd.Process.Pid, sig)
-						}
-					}
-				}
-				if req.WantReply {
-					_ = req.Reply(false, nil)
-				}
-			case <-done:
+// forwardRequests applies the session's requests to the command's process
+// group until done: signals are delivered, anything else refused. The
+// request channel closes when the client closes the channel or the
+// connection drops: the command dies with it, as with sshd.
+func forwardRequests(reqs <-chan *ssh.Request, pid int, done <-chan struct{}) {
+	for {
+		select {
+		case req, ok := <-reqs:
+			if !ok {
+				_ = syscall.Kill(-pid, syscall.SIGKILL)
 				return
 			}
+			if req.Type == "signal" {
+				signalGroup(req.Payload, pid)
+			}
+			if req.WantReply {
+				_ = req.Reply(false, nil)
+			}
+		case <-done:
+			return
 		}
-	}()
-	err = cmd.Wait()
-	close(done)
-	s.mu.Lock()
-	delete(s.procs, cmd.Process)
-	s.mu.Unlock()
+	}
+}
 
-	if s.opts.Halted != nil && s.opts.Halted() {
-		// The command's output went out; its exit status never does.
-		s.log.Debug("the machine left rescue during the command", "command", command)
+// signalGroup sends the signal a "signal" request names to the process
+// group; an unknown signal is ignored.
+func signalGroup(payload []byte, pid int) {
+	var p struct{ Signal string }
+	if ssh.Unmarshal(payload, &p) != nil {
 		return
 	}
+	if sig, ok := signals[ssh.Signal(p.Signal)]; ok {
+		_ = syscall.Kill(-pid, sig)
+	}
+}
+
+// sendResult reports how the command ended: its exit status, the signal
+// that killed it, or 255 when it could not be waited for.
+func sendResult(ch ssh.Channel, err error) {
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
@@ -525,7 +627,6 @@ func (s *Server) run(ch ssh.Channel, reqs <-chan *ssh.Request, shell bool, comma
 	default:
 		sendExit(ch, 255)
 	}
-	_ = ch.CloseWrite()
 }
 
 var signals = map[ssh.Signal]syscall.Signal{

@@ -127,39 +127,44 @@ func (fs *homeFS) Filecmd(r *sftp.Request) error {
 	}
 	switch r.Method {
 	case "Setstat":
-		attrs, flags := r.Attributes(), r.AttrFlags()
-		if flags.Permissions {
-			if err := os.Chmod(p, attrs.FileMode().Perm()); err != nil {
-				return err
-			}
-		}
-		if flags.Size {
-			if err := os.Truncate(p, int64(attrs.Size)); err != nil {
-				return err
-			}
-		}
-		if flags.Acmodtime {
-			if err := os.Chtimes(p, time.Unix(int64(attrs.Atime), 0), time.Unix(int64(attrs.Mtime), 0)); err != nil {
-				return err
-			}
-		}
-		return nil
+		return setstat(p, r.Attributes(), r.AttrFlags())
 	case "Rename", "PosixRename":
-		t, err := fs.resolve(r.Target)
-		if err != nil {
-			return err
-		}
-		return os.Rename(p, t)
+		return fs.toTarget(p, r.Target, os.Rename)
 	case "Mkdir":
 		return os.Mkdir(p, 0o755)
 	case "Link":
-		t, err := fs.resolve(r.Target)
-		if err != nil {
-			return err
-		}
-		return os.Link(p, t)
+		return fs.toTarget(p, r.Target, os.Link)
 	}
 	return sftp.ErrSSHFxOpUnsupported
+}
+
+// toTarget applies op (rename, link) from p to the target, once the target
+// is confined to home.
+func (fs *homeFS) toTarget(p, target string, op func(from, to string) error) error {
+	t, err := fs.resolve(target)
+	if err != nil {
+		return err
+	}
+	return op(p, t)
+}
+
+// setstat changes what the request's flags select: permissions, size,
+// then times, stopping at the first failure.
+func setstat(p string, attrs *sftp.FileStat, flags sftp.FileAttrFlags) error {
+	if flags.Permissions {
+		if err := os.Chmod(p, attrs.FileMode().Perm()); err != nil {
+			return err
+		}
+	}
+	if flags.Size {
+		if err := os.Truncate(p, int64(attrs.Size)); err != nil {
+			return err
+		}
+	}
+	if flags.Acmodtime {
+		return os.Chtimes(p, time.Unix(int64(attrs.Atime), 0), time.Unix(int64(attrs.Mtime), 0))
+	}
+	return nil
 }
 
 // symlink creates r.Target pointing to r.Filepath; both must stay inside home.

@@ -121,12 +121,23 @@ var serverStates = []string{"delivering", "ready", "stopping", "stopped", "start
 	"locked", "out_of_stock", "ordered", "resetting", "migrating"}
 
 func (f Fault) validate() error {
+	if err := f.validateKind(); err != nil {
+		return err
+	}
+	if err := f.validateCounts(); err != nil {
+		return err
+	}
+	return f.validateSelector()
+}
+
+// validateKind checks the fields a fault's kind requires.
+func (f Fault) validateKind() error {
 	switch f.Kind {
 	case FaultStatus:
 		if f.Status != 0 && (f.Status < 400 || f.Status > 599) {
 			return fmt.Errorf("scwsim: Fault.Status: %d is not a 4xx or 5xx status", f.Status)
 		}
-	case FaultRateLimit, FaultTimeout:
+	case FaultRateLimit, FaultTimeout, FaultServerError:
 	case FaultDelay:
 		if f.Delay <= 0 {
 			return fmt.Errorf("scwsim: Fault.Delay: must be positive for a %s fault", f.Kind)
@@ -135,12 +146,16 @@ func (f Fault) validate() error {
 		if f.State == "" {
 			return fmt.Errorf("scwsim: Fault.State: required for a %s fault (e.g. delivering)", f.Kind)
 		}
-	case FaultServerError:
 	default:
 		if !f.afterCommit() {
 			return fmt.Errorf("scwsim: Fault.Kind: unknown kind %q", f.Kind)
 		}
 	}
+	return nil
+}
+
+// validateCounts checks the fields every kind shares.
+func (f Fault) validateCounts() error {
 	if f.State != "" && !slices.Contains(serverStates, f.State) {
 		return fmt.Errorf("scwsim: Fault.State: %q is not a server status", f.State)
 	}
@@ -150,6 +165,12 @@ func (f Fault) validate() error {
 	if f.RetryAfter < 0 {
 		return fmt.Errorf("scwsim: Fault.RetryAfter: %v is negative", f.RetryAfter)
 	}
+	return nil
+}
+
+// validateSelector checks that a fault selects what its kind acts on: a
+// server fault picks servers, a request fault picks requests.
+func (f Fault) validateSelector() error {
 	if f.isServerFault() && (f.Method != "" || f.Path != "") {
 		return fmt.Errorf("scwsim: Fault.Method/Path: a %s fault selects servers (ServerID, Tag, State), not requests", f.Kind)
 	}
@@ -246,16 +267,7 @@ func (s *Sim) requestFault(r *http.Request) *Fault {
 // fault takes each server once. Caller holds mu.
 func (s *Sim) serverFault(sv *server, kind FaultKind, state string) bool {
 	for _, e := range s.faults {
-		if e.f.Kind != kind {
-			continue
-		}
-		if e.f.ServerID != "" && e.f.ServerID != sv.id {
-			continue
-		}
-		if e.f.Tag != "" && !slices.Contains(sv.tags, e.f.Tag) {
-			continue
-		}
-		if e.f.State != "" && e.f.State != state {
+		if !e.selects(sv, kind, state) {
 			continue
 		}
 		if e.servers[sv.id] {
@@ -279,25 +291,26 @@ func (s *Sim) serverFault(sv *server, kind FaultKind, state string) bool {
 	return false
 }
 
+// selects reports whether the fault's kind and selector (ServerID, Tag,
+// State) match sv leaving state; how many times it may still fire is the
+// caller's question.
+func (e *faultEntry) selects(sv *server, kind FaultKind, state string) bool {
+	if e.f.Kind != kind {
+		return false
+	}
+	if e.f.ServerID != "" && e.f.ServerID != sv.id {
+		return false
+	}
+	if e.f.Tag != "" && !slices.Contains(sv.tags, e.f.Tag) {
+		return false
+	}
+	return e.f.State == "" || e.f.State == state
+}
+
 func (s *Sim) applyRequestFault(w http.ResponseWriter, r *http.Request, f *Fault) (handled bool) {
 	switch f.Kind {
 	case FaultStatus:
-		status := f.Status
-		if status == 0 {
-			status = http.StatusInternalServerError
-		}
-		body, ct := f.Body, f.ContentType
-		if body == "" {
-			body = string(mustRaw(map[string]string{"message": http.StatusText(status)}))
-			if ct == "" {
-				ct = "application/json"
-			}
-		}
-		if ct != "" {
-			w.Header().Set("Content-Type", ct)
-		}
-		w.WriteHeader(status)
-		_, _ = w.Write([]byte(body))
+		writeStatusFault(w, f)
 		return true
 	case FaultRateLimit:
 		ra := f.RetryAfter
@@ -315,18 +328,44 @@ func (s *Sim) applyRequestFault(w http.ResponseWriter, r *http.Request, f *Fault
 		// Drop the connection: returning would send an empty 200.
 		panic(http.ErrAbortHandler)
 	case FaultDelay:
-		t := time.NewTimer(f.Delay)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			return false
-		case <-r.Context().Done():
-			panic(http.ErrAbortHandler)
-		case <-s.ctx.Done():
-			panic(http.ErrAbortHandler)
-		}
+		s.holdRequest(r, f.Delay)
 	}
 	return false
+}
+
+// writeStatusFault answers with the fault's status (500 when unset) and its
+// body, or the API's JSON message for that status when the fault gives none.
+func writeStatusFault(w http.ResponseWriter, f *Fault) {
+	status := f.Status
+	if status == 0 {
+		status = http.StatusInternalServerError
+	}
+	body, ct := f.Body, f.ContentType
+	if body == "" {
+		body = string(mustRaw(map[string]string{"message": http.StatusText(status)}))
+		if ct == "" {
+			ct = "application/json"
+		}
+	}
+	if ct != "" {
+		w.Header().Set("Content-Type", ct)
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(body))
+}
+
+// holdRequest holds the request for d, then lets it through; a client that gives
+// up, or the simulator stopping, drops the connection instead.
+func (s *Sim) holdRequest(r *http.Request, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-r.Context().Done():
+		panic(http.ErrAbortHandler)
+	case <-s.ctx.Done():
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // loseAnswer gives the client, on w, what an after-commit fault makes of

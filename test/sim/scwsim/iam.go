@@ -3,6 +3,7 @@ package scwsim
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -150,43 +151,51 @@ func (s *Sim) listKeys(rec *statusRecorder, r *http.Request) (any, *apiError) {
 		return nil, e
 	}
 	q := r.URL.Query()
-	by := q.Get("order_by")
-	switch by {
-	case "", "created_at_asc", "created_at_desc", "updated_at_asc", "updated_at_desc", "name_asc", "name_desc":
-	default:
+	less, ok := keyOrder(q.Get("order_by"))
+	if !ok {
 		return nil, errInvalid("order_by", "constraint", "unknown order")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var match []*sshKey
 	for _, k := range s.keys {
-		if (q.Has("name") && !strings.Contains(k.name, q.Get("name"))) ||
-			(q.Has("project_id") && q.Get("project_id") != k.projectID) ||
-			(q.Has("organization_id") && q.Get("organization_id") != k.orgID) ||
-			(q.Has("disabled") && q.Get("disabled") != strconv.FormatBool(k.disabled)) {
-			continue
+		if keyMatches(k, q) {
+			match = append(match, k)
 		}
-		match = append(match, k)
 	}
-	sort.Slice(match, func(i, j int) bool {
-		a, b := match[i], match[j]
-		switch by {
-		case "created_at_desc":
-			return a.order > b.order
-		case "updated_at_asc":
-			return a.updatedAt.Before(b.updatedAt)
-		case "updated_at_desc":
-			return a.updatedAt.After(b.updatedAt)
-		case "name_asc":
-			return a.name < b.name
-		case "name_desc":
-			return a.name > b.name
-		}
-		return a.order < b.order
-	})
+	sort.Slice(match, func(i, j int) bool { return less(match[i], match[j]) })
 	out := []map[string]any{}
 	for _, k := range paginate(match, page, size) {
 		out = append(out, k.json())
 	}
 	return map[string]any{"ssh_keys": out, "total_count": len(match)}, nil
+}
+
+// keyMatches applies the list filters the API takes: a name substring,
+// the project, the organization and the disabled flag.
+func keyMatches(k *sshKey, q url.Values) bool {
+	return (!q.Has("name") || strings.Contains(k.name, q.Get("name"))) &&
+		(!q.Has("project_id") || q.Get("project_id") == k.projectID) &&
+		(!q.Has("organization_id") || q.Get("organization_id") == k.orgID) &&
+		(!q.Has("disabled") || q.Get("disabled") == strconv.FormatBool(k.disabled))
+}
+
+// keyOrder gives the comparison for an order_by value, false for a value the
+// API rejects. Creation order is the default.
+func keyOrder(by string) (func(a, b *sshKey) bool, bool) {
+	switch by {
+	case "", "created_at_asc":
+		return func(a, b *sshKey) bool { return a.order < b.order }, true
+	case "created_at_desc":
+		return func(a, b *sshKey) bool { return a.order > b.order }, true
+	case "updated_at_asc":
+		return func(a, b *sshKey) bool { return a.updatedAt.Before(b.updatedAt) }, true
+	case "updated_at_desc":
+		return func(a, b *sshKey) bool { return a.updatedAt.After(b.updatedAt) }, true
+	case "name_asc":
+		return func(a, b *sshKey) bool { return a.name < b.name }, true
+	case "name_desc":
+		return func(a, b *sshKey) bool { return a.name > b.name }, true
+	}
+	return nil, false
 }

@@ -1,6 +1,7 @@
 package scwsim
 
 import (
+	"cmp"
 	"fmt"
 	"regexp"
 	"sort"
@@ -431,50 +432,24 @@ func (d Delays) byName() map[string]time.Duration {
 }
 
 func (o Options) withDefaults() Options {
-	if o.SecretKey == "" {
-		o.SecretKey = DefaultSecretKey
-	}
-	if o.Addr == "" {
-		o.Addr = "127.0.0.1:0"
-	}
+	o.SecretKey = cmp.Or(o.SecretKey, DefaultSecretKey)
+	o.Addr = cmp.Or(o.Addr, "127.0.0.1:0")
 	if len(o.Zones) == 0 {
 		o.Zones = []string{"fr-par-1", "fr-par-2", "nl-ams-1"}
 	}
 	o.Zones = append([]string(nil), o.Zones...)
 	sort.Strings(o.Zones)
-	if o.OrganizationID == "" {
-		o.OrganizationID = zeroID
-	}
-	if o.ProjectID == "" {
-		o.ProjectID = zeroID
-	}
-	if o.Scale == 0 {
-		o.Scale = 1
-	}
-	if o.Seed == 0 {
-		o.Seed = 1
-	}
-	if o.PlentyStock == 0 {
-		o.PlentyStock = 1000
-	}
-	if o.LowStock == 0 {
-		o.LowStock = 10
-	}
-	if o.LowStockThreshold == 0 {
-		o.LowStockThreshold = 10
-	}
-	if o.Stockout == "" {
-		o.Stockout = StockoutError
-	}
-	if o.NICs == 0 {
-		o.NICs = 2
-	}
-	if o.DefaultPageSize == 0 {
-		o.DefaultPageSize = 50
-	}
-	if o.MaxPageSize == 0 {
-		o.MaxPageSize = 100
-	}
+	o.OrganizationID = cmp.Or(o.OrganizationID, zeroID)
+	o.ProjectID = cmp.Or(o.ProjectID, zeroID)
+	o.Scale = cmp.Or(o.Scale, 1)
+	o.Seed = cmp.Or(o.Seed, 1)
+	o.PlentyStock = cmp.Or(o.PlentyStock, 1000)
+	o.LowStock = cmp.Or(o.LowStock, 10)
+	o.LowStockThreshold = cmp.Or(o.LowStockThreshold, 10)
+	o.Stockout = cmp.Or(o.Stockout, StockoutError)
+	o.NICs = cmp.Or(o.NICs, 2)
+	o.DefaultPageSize = cmp.Or(o.DefaultPageSize, 50)
+	o.MaxPageSize = cmp.Or(o.MaxPageSize, 100)
 	if o.RateLimit > 0 && o.RateBurst == 0 {
 		o.RateBurst = max(1, int(o.RateLimit))
 	}

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"time"
@@ -146,29 +147,42 @@ func (s *Sim) setPNs(rec *statusRecorder, r *http.Request) (any, *apiError) {
 	if e := s.attachable(sv); e != nil {
 		return nil, e
 	}
+	s.detachOthers(sv, req.PerPN)
+	return map[string]any{"server_private_networks": s.attachAll(sv, req.PerPN)}, nil
+}
+
+// detachOthers starts detaching sv from every private network not in keep.
+// Caller holds mu.
+func (s *Sim) detachOthers(sv *server, keep map[string]*[]string) {
 	for _, a := range s.pns {
-		if _, keep := req.PerPN[a.pnID]; a.serverID == sv.id && !keep && a.status != "detaching" {
+		if _, kept := keep[a.pnID]; a.serverID == sv.id && !kept && a.status != "detaching" {
 			s.detach(a)
 		}
 	}
-	ids := make([]string, 0, len(req.PerPN))
-	for id := range req.PerPN {
+}
+
+// attachAll attaches sv to each private network of perPN it is not on yet,
+// with the IPAM IPs given, and answers every attachment in ID order. An
+// attachment that exists keeps its IPs. Caller holds mu.
+func (s *Sim) attachAll(sv *server, perPN map[string]*[]string) []map[string]any {
+	ids := make([]string, 0, len(perPN))
+	for id := range perPN {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
 	out := []map[string]any{}
 	for _, id := range ids {
 		a := s.attachmentOf(sv.id, id)
-		var ipam []string
-		if p := req.PerPN[id]; p != nil {
-			ipam = *p
-		}
 		if a == nil {
+			var ipam []string
+			if p := perPN[id]; p != nil {
+				ipam = *p
+			}
 			a = s.attach(sv, id, ipam)
 		}
 		out = append(out, a.json())
 	}
-	return map[string]any{"server_private_networks": out}, nil
+	return out
 }
 
 func (s *Sim) deletePN(rec *statusRecorder, r *http.Request) (any, *apiError) {
@@ -192,10 +206,8 @@ func (s *Sim) listPNs(rec *statusRecorder, r *http.Request) (any, *apiError) {
 		return nil, e
 	}
 	q := r.URL.Query()
-	by := q.Get("order_by")
-	switch by {
-	case "", "created_at_asc", "created_at_desc", "updated_at_asc", "updated_at_desc":
-	default:
+	less, ok := pnOrder(q.Get("order_by"))
+	if !ok {
 		return nil, errInvalid("order_by", "constraint", "must be created_at_asc, created_at_desc, updated_at_asc or updated_at_desc")
 	}
 	zone := r.PathValue("zone")
@@ -203,33 +215,44 @@ func (s *Sim) listPNs(rec *statusRecorder, r *http.Request) (any, *apiError) {
 	defer s.mu.Unlock()
 	var match []*pnAttachment
 	for _, a := range s.pns {
-		if a.zone != zone ||
-			(q.Has("server_id") && q.Get("server_id") != a.serverID) ||
-			(q.Has("private_network_id") && q.Get("private_network_id") != a.pnID) ||
-			(q.Has("project_id") && q.Get("project_id") != a.projectID) {
-			continue
+		if a.zone == zone && pnMatches(a, q) {
+			match = append(match, a)
 		}
-		if ids := q["ipam_ip_ids"]; len(ids) > 0 && !slices.ContainsFunc(ids, func(id string) bool { return slices.Contains(a.ipamIPIDs, id) }) {
-			continue
-		}
-		match = append(match, a)
 	}
-	sort.Slice(match, func(i, j int) bool {
-		switch by {
-		case "created_at_desc":
-			return match[i].order > match[j].order
-		case "updated_at_asc":
-			return match[i].updatedAt.Before(match[j].updatedAt)
-		case "updated_at_desc":
-			return match[i].updatedAt.After(match[j].updatedAt)
-		}
-		return match[i].order < match[j].order
-	})
+	sort.Slice(match, func(i, j int) bool { return less(match[i], match[j]) })
 	out := []map[string]any{}
 	for _, a := range paginate(match, page, size) {
 		out = append(out, a.json())
 	}
 	return map[string]any{"server_private_networks": out, "total_count": len(match)}, nil
+}
+
+// pnMatches applies the list filters the API takes: server, private
+// network, project, and any one of the IPAM IP IDs given.
+func pnMatches(a *pnAttachment, q url.Values) bool {
+	if (q.Has("server_id") && q.Get("server_id") != a.serverID) ||
+		(q.Has("private_network_id") && q.Get("private_network_id") != a.pnID) ||
+		(q.Has("project_id") && q.Get("project_id") != a.projectID) {
+		return false
+	}
+	ids := q["ipam_ip_ids"]
+	return len(ids) == 0 || slices.ContainsFunc(ids, func(id string) bool { return slices.Contains(a.ipamIPIDs, id) })
+}
+
+// pnOrder gives the comparison for an order_by value, false for a value the
+// API rejects. Creation order is the default.
+func pnOrder(by string) (func(a, b *pnAttachment) bool, bool) {
+	switch by {
+	case "", "created_at_asc":
+		return func(a, b *pnAttachment) bool { return a.order < b.order }, true
+	case "created_at_desc":
+		return func(a, b *pnAttachment) bool { return a.order > b.order }, true
+	case "updated_at_asc":
+		return func(a, b *pnAttachment) bool { return a.updatedAt.Before(b.updatedAt) }, true
+	case "updated_at_desc":
+		return func(a, b *pnAttachment) bool { return a.updatedAt.After(b.updatedAt) }, true
+	}
+	return nil, false
 }
 
 // PrivateNetworks returns the VLAN of each private network attached to a

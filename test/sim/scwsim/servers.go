@@ -420,36 +420,84 @@ func (s *Sim) createServer(rec *statusRecorder, r *http.Request) (any, *apiError
 	}
 	rec.tags = append([]string(nil), req.Tags...)
 	zone := r.PathValue("zone")
-	switch {
-	case req.OfferID == "":
-		return nil, errInvalid("offer_id", "required", "")
-	case !uuidRE.MatchString(req.OfferID):
-		return nil, errInvalid("offer_id", "format", "must be a UUID")
-	case req.Name == "":
-		return nil, errInvalid("name", "required", "")
+	if e := req.check(); e != nil {
+		return nil, e
 	}
-	for _, t := range req.Tags {
-		if t == "" {
-			return nil, errInvalid("tags", "constraint", "tags must not be empty strings")
-		}
-	}
-	project, org := s.opts.ProjectID, s.opts.OrganizationID
-	switch {
-	case req.ProjectID != nil:
-		project = *req.ProjectID
-	case req.OrganizationID != nil:
-		project = *req.OrganizationID // the default project has the organization's ID
-	}
-	if !uuidRE.MatchString(project) {
-		return nil, errInvalid("project_id", "format", "must be a UUID")
-	}
-	if !s.projectAllowed(project) {
-		return nil, errPermission(serverResource, "write")
+	project, e := s.createProject(req)
+	if e != nil {
+		return nil, e
 	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	zc := s.zones[zone]
+	o, e := zc.orderableOffer(req)
+	if e != nil {
+		return nil, e
+	}
+	install, e := s.installFor(zc, o, req.Install)
+	if e != nil {
+		return nil, e
+	}
+	if e := s.checkCapacity(project, zone, o); e != nil {
+		return nil, e
+	}
+
+	sv := s.newServer(zone, project, o, req, install)
+	rec.serverID = sv.id
+	s.servers[sv.id] = sv
+	s.startOrder(sv)
+	s.record(sv, LedgerOrder, nil, "", "")
+	s.logf("server %s (%s, %s) created: %s", sv.id, o.Name, zone, sv.status)
+	body := s.render(sv)
+	if sv.status == stOrdered && s.opts.ReadyIPs == ReadyIPsRecorded {
+		sv.ipsListed = true // recorded: reads after the order list the IPs while still "ordered"
+	}
+	return body, nil
+}
+
+// check refuses a create request the API rejects before it looks at
+// anything it holds: a missing or malformed offer, no name, an empty tag.
+func (req createRequest) check() *apiError {
+	switch {
+	case req.OfferID == "":
+		return errInvalid("offer_id", "required", "")
+	case !uuidRE.MatchString(req.OfferID):
+		return errInvalid("offer_id", "format", "must be a UUID")
+	case req.Name == "":
+		return errInvalid("name", "required", "")
+	}
+	if slices.Contains(req.Tags, "") {
+		return errInvalid("tags", "constraint", "tags must not be empty strings")
+	}
+	return nil
+}
+
+// createProject picks the project a new server goes in: the request's
+// project, else its organization's default project (which has the
+// organization's ID), else the simulator's; the key must be allowed to write
+// there.
+func (s *Sim) createProject(req createRequest) (string, *apiError) {
+	project := s.opts.ProjectID
+	switch {
+	case req.ProjectID != nil:
+		project = *req.ProjectID
+	case req.OrganizationID != nil:
+		project = *req.OrganizationID
+	}
+	if !uuidRE.MatchString(project) {
+		return "", errInvalid("project_id", "format", "must be a UUID")
+	}
+	if !s.projectAllowed(project) {
+		return "", errPermission(serverResource, "write")
+	}
+	return project, nil
+}
+
+// orderableOffer finds the requested offer in the zone and checks that it
+// can take the request: enabled, cloud-init when user data is given, and
+// each option known and sold with it.
+func (zc *zoneCatalog) orderableOffer(req createRequest) (*offer, *apiError) {
 	o := zc.offerByID[req.OfferID]
 	if o == nil {
 		return nil, errNotFound("offer", req.OfferID)
@@ -470,45 +518,60 @@ func (s *Sim) createServer(rec *statusRecorder, r *http.Request) (any, *apiError
 			return nil, errInvalid("option_ids", "constraint", "option "+id+" is not available for this offer")
 		}
 	}
-	var install *serverInstall
-	if req.Install != nil {
-		in := req.Install
-		if zc.osByID[in.OsID] == nil {
-			return nil, errNotFound("os", in.OsID)
-		}
-		if o.incompatOS[in.OsID] {
-			return nil, errInvalid("install.os_id", "constraint", "os is not compatible with this offer")
-		}
-		for _, k := range in.SSHKeyIDs {
-			if s.keys[k] == nil {
-				return nil, errNotFound("ssh_key", k)
-			}
-		}
-		install = &serverInstall{OsID: in.OsID, Hostname: in.Hostname, SSHKeyIDs: orEmpty(in.SSHKeyIDs),
-			Status: "to_install", User: "root", PartitioningSchema: in.PartitioningSchema}
-		if in.User != nil {
-			install.User = *in.User
-		}
-		if in.ServiceUser != nil {
-			install.ServiceUser = *in.ServiceUser
+	return o, nil
+}
+
+// installFor checks an install given with the order (an OS the zone has and
+// the offer takes, known SSH keys) and makes its state; nil when none was
+// given. Caller holds mu.
+func (s *Sim) installFor(zc *zoneCatalog, o *offer, in *installRequest) (*serverInstall, *apiError) {
+	if in == nil {
+		return nil, nil
+	}
+	if zc.osByID[in.OsID] == nil {
+		return nil, errNotFound("os", in.OsID)
+	}
+	if o.incompatOS[in.OsID] {
+		return nil, errInvalid("install.os_id", "constraint", "os is not compatible with this offer")
+	}
+	for _, k := range in.SSHKeyIDs {
+		if s.keys[k] == nil {
+			return nil, errNotFound("ssh_key", k)
 		}
 	}
+	install := &serverInstall{OsID: in.OsID, Hostname: in.Hostname, SSHKeyIDs: orEmpty(in.SSHKeyIDs),
+		Status: "to_install", User: "root", PartitioningSchema: in.PartitioningSchema}
+	if in.User != nil {
+		install.User = *in.User
+	}
+	if in.ServiceUser != nil {
+		install.ServiceUser = *in.ServiceUser
+	}
+	return install, nil
+}
+
+// checkCapacity refuses an order over the project's quota for the offer, or
+// for an offer out of stock when the simulator answers stockouts with an
+// error. Caller holds mu.
+func (s *Sim) checkCapacity(project, zone string, o *offer) *apiError {
 	if q, ok := s.quotaFor(project, o.Name); ok {
 		if used := s.countServers(project, o.Name); used >= q {
-			return nil, errQuota(o.QuotaName, used, q)
+			return errQuota(o.QuotaName, used, q)
 		}
 	}
-	stockKey := zone + "/" + o.Name
-	if s.stock[stockKey] <= 0 && s.opts.Stockout == StockoutError {
-		return nil, errOutOfStock(o.Name)
+	if s.stock[zone+"/"+o.Name] <= 0 && s.opts.Stockout == StockoutError {
+		return errOutOfStock(o.Name)
 	}
+	return nil
+}
 
+// newServer builds the state of a server just ordered. Caller holds mu.
+func (s *Sim) newServer(zone, project string, o *offer, req createRequest, install *serverInstall) *server {
 	now := s.now()
 	s.order++
 	id := newUUID()
-	rec.serverID = id
 	sv := &server{id: id, zone: zone, name: req.Name, description: req.Description, projectID: project,
-		orgID: org, tags: orEmpty(append([]string(nil), req.Tags...)), offer: o, bootType: string(BootNormal),
+		orgID: s.opts.OrganizationID, tags: orEmpty(append([]string(nil), req.Tags...)), offer: o, bootType: string(BootNormal),
 		ping: "ping_status_unknown", createdAt: now, updatedAt: now, order: s.order, install: install,
 		protected: req.Protected, userData: req.UserData, ipIDs: [2]string{newUUID(), newUUID()},
 		rescueUser: s.rescueUser(), rescuePassword: s.newRescuePassword()}
@@ -521,11 +584,18 @@ func (s *Sim) createServer(rec *statusRecorder, r *http.Request) (any, *apiError
 			status: "option_status_enabling"})
 	}
 	sv.host = newHostQueue(&s.hostWG)
-	s.servers[id] = sv
+	return sv
+}
+
+// startOrder moves a new server to its first status: out of stock when
+// there is none (a stockout answered with a server), ordered for a while
+// when it comes with an install or the options ask for an order delay,
+// else straight to delivery. Caller holds mu.
+func (s *Sim) startOrder(sv *server) {
 	switch {
-	case s.stock[stockKey] <= 0: // StockoutServer
+	case s.stock[sv.zone+"/"+sv.offer.Name] <= 0: // StockoutServer
 		s.setStatus(sv, stOutOfStock)
-	case install != nil || s.opts.Delays.Order > 0:
+	case sv.install != nil || s.opts.Delays.Order > 0:
 		s.takeStock(sv)
 		s.setStatus(sv, stOrdered)
 		s.schedule(sv, s.opts.Delays.Order, func() { s.startDelivery(sv) })
@@ -533,13 +603,6 @@ func (s *Sim) createServer(rec *statusRecorder, r *http.Request) (any, *apiError
 		s.takeStock(sv)
 		s.startDelivery(sv)
 	}
-	s.record(sv, LedgerOrder, nil, "", "")
-	s.logf("server %s (%s, %s) created: %s", id, o.Name, zone, sv.status)
-	body := s.render(sv)
-	if sv.status == stOrdered && s.opts.ReadyIPs == ReadyIPsRecorded {
-		sv.ipsListed = true // recorded: reads after the order list the IPs while still "ordered"
-	}
-	return body, nil
 }
 
 func (s *Sim) quotaFor(project, offerName string) (int, bool) {
@@ -830,16 +893,14 @@ func matches(m matchable, q map[string][]string) bool {
 	if n := q["name"]; len(n) > 0 && !strings.Contains(m.name, n[0]) {
 		return false
 	}
-	if p := q["project_id"]; len(p) > 0 && p[0] != m.project {
-		return false
-	}
-	if o := q["organization_id"]; len(o) > 0 && o[0] != m.org {
-		return false
-	}
-	if o := q["option_id"]; len(o) > 0 && !slices.Contains(m.options, o[0]) {
-		return false
-	}
-	return true
+	return firstIs(q["project_id"], m.project) && firstIs(q["organization_id"], m.org) &&
+		(len(q["option_id"]) == 0 || slices.Contains(m.options, q["option_id"][0]))
+}
+
+// firstIs reports whether a query parameter, when given, has v as its first
+// value; the API reads only the first of a repeated single-valued filter.
+func firstIs(vs []string, v string) bool {
+	return len(vs) == 0 || vs[0] == v
 }
 
 type updateRequest struct {
@@ -855,11 +916,8 @@ func (s *Sim) updateServer(rec *statusRecorder, r *http.Request) (any, *apiError
 	if e := decodeBody(r, &req); e != nil {
 		return nil, e
 	}
-	if req.Name != nil && *req.Name == "" {
-		return nil, errInvalid("name", "constraint", "must not be empty")
-	}
-	if req.Tags != nil && slices.Contains(*req.Tags, "") {
-		return nil, errInvalid("tags", "constraint", "tags must not be empty strings")
+	if e := req.check(); e != nil {
+		return nil, e
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -867,6 +925,25 @@ func (s *Sim) updateServer(rec *statusRecorder, r *http.Request) (any, *apiError
 	if e != nil {
 		return nil, e
 	}
+	s.applyUpdate(sv, req)
+	sv.updatedAt = s.now()
+	return s.render(sv), nil
+}
+
+// check refuses an update that would empty the name or add an empty tag.
+func (req updateRequest) check() *apiError {
+	if req.Name != nil && *req.Name == "" {
+		return errInvalid("name", "constraint", "must not be empty")
+	}
+	if req.Tags != nil && slices.Contains(*req.Tags, "") {
+		return errInvalid("tags", "constraint", "tags must not be empty strings")
+	}
+	return nil
+}
+
+// applyUpdate sets the fields an update gives and leaves the others; a tag
+// change goes in the ledger. Caller holds mu.
+func (s *Sim) applyUpdate(sv *server, req updateRequest) {
 	if req.Name != nil {
 		sv.name = *req.Name
 		sv.machine.Name = *req.Name
@@ -888,8 +965,6 @@ func (s *Sim) updateServer(rec *statusRecorder, r *http.Request) (any, *apiError
 			sv.userData = nil
 		}
 	}
-	sv.updatedAt = s.now()
-	return s.render(sv), nil
 }
 
 // actionable checks a server can take reboot/stop/start/option changes.

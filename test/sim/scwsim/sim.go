@@ -86,20 +86,7 @@ func New(opts Options) *Sim {
 	for _, z := range opts.Zones {
 		zc := zoneCatalogFor(z)
 		s.zones[z] = zc
-		for _, o := range zc.offers {
-			key := z + "/" + o.Name
-			if _, set := s.stock[key]; set && o.Period != "hourly" {
-				continue // the hourly offer's recorded stock seeds the shared count
-			}
-			switch o.RecordedStock {
-			case "available":
-				s.stock[key] = opts.PlentyStock
-			case "low":
-				s.stock[key] = opts.LowStock
-			default:
-				s.stock[key] = 0
-			}
-		}
+		s.seedStock(zc)
 	}
 	for k, n := range opts.Stock {
 		zone, name, _ := splitKey(k, "zone", zoneRE)
@@ -114,6 +101,26 @@ func New(opts Options) *Sim {
 	}
 	s.mux = s.routes()
 	return s
+}
+
+// seedStock sets each offer's stock in the zone from what the recording
+// saw: plenty when available, a few when low, none otherwise. An offer
+// sold monthly and hourly shares one count, seeded by the hourly offer.
+func (s *Sim) seedStock(zc *zoneCatalog) {
+	for _, o := range zc.offers {
+		key := zc.zone + "/" + o.Name
+		if _, set := s.stock[key]; set && o.Period != "hourly" {
+			continue // the hourly offer's recorded stock seeds the shared count
+		}
+		switch o.RecordedStock {
+		case "available":
+			s.stock[key] = s.opts.PlentyStock
+		case "low":
+			s.stock[key] = s.opts.LowStock
+		default:
+			s.stock[key] = 0
+		}
+	}
 }
 
 // Options returns the effective options (defaults filled in).

@@ -148,60 +148,82 @@ func StartKubelet(ctx context.Context, cfg config.Provider, opts KubeletOptions)
 
 func checkJoin(ctx context.Context, cfg config.Provider, opts KubeletOptions) error {
 	p := opts.Join
-	cl := cfg.Cluster()
 	if p.Endpoint != "" {
-		ep := cl.Endpoint()
-		if ep == nil || strings.TrimSuffix(ep.String(), "/") != strings.TrimSuffix(p.Endpoint, "/") {
-			got := "<none>"
-			if ep != nil {
-				got = ep.String()
-			}
-			return fmt.Errorf("%w: cluster.controlPlane.endpoint is %s, the cluster is at %s", ErrJoinRejected, got, p.Endpoint)
+		if err := checkEndpoint(cfg, p.Endpoint); err != nil {
+			return err
 		}
 	}
 	if len(p.ClusterCA) > 0 {
-		want, err := certDER(p.ClusterCA)
-		if err != nil {
-			return fmt.Errorf("join policy ClusterCA: %w", err)
-		}
-		var have [][]byte
-		if ca := cl.IssuingCA(); ca != nil {
-			have = append(have, ca.Crt)
-		}
-		for _, ca := range cl.AcceptedCAs() {
-			have = append(have, ca.Crt)
-		}
-		ok := false
-		for _, h := range have {
-			if d, err := certDER(h); err == nil && bytes.Equal(d, want) {
-				ok = true
-			}
-		}
-		if !ok {
-			return fmt.Errorf("%w: cluster.ca.crt does not match the cluster's CA (x509: certificate signed by unknown authority)", ErrJoinRejected)
+		if err := checkClusterCA(cfg, p.ClusterCA); err != nil {
+			return err
 		}
 	}
 	if p.RequireBootstrapToken {
-		tok := cl.Token()
-		if tok == nil || tok.ID() == "" {
-			return fmt.Errorf("%w: cluster.token is empty", ErrJoinRejected)
+		return checkBootstrapToken(ctx, cfg, opts.Client)
+	}
+	return nil
+}
+
+// checkEndpoint refuses a config whose control plane endpoint is not the
+// cluster's (a trailing slash aside): the kubelet would dial elsewhere.
+func checkEndpoint(cfg config.Provider, want string) error {
+	ep := cfg.Cluster().Endpoint()
+	if ep != nil && strings.TrimSuffix(ep.String(), "/") == strings.TrimSuffix(want, "/") {
+		return nil
+	}
+	got := "<none>"
+	if ep != nil {
+		got = ep.String()
+	}
+	return fmt.Errorf("%w: cluster.controlPlane.endpoint is %s, the cluster is at %s", ErrJoinRejected, got, want)
+}
+
+// checkClusterCA refuses a config that trusts neither the cluster's issuing
+// CA nor one of its accepted CAs: TLS to the API server would fail.
+func checkClusterCA(cfg config.Provider, clusterCA []byte) error {
+	want, err := certDER(clusterCA)
+	if err != nil {
+		return fmt.Errorf("join policy ClusterCA: %w", err)
+	}
+	cl := cfg.Cluster()
+	var have [][]byte
+	if ca := cl.IssuingCA(); ca != nil {
+		have = append(have, ca.Crt)
+	}
+	for _, ca := range cl.AcceptedCAs() {
+		have = append(have, ca.Crt)
+	}
+	for _, h := range have {
+		if d, err := certDER(h); err == nil && bytes.Equal(d, want) {
+			return nil
 		}
-		s, err := opts.Client.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-"+tok.ID(), metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("%w: bootstrap token %s does not exist (Unauthorized)", ErrJoinRejected, tok.ID())
-		}
-		if err != nil {
-			return fmt.Errorf("talosapi: look up bootstrap token: %w", err)
-		}
-		if string(s.Data["token-secret"]) != tok.Secret() || s.Type != corev1.SecretTypeBootstrapToken ||
-			string(s.Data["usage-bootstrap-authentication"]) != "true" {
-			return fmt.Errorf("%w: bootstrap token %s is not valid for authentication (Unauthorized)", ErrJoinRejected, tok.ID())
-		}
-		if exp := string(s.Data["expiration"]); exp != "" {
-			t, err := time.Parse(time.RFC3339, exp)
-			if err != nil || time.Now().After(t) {
-				return fmt.Errorf("%w: bootstrap token %s has expired (Unauthorized)", ErrJoinRejected, tok.ID())
-			}
+	}
+	return fmt.Errorf("%w: cluster.ca.crt does not match the cluster's CA (x509: certificate signed by unknown authority)", ErrJoinRejected)
+}
+
+// checkBootstrapToken refuses a config whose bootstrap token the cluster
+// does not hold, holds with another secret or for another use, or holds
+// expired: the API server would answer Unauthorized.
+func checkBootstrapToken(ctx context.Context, cfg config.Provider, client kubernetes.Interface) error {
+	tok := cfg.Cluster().Token()
+	if tok == nil || tok.ID() == "" {
+		return fmt.Errorf("%w: cluster.token is empty", ErrJoinRejected)
+	}
+	s, err := client.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-"+tok.ID(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("%w: bootstrap token %s does not exist (Unauthorized)", ErrJoinRejected, tok.ID())
+	}
+	if err != nil {
+		return fmt.Errorf("talosapi: look up bootstrap token: %w", err)
+	}
+	if string(s.Data["token-secret"]) != tok.Secret() || s.Type != corev1.SecretTypeBootstrapToken ||
+		string(s.Data["usage-bootstrap-authentication"]) != "true" {
+		return fmt.Errorf("%w: bootstrap token %s is not valid for authentication (Unauthorized)", ErrJoinRejected, tok.ID())
+	}
+	if exp := string(s.Data["expiration"]); exp != "" {
+		t, err := time.Parse(time.RFC3339, exp)
+		if err != nil || time.Now().After(t) {
+			return fmt.Errorf("%w: bootstrap token %s has expired (Unauthorized)", ErrJoinRejected, tok.ID())
 		}
 	}
 	return nil
@@ -221,20 +243,57 @@ func desiredNode(cfg config.Provider, hw Hardware) (*corev1.Node, error) {
 	args := kl.ExtraArgs()
 	extra := kl.ExtraConfig()
 
+	name, err := nodeName(cfg, hw)
+	if err != nil {
+		return nil, err
+	}
+	taints, err := nodeTaints(cfg, args, extra)
+	if err != nil {
+		return nil, err
+	}
+	providerID := ""
+	if v := argList(args, "provider-id"); len(v) > 0 {
+		providerID = v[0]
+	}
+	if v, ok := extra["providerID"].(string); ok && v != "" {
+		providerID = v
+	}
+	annotations := map[string]string{
+		"node.alpha.kubernetes.io/ttl":                           "0",
+		"volumes.kubernetes.io/controller-managed-attach-detach": "true",
+		AnnotationKubelet:                                        KubeletSimulated,
+	}
+	for k, v := range cfg.Machine().NodeAnnotations() {
+		annotations[k] = v
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: nodeLabels(cfg, args, name, hw.Arch), Annotations: annotations},
+		Spec:       corev1.NodeSpec{ProviderID: providerID, Taints: taints},
+	}, nil
+}
+
+// nodeName is the name the kubelet registers: the configured hostname's
+// first label, or Talos's stable default (talos-xxx-yyy from the server ID),
+// lower-cased; a name Kubernetes rejects stops the join.
+func nodeName(cfg config.Provider, hw Hardware) (string, error) {
 	name := ""
 	if h := cfg.NetworkHostnameConfig(); h != nil {
 		name = h.Hostname()
 	}
 	if name == "" {
-		// Talos's stable default hostname: talos-xxx-yyy.
 		sum := sha256.Sum256([]byte(hw.ServerID))
 		name = fmt.Sprintf("talos-%x-%x", sum[0:2], sum[2:4])[:15]
 	}
 	name = strings.ToLower(strings.SplitN(name, ".", 2)[0])
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
-		return nil, fmt.Errorf("%w: hostname %q: %s", ErrJoinRejected, name, strings.Join(errs, "; "))
+		return "", fmt.Errorf("%w: hostname %q: %s", ErrJoinRejected, name, strings.Join(errs, "; "))
 	}
-	arch := hw.Arch
+	return name, nil
+}
+
+// nodeLabels are the kubelet's well-known labels, then --node-labels, then
+// machine.nodeLabels, each later source winning.
+func nodeLabels(cfg config.Provider, args map[string][]string, name, arch string) map[string]string {
 	if arch == "" {
 		arch = "amd64"
 	}
@@ -252,17 +311,16 @@ func desiredNode(cfg config.Provider, hw Hardware) (*corev1.Node, error) {
 	for k, v := range cfg.Machine().NodeLabels() {
 		labels[k] = v
 	}
-	var taints []corev1.Taint
-	if raw, ok := extra["registerWithTaints"]; ok {
-		b, err := yaml.Marshal(raw)
-		if err != nil {
-			return nil, err
-		}
-		var ts []corev1.Taint
-		if err := yaml.Unmarshal(b, &ts); err != nil {
-			return nil, fmt.Errorf("%w: kubelet registerWithTaints: %v", ErrJoinRejected, err)
-		}
-		taints = append(taints, ts...)
+	return labels
+}
+
+// nodeTaints gathers the taints the kubelet registers with, from the
+// kubelet config, its flags and machine.nodeTaints in that order; a taint
+// that does not parse or has an unknown effect stops the join.
+func nodeTaints(cfg config.Provider, args map[string][]string, extra map[string]any) ([]corev1.Taint, error) {
+	taints, err := configTaints(extra)
+	if err != nil {
+		return nil, err
 	}
 	for _, s := range argList(args, "register-with-taints") {
 		t, err := parseTaint(s)
@@ -285,25 +343,24 @@ func desiredNode(cfg config.Provider, hw Hardware) (*corev1.Node, error) {
 			return nil, fmt.Errorf("%w: taint %s has invalid effect %q", ErrJoinRejected, t.Key, t.Effect)
 		}
 	}
-	providerID := ""
-	if v := argList(args, "provider-id"); len(v) > 0 {
-		providerID = v[0]
+	return taints, nil
+}
+
+// configTaints reads the kubelet config's registerWithTaints.
+func configTaints(extra map[string]any) ([]corev1.Taint, error) {
+	raw, ok := extra["registerWithTaints"]
+	if !ok {
+		return nil, nil
 	}
-	if v, ok := extra["providerID"].(string); ok && v != "" {
-		providerID = v
+	b, err := yaml.Marshal(raw)
+	if err != nil {
+		return nil, err
 	}
-	annotations := map[string]string{
-		"node.alpha.kubernetes.io/ttl":                           "0",
-		"volumes.kubernetes.io/controller-managed-attach-detach": "true",
-		AnnotationKubelet:                                        KubeletSimulated,
+	var ts []corev1.Taint
+	if err := yaml.Unmarshal(b, &ts); err != nil {
+		return nil, fmt.Errorf("%w: kubelet registerWithTaints: %v", ErrJoinRejected, err)
 	}
-	for k, v := range cfg.Machine().NodeAnnotations() {
-		annotations[k] = v
-	}
-	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: annotations},
-		Spec:       corev1.NodeSpec{ProviderID: providerID, Taints: taints},
-	}, nil
+	return ts, nil
 }
 
 // argList returns the values of a kubelet extra arg, split on commas.
@@ -336,13 +393,9 @@ func parseTaint(s string) (corev1.Taint, error) {
 // off the kubelet's reservations (Talos's defaults unless extraConfig says).
 func capacity(cfg config.Provider, hw Hardware) (capacity, allocatable corev1.ResourceList, err error) {
 	extra := cfg.Machine().Kubelet().ExtraConfig()
-	pods := int64(110)
-	if v, ok := extra["maxPods"]; ok {
-		n, ok := toInt(v)
-		if !ok || n <= 0 {
-			return nil, nil, fmt.Errorf("%w: kubelet maxPods %v", ErrJoinRejected, v)
-		}
-		pods = n
+	pods, err := maxPods(extra)
+	if err != nil {
+		return nil, nil, err
 	}
 	capacity = corev1.ResourceList{
 		corev1.ResourceCPU:              *resource.NewQuantity(hw.CPUThreads, resource.DecimalSI),
@@ -353,55 +406,105 @@ func capacity(cfg config.Provider, hw Hardware) (capacity, allocatable corev1.Re
 		"hugepages-2Mi":                 resource.MustParse("0"),
 	}
 	allocatable = capacity.DeepCopy()
-	systemReserved := map[string]string{"cpu": "50m", "memory": "384Mi", "ephemeral-storage": "256Mi"}
-	if v, ok := extra["systemReserved"]; ok {
-		if systemReserved, err = stringMap(v); err != nil {
-			return nil, nil, fmt.Errorf("%w: kubelet systemReserved: %v", ErrJoinRejected, err)
-		}
+	systemReserved, err := kubeletMap(extra, "systemReserved", map[string]string{"cpu": "50m", "memory": "384Mi", "ephemeral-storage": "256Mi"})
+	if err != nil {
+		return nil, nil, err
 	}
-	var kubeReserved map[string]string
-	if v, ok := extra["kubeReserved"]; ok {
-		if kubeReserved, err = stringMap(v); err != nil {
-			return nil, nil, fmt.Errorf("%w: kubelet kubeReserved: %v", ErrJoinRejected, err)
-		}
+	kubeReserved, err := kubeletMap(extra, "kubeReserved", nil)
+	if err != nil {
+		return nil, nil, err
 	}
-	evictionHard := map[string]string{"memory.available": "100Mi", "nodefs.available": "10%"}
-	if v, ok := extra["evictionHard"]; ok {
-		if evictionHard, err = stringMap(v); err != nil {
-			return nil, nil, fmt.Errorf("%w: kubelet evictionHard: %v", ErrJoinRejected, err)
-		}
+	evictionHard, err := kubeletMap(extra, "evictionHard", map[string]string{"memory.available": "100Mi", "nodefs.available": "10%"})
+	if err != nil {
+		return nil, nil, err
 	}
 	for _, m := range []map[string]string{systemReserved, kubeReserved} {
-		for k, v := range m {
-			if k == "pid" {
-				continue
-			}
-			q, err := resource.ParseQuantity(v)
-			if err != nil {
-				return nil, nil, fmt.Errorf("%w: kubelet reservation %s=%q: %v", ErrJoinRejected, k, v, err)
-			}
-			subtract(allocatable, corev1.ResourceName(k), q)
+		if err := subtractReserved(allocatable, m); err != nil {
+			return nil, nil, err
 		}
 	}
+	if err := subtractEviction(allocatable, capacity, evictionHard); err != nil {
+		return nil, nil, err
+	}
+	return capacity, allocatable, nil
+}
+
+// maxPods is the kubelet config's maxPods, 110 when unset; anything but a
+// positive integer stops the join.
+func maxPods(extra map[string]any) (int64, error) {
+	v, ok := extra["maxPods"]
+	if !ok {
+		return 110, nil
+	}
+	n, ok := toInt(v)
+	if !ok || n <= 0 {
+		return 0, fmt.Errorf("%w: kubelet maxPods %v", ErrJoinRejected, v)
+	}
+	return n, nil
+}
+
+// kubeletMap reads a string map from the kubelet config, def when unset.
+func kubeletMap(extra map[string]any, key string, def map[string]string) (map[string]string, error) {
+	v, ok := extra[key]
+	if !ok {
+		return def, nil
+	}
+	m, err := stringMap(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: kubelet %s: %v", ErrJoinRejected, key, err)
+	}
+	return m, nil
+}
+
+// subtractReserved takes a reservation (systemReserved, kubeReserved) off
+// allocatable. PIDs are not a node resource, so pid is skipped.
+func subtractReserved(allocatable corev1.ResourceList, reserved map[string]string) error {
+	for k, v := range reserved {
+		if k == "pid" {
+			continue
+		}
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
+			return fmt.Errorf("%w: kubelet reservation %s=%q: %v", ErrJoinRejected, k, v, err)
+		}
+		subtract(allocatable, corev1.ResourceName(k), q)
+	}
+	return nil
+}
+
+// subtractEviction takes the hard eviction thresholds for memory and the
+// node filesystem off allocatable, as the kubelet does; a percentage is of
+// the capacity.
+func subtractEviction(allocatable, capacity corev1.ResourceList, evictionHard map[string]string) error {
 	for signal, res := range map[string]corev1.ResourceName{"memory.available": corev1.ResourceMemory, "nodefs.available": corev1.ResourceEphemeralStorage} {
 		v, ok := evictionHard[signal]
 		if !ok {
 			continue
 		}
-		var q resource.Quantity
-		if pct, isPct := strings.CutSuffix(v, "%"); isPct {
-			var f float64
-			if _, err := fmt.Sscanf(pct, "%g", &f); err != nil {
-				return nil, nil, fmt.Errorf("%w: kubelet evictionHard %s=%q", ErrJoinRejected, signal, v)
-			}
-			c := capacity[res]
-			q = *resource.NewQuantity(int64(float64(c.Value())*f/100), resource.BinarySI)
-		} else if q, err = resource.ParseQuantity(v); err != nil {
-			return nil, nil, fmt.Errorf("%w: kubelet evictionHard %s=%q: %v", ErrJoinRejected, signal, v, err)
+		q, err := evictionQuantity(signal, v, capacity[res])
+		if err != nil {
+			return err
 		}
 		subtract(allocatable, res, q)
 	}
-	return capacity, allocatable, nil
+	return nil
+}
+
+// evictionQuantity reads the threshold v for signal: a quantity, or a
+// percentage of c.
+func evictionQuantity(signal, v string, c resource.Quantity) (resource.Quantity, error) {
+	if pct, isPct := strings.CutSuffix(v, "%"); isPct {
+		var f float64
+		if _, err := fmt.Sscanf(pct, "%g", &f); err != nil {
+			return resource.Quantity{}, fmt.Errorf("%w: kubelet evictionHard %s=%q", ErrJoinRejected, signal, v)
+		}
+		return *resource.NewQuantity(int64(float64(c.Value())*f/100), resource.BinarySI), nil
+	}
+	q, err := resource.ParseQuantity(v)
+	if err != nil {
+		return resource.Quantity{}, fmt.Errorf("%w: kubelet evictionHard %s=%q: %v", ErrJoinRejected, signal, v, err)
+	}
+	return q, nil
 }
 
 func subtract(l corev1.ResourceList, name corev1.ResourceName, q resource.Quantity) {

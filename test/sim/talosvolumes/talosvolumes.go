@@ -316,33 +316,46 @@ func Probe(path string) string {
 	b := make([]byte, 64<<10)
 	n, _ := f.ReadAt(b, 0)
 	b = b[:n]
-	at := func(off int, magic string) bool {
-		return len(b) >= off+len(magic) && string(b[off:off+len(magic)]) == magic
-	}
-	switch {
-	case at(512, "EFI PART"), at(4096, "EFI PART"):
-		return "gpt"
-	case at(0, "XFSB"):
-		return "xfs"
-	case len(b) > 0x43a && binary.LittleEndian.Uint16(b[0x438:]) == 0xEF53:
-		return "ext"
-	case at(0, "LUKS\xba\xbe"):
-		return "luks"
-	case at(0, "hsqs"):
-		return "squashfs"
-	case at(0, "bluestore block device"):
-		return "bluestore"
-	case at(4086, "SWAPSPACE2"), at(4086, "SWAP-SPACE"):
-		return "swap"
-	case at(32769, "CD001"):
-		return "iso9660"
-	case at(510, "\x55\xaa") && (at(54, "FAT") || at(82, "FAT32")):
-		return "vfat"
-	}
-	for s := 0; s < 4; s++ {
-		if at(s*512, "LABELONE") && at(s*512+24, "LVM2 001") {
-			return "lvm2"
+	for _, s := range signatures {
+		if s.match(b) {
+			return s.kind
 		}
 	}
 	return ""
+}
+
+// magicAt reports whether b holds magic at off.
+func magicAt(b []byte, off int, magic string) bool {
+	return len(b) >= off+len(magic) && string(b[off:off+len(magic)]) == magic
+}
+
+// signatures are the on-disk formats Probe knows, each by the bytes that
+// mark it (as blkid reads them), tried in order: the first match names the
+// contents.
+var signatures = []struct {
+	kind  string
+	match func(b []byte) bool
+}{
+	{"gpt", func(b []byte) bool { return magicAt(b, 512, "EFI PART") || magicAt(b, 4096, "EFI PART") }},
+	{"xfs", func(b []byte) bool { return magicAt(b, 0, "XFSB") }},
+	{"ext", func(b []byte) bool { return len(b) > 0x43a && binary.LittleEndian.Uint16(b[0x438:]) == 0xEF53 }},
+	{"luks", func(b []byte) bool { return magicAt(b, 0, "LUKS\xba\xbe") }},
+	{"squashfs", func(b []byte) bool { return magicAt(b, 0, "hsqs") }},
+	{"bluestore", func(b []byte) bool { return magicAt(b, 0, "bluestore block device") }},
+	{"swap", func(b []byte) bool { return magicAt(b, 4086, "SWAPSPACE2") || magicAt(b, 4086, "SWAP-SPACE") }},
+	{"iso9660", func(b []byte) bool { return magicAt(b, 32769, "CD001") }},
+	{"vfat", func(b []byte) bool {
+		return magicAt(b, 510, "\x55\xaa") && (magicAt(b, 54, "FAT") || magicAt(b, 82, "FAT32"))
+	}},
+	{"lvm2", isLVM2},
+}
+
+// isLVM2 looks for an LVM2 label in any of the first four sectors.
+func isLVM2(b []byte) bool {
+	for s := 0; s < 4; s++ {
+		if magicAt(b, s*512, "LABELONE") && magicAt(b, s*512+24, "LVM2 001") {
+			return true
+		}
+	}
+	return false
 }
