@@ -57,184 +57,256 @@ type result struct {
 }
 
 func run(imager, cache string, size, data int64, runs int) error {
-	for _, tool := range []string{"xz", "zstd", "curl", "dd", "taskset"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			return fmt.Errorf("%s not found (make deps installs xz-utils, zstd, curl)", tool)
-		}
+	if err := checkTools(); err != nil {
+		return err
 	}
 	imager, _ = filepath.Abs(imager)
 	if err := os.MkdirAll(cache, 0o755); err != nil {
 		return err
 	}
 	raw := filepath.Join(cache, "metal-amd64.raw")
-	stamp := filepath.Join(cache, "spec.json")
-	spec := fmt.Sprintf(`{"size":%d,"data":%d,"seed":1,"v":1}`, size, data)
-	sha := ""
-	if b, err := os.ReadFile(stamp); err == nil && strings.HasPrefix(string(b), spec) {
-		sha = strings.TrimSpace(strings.TrimPrefix(string(b), spec))
-	}
-	if sha == "" || !exists(raw+".xz") || !exists(raw+".zst") {
-		fmt.Printf("building a %d MiB Talos-like image (%d MiB random data) in %s ...\n", size>>20, data>>20, cache)
-		var err error
-		sha, err = testimage.Write(raw, testimage.Spec{Size: size, DataBytes: data, Seed: 1})
-		if err != nil {
-			return err
-		}
-		for _, c := range [][]string{
-			{"xz", "-0", "-T0", "--block-size=1MiB", "-k", "-f", raw},
-			{"zstd", "-q", "-T0", "-18", "-f", "-k", raw, "-o", raw + ".zst"},
-		} {
-			t0 := time.Now()
-			fmt.Printf("  %s ...", strings.Join(c, " "))
-			if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
-				return fmt.Errorf("%v: %w: %s", c, err, out)
-			}
-			fmt.Printf(" %.0fs\n", time.Since(t0).Seconds())
-		}
-		if err := os.WriteFile(stamp, []byte(spec+sha+"\n"), 0o644); err != nil {
-			return err
-		}
+	sha, err := buildImages(cache, raw, size, data)
+	if err != nil {
+		return err
 	}
 	memRaw, memSha, err := memoryImages(cache)
 	if err != nil {
 		return err
 	}
-	st, _ := os.Stat(raw)
-	rawBytes := st.Size()
-	xzSt, _ := os.Stat(raw + ".xz")
-	zstSt, _ := os.Stat(raw + ".zst")
-	zeros := zeroFraction(raw)
-
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
 	go http.Serve(l, http.FileServer(http.Dir(cache)))
-	base := "http://" + l.Addr().String() + "/"
-	target := filepath.Join(cache, "target.disk")
-	capacity := rawBytes + 64<<20
-	fresh := func() error {
-		os.Remove(target)
-		f, err := os.Create(target)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		return f.Truncate(capacity)
+	st, _ := os.Stat(raw)
+	b := bench{
+		imager: imager, raw: raw, sha: sha, memRaw: memRaw, memSha: memSha,
+		base:     "http://" + l.Addr().String() + "/",
+		target:   filepath.Join(cache, "target.disk"),
+		rawBytes: st.Size(),
 	}
 	// Warm the page cache so the source side costs the same for everyone.
 	for _, f := range []string{raw, raw + ".xz", raw + ".zst"} {
 		exec.Command("cat", f).Run()
 	}
-	dd := "dd of=" + target + " bs=4M iflag=fullblock oflag=direct conv=notrunc status=none"
-	type tc struct {
-		name   string
-		shell  string   // pipeline
-		args   []string // em-imager write args
-		oneCPU bool
-		bytes  int64 // raw bytes written, when not the big image's
-	}
-	imagerArgs := func(file string, extra ...string) []string {
-		digest := sha
-		if strings.HasPrefix(file, filepath.Base(memRaw)) {
-			digest = memSha
-		}
-		return append([]string{"write", "--image", base + file, "--sha256", digest, "--disk", target, "--format", "auto", "--progress", "none"}, extra...)
-	}
-	memSt, _ := os.Stat(memRaw)
-	gomaxprocs := runtime.GOMAXPROCS(0)
-	cases := []tc{
-		{name: "dd oflag=direct of the raw image (physical limit)", shell: "dd if=" + raw + " of=" + target + " bs=4M oflag=direct conv=notrunc status=none"},
-		{name: "curl | xz -dc | dd oflag=direct", shell: "curl -sf " + base + "metal-amd64.raw.xz | xz -dc | " + dd},
-		{name: "curl | xz -T0 -dc | dd oflag=direct", shell: "curl -sf " + base + "metal-amd64.raw.xz | xz -T0 -dc | " + dd},
-		{name: "em-imager .raw.xz, 1 worker", args: imagerArgs("metal-amd64.raw.xz", "--concurrency", "1")},
-		{name: "em-imager .raw.xz, 2 workers", args: imagerArgs("metal-amd64.raw.xz", "--concurrency", "2")},
-		{name: fmt.Sprintf("em-imager .raw.xz, GOMAXPROCS (%d) workers", gomaxprocs), args: imagerArgs("metal-amd64.raw.xz")},
-		{name: "em-imager .raw.xz, 1 core (taskset)", args: imagerArgs("metal-amd64.raw.xz"), oneCPU: true},
-		{name: "curl | zstd -dc | dd oflag=direct", shell: "curl -sf " + base + "metal-amd64.raw.zst | zstd -dc | " + dd},
-		{name: "em-imager .raw.zst, all cores", args: imagerArgs("metal-amd64.raw.zst")},
-		{name: "em-imager .raw.zst, 1 core", args: imagerArgs("metal-amd64.raw.zst"), oneCPU: true},
-		{name: "em-imager .raw (uncompressed), all cores", args: imagerArgs("metal-amd64.raw")},
-		{name: "xz -6 -T0 (24 MiB blocks): curl | xz -dc | dd", shell: "curl -sf " + base + filepath.Base(memRaw) + ".6.xz | xz -dc | " + dd, bytes: memSt.Size()},
-		{name: "xz -6 -T0 (24 MiB blocks): em-imager", args: imagerArgs(filepath.Base(memRaw) + ".6.xz"), bytes: memSt.Size()},
-		{name: "xz -9 -T0 (192 MiB blocks): curl | xz -dc | dd", shell: "curl -sf " + base + filepath.Base(memRaw) + ".9.xz | xz -dc | " + dd, bytes: memSt.Size()},
-		{name: "xz -9 -T0 (192 MiB blocks): em-imager", args: imagerArgs(filepath.Base(memRaw) + ".9.xz"), bytes: memSt.Size()},
-	}
 	results := map[string]result{}
 	fmt.Printf("  %-52s %8s %9s %8s %9s %9s  %s\n", "case", "wall", "MB/s", "CPU", "CPU s/GB", "peak RSS", "load 1m before/after")
-	for _, c := range cases {
-		best := result{name: c.name, load: loadavg()}
-		var cpus []float64
-		for i := 0; i < runs; i++ {
-			if err := fresh(); err != nil {
-				return err
-			}
-			exec.Command("sync").Run()
-			var cmd *exec.Cmd
-			if c.shell != "" {
-				cmd = exec.Command("bash", "-o", "pipefail", "-c", c.shell)
-			} else if c.oneCPU {
-				cmd = exec.Command("taskset", append([]string{"-c", "0", imager}, c.args...)...)
-				cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
-			} else {
-				cmd = exec.Command(imager, c.args...)
-			}
-			var out, errb bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &errb
-			t0 := time.Now()
-			err := cmd.Run()
-			secs := time.Since(t0).Seconds()
-			if err != nil {
-				return fmt.Errorf("%s: %w\n%s%s", c.name, err, out.String(), errb.String())
-			}
-			if c.shell == "" {
-				var rep report.Report
-				if err := json.Unmarshal(out.Bytes(), &rep); err != nil || !rep.OK {
-					return fmt.Errorf("%s: report %s", c.name, out.String())
-				}
-			}
-			var rss int64
-			var cpu float64
-			if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-				rss = ru.Maxrss
-				cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
-			}
-			if best.seconds == 0 || secs < best.seconds {
-				best.seconds = secs
-			}
-			cpus = append(cpus, cpu)
-			best.rssKiB = max(best.rssKiB, rss)
+	for _, c := range b.cases() {
+		best, err := b.measure(c, runs)
+		if err != nil {
+			return err
 		}
-		sort.Float64s(cpus)
-		best.cpu = cpus[len(cpus)/2]
-		best.load += "/" + loadavg()
 		results[c.name] = best
-		n := rawBytes
-		if c.bytes > 0 {
-			n = c.bytes
-		}
-		rssCol := ""
-		if c.shell == "" {
-			rssCol = fmt.Sprintf("%.0f MiB", float64(best.rssKiB)/1024)
-		}
-		fmt.Printf("  %-52s %7.2fs %9.1f %7.2fs %9.2f %9s  %s\n", c.name, best.seconds, float64(n)/1e6/best.seconds, best.cpu,
-			best.cpu/(float64(n)/1e9), rssCol, best.load)
+		b.printCase(c, best)
 	}
-	os.Remove(target)
+	os.Remove(b.target)
+	b.summarize(results, runs)
+	return nil
+}
+
+// checkTools fails early when a tool the pipelines or the image build need is missing.
+func checkTools() error {
+	for _, tool := range []string{"xz", "zstd", "curl", "dd", "taskset"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("%s not found (make deps installs xz-utils, zstd, curl)", tool)
+		}
+	}
+	return nil
+}
+
+// buildImages returns the raw image's SHA-256, building the image and its .xz and .zst copies
+// unless the cache holds them for this spec already (spec.json records the spec and the sum).
+func buildImages(cache, raw string, size, data int64) (string, error) {
+	stamp := filepath.Join(cache, "spec.json")
+	spec := fmt.Sprintf(`{"size":%d,"data":%d,"seed":1,"v":1}`, size, data)
+	if b, err := os.ReadFile(stamp); err == nil && strings.HasPrefix(string(b), spec) {
+		sha := strings.TrimSpace(strings.TrimPrefix(string(b), spec))
+		if sha != "" && exists(raw+".xz") && exists(raw+".zst") {
+			return sha, nil
+		}
+	}
+	fmt.Printf("building a %d MiB Talos-like image (%d MiB random data) in %s ...\n", size>>20, data>>20, cache)
+	sha, err := testimage.Write(raw, testimage.Spec{Size: size, DataBytes: data, Seed: 1})
+	if err != nil {
+		return "", err
+	}
+	for _, c := range [][]string{
+		{"xz", "-0", "-T0", "--block-size=1MiB", "-k", "-f", raw},
+		{"zstd", "-q", "-T0", "-18", "-f", "-k", raw, "-o", raw + ".zst"},
+	} {
+		t0 := time.Now()
+		fmt.Printf("  %s ...", strings.Join(c, " "))
+		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+			return "", fmt.Errorf("%v: %w: %s", c, err, out)
+		}
+		fmt.Printf(" %.0fs\n", time.Since(t0).Seconds())
+	}
+	return sha, os.WriteFile(stamp, []byte(spec+sha+"\n"), 0o644)
+}
+
+// bench is what the cases share: the binary measured, the images served at base, and the
+// target file each run writes.
+type bench struct {
+	imager, raw, sha, memRaw, memSha string
+	base, target                     string
+	rawBytes                         int64
+}
+
+// benchCase is one measured write: a shell pipeline, or em-imager write with args.
+type benchCase struct {
+	name   string
+	shell  string   // pipeline
+	args   []string // em-imager write args
+	oneCPU bool
+	bytes  int64 // raw bytes written, when not the big image's
+}
+
+// imagerArgs is an em-imager write of file (served at base) onto the target.
+func (b bench) imagerArgs(file string, extra ...string) []string {
+	digest := b.sha
+	if strings.HasPrefix(file, filepath.Base(b.memRaw)) {
+		digest = b.memSha
+	}
+	return append([]string{"write", "--image", b.base + file, "--sha256", digest, "--disk", b.target, "--format", "auto", "--progress", "none"}, extra...)
+}
+
+// xzAllName is the case of em-imager decoding xz with a worker per GOMAXPROCS.
+func xzAllName() string {
+	return fmt.Sprintf("em-imager .raw.xz, GOMAXPROCS (%d) workers", runtime.GOMAXPROCS(0))
+}
+
+// cases lists the measured writes, pipelines beside the em-imager runs they compare with.
+func (b bench) cases() []benchCase {
+	dd := "dd of=" + b.target + " bs=4M iflag=fullblock oflag=direct conv=notrunc status=none"
+	mem := filepath.Base(b.memRaw)
+	memSt, _ := os.Stat(b.memRaw)
+	return []benchCase{
+		{name: "dd oflag=direct of the raw image (physical limit)", shell: "dd if=" + b.raw + " of=" + b.target + " bs=4M oflag=direct conv=notrunc status=none"},
+		{name: "curl | xz -dc | dd oflag=direct", shell: "curl -sf " + b.base + "metal-amd64.raw.xz | xz -dc | " + dd},
+		{name: "curl | xz -T0 -dc | dd oflag=direct", shell: "curl -sf " + b.base + "metal-amd64.raw.xz | xz -T0 -dc | " + dd},
+		{name: "em-imager .raw.xz, 1 worker", args: b.imagerArgs("metal-amd64.raw.xz", "--concurrency", "1")},
+		{name: "em-imager .raw.xz, 2 workers", args: b.imagerArgs("metal-amd64.raw.xz", "--concurrency", "2")},
+		{name: xzAllName(), args: b.imagerArgs("metal-amd64.raw.xz")},
+		{name: "em-imager .raw.xz, 1 core (taskset)", args: b.imagerArgs("metal-amd64.raw.xz"), oneCPU: true},
+		{name: "curl | zstd -dc | dd oflag=direct", shell: "curl -sf " + b.base + "metal-amd64.raw.zst | zstd -dc | " + dd},
+		{name: "em-imager .raw.zst, all cores", args: b.imagerArgs("metal-amd64.raw.zst")},
+		{name: "em-imager .raw.zst, 1 core", args: b.imagerArgs("metal-amd64.raw.zst"), oneCPU: true},
+		{name: "em-imager .raw (uncompressed), all cores", args: b.imagerArgs("metal-amd64.raw")},
+		{name: "xz -6 -T0 (24 MiB blocks): curl | xz -dc | dd", shell: "curl -sf " + b.base + mem + ".6.xz | xz -dc | " + dd, bytes: memSt.Size()},
+		{name: "xz -6 -T0 (24 MiB blocks): em-imager", args: b.imagerArgs(mem + ".6.xz"), bytes: memSt.Size()},
+		{name: "xz -9 -T0 (192 MiB blocks): curl | xz -dc | dd", shell: "curl -sf " + b.base + mem + ".9.xz | xz -dc | " + dd, bytes: memSt.Size()},
+		{name: "xz -9 -T0 (192 MiB blocks): em-imager", args: b.imagerArgs(mem + ".9.xz"), bytes: memSt.Size()},
+	}
+}
+
+// fresh recreates the target as an empty sparse file with room for the image.
+func (b bench) fresh() error {
+	os.Remove(b.target)
+	f, err := os.Create(b.target)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Truncate(b.rawBytes + 64<<20)
+}
+
+// measure runs a case runs times: the best wall time, the median CPU, the largest RSS.
+func (b bench) measure(c benchCase, runs int) (result, error) {
+	best := result{name: c.name, load: loadavg()}
+	var cpus []float64
+	for i := 0; i < runs; i++ {
+		secs, cpu, rss, err := b.once(c)
+		if err != nil {
+			return best, err
+		}
+		if best.seconds == 0 || secs < best.seconds {
+			best.seconds = secs
+		}
+		cpus = append(cpus, cpu)
+		best.rssKiB = max(best.rssKiB, rss)
+	}
+	sort.Float64s(cpus)
+	best.cpu = cpus[len(cpus)/2]
+	best.load += "/" + loadavg()
+	return best, nil
+}
+
+// command is the process a case runs.
+func (b bench) command(c benchCase) *exec.Cmd {
+	switch {
+	case c.shell != "":
+		return exec.Command("bash", "-o", "pipefail", "-c", c.shell)
+	case c.oneCPU:
+		cmd := exec.Command("taskset", append([]string{"-c", "0", b.imager}, c.args...)...)
+		cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+		return cmd
+	}
+	return exec.Command(b.imager, c.args...)
+}
+
+// once runs a case on a fresh target: wall seconds, CPU seconds and peak RSS; an em-imager run
+// must also report success.
+func (b bench) once(c benchCase) (secs, cpu float64, rss int64, err error) {
+	if err := b.fresh(); err != nil {
+		return 0, 0, 0, err
+	}
+	exec.Command("sync").Run()
+	cmd := b.command(c)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	t0 := time.Now()
+	err = cmd.Run()
+	secs = time.Since(t0).Seconds()
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("%s: %w\n%s%s", c.name, err, out.String(), errb.String())
+	}
+	if c.shell == "" {
+		var rep report.Report
+		if err := json.Unmarshal(out.Bytes(), &rep); err != nil || !rep.OK {
+			return 0, 0, 0, fmt.Errorf("%s: report %s", c.name, out.String())
+		}
+	}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		rss = ru.Maxrss
+		cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	}
+	return secs, cpu, rss, nil
+}
+
+// printCase prints a case's line of the table.
+func (b bench) printCase(c benchCase, best result) {
+	n := b.rawBytes
+	if c.bytes > 0 {
+		n = c.bytes
+	}
+	rssCol := ""
+	if c.shell == "" {
+		rssCol = fmt.Sprintf("%.0f MiB", float64(best.rssKiB)/1024)
+	}
+	fmt.Printf("  %-52s %7.2fs %9.1f %7.2fs %9.2f %9s  %s\n", c.name, best.seconds, float64(n)/1e6/best.seconds, best.cpu,
+		best.cpu/(float64(n)/1e9), rssCol, best.load)
+}
+
+// summarize prints the comparisons the bench exists for, against their goals.
+func (b bench) summarize(results map[string]result, runs int) {
+	rawBytes := b.rawBytes
+	xzSt, _ := os.Stat(b.raw + ".xz")
+	zstSt, _ := os.Stat(b.raw + ".zst")
+	zeros := zeroFraction(b.raw)
 	mbps := func(n string) float64 { return float64(rawBytes) / 1e6 / results[n].seconds }
 	var load string
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		load = strings.Join(strings.Fields(string(b))[:3], " ")
+	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+		load = strings.Join(strings.Fields(string(la))[:3], " ")
 	}
 	fmt.Printf("\nload average during the run: %s (wall times on a shared machine depend on it; CPU seconds much less)\n", load)
 	fmt.Printf("image: %.2f GB raw (%.1f%% zeros), .xz %.0f MB, .zst %.0f MB; %d CPUs (%s); best of %d\n",
 		float64(rawBytes)/1e9, 100*zeros, float64(xzSt.Size())/1e6, float64(zstSt.Size())/1e6, runtime.NumCPU(), runtime.Version(), runs)
-	xzAll := fmt.Sprintf("em-imager .raw.xz, GOMAXPROCS (%d) workers", gomaxprocs)
+	xzAll := xzAllName()
 	xzPipe := "curl | xz -dc | dd oflag=direct"
 	fmt.Printf("xz:   em-imager %.1f MB/s vs curl|xz -dc|dd %.1f MB/s = %.2fx (goal >= 0.75x); CPU %.2f vs %.2f s/GB\n",
 		mbps(xzAll), mbps(xzPipe), mbps(xzAll)/mbps(xzPipe),
 		results[xzAll].cpu/(float64(rawBytes)/1e9), results[xzPipe].cpu/(float64(rawBytes)/1e9))
-	fmt.Printf("      workers 1 / 2 / %d: %.1f / %.1f / %.1f MB/s\n", gomaxprocs,
+	fmt.Printf("      workers 1 / 2 / %d: %.1f / %.1f / %.1f MB/s\n", runtime.GOMAXPROCS(0),
 		mbps("em-imager .raw.xz, 1 worker"), mbps("em-imager .raw.xz, 2 workers"), mbps(xzAll))
 	fmt.Printf("zstd: em-imager %.1f MB/s vs curl|zstd -dc|dd %.1f MB/s = %.2fx; vs dd of the raw image %.1f MB/s = %.0f%% (goal >= 85%%)\n",
 		mbps("em-imager .raw.zst, all cores"), mbps("curl | zstd -dc | dd oflag=direct"),
@@ -247,7 +319,6 @@ func run(imager, cache string, size, data int64, runs int) error {
 	}
 	fmt.Printf("em-imager peak RSS: %.0f MiB (bound 160 MiB); xz -6 -T0 %.0f MiB, xz -9 -T0 %.0f MiB\n", float64(peak)/1024,
 		float64(results["xz -6 -T0 (24 MiB blocks): em-imager"].rssKiB)/1024, float64(results["xz -9 -T0 (192 MiB blocks): em-imager"].rssKiB)/1024)
-	return nil
 }
 
 func loadavg() string {

@@ -85,48 +85,80 @@ func describe(root hostroot.Root, name string, use usageMap) Info {
 	in.Removable = hostroot.ReadString(sys("removable")) == "1"
 	in.ReadOnly = hostroot.ReadString(sys("ro")) == "1"
 	in.Model = strings.Join(strings.Fields(hostroot.ReadString(sys("device", "vendor"))+" "+hostroot.ReadString(sys("device", "model"))), " ")
-	in.Serial = hostroot.ReadString(sys("device", "serial"))
-	if in.Serial != "" {
-		in.SerialSource = report.SerialFromSysfs
-	} else if b, err := os.ReadFile(sys("device", "vpd_pg80")); err == nil && len(b) > 4 {
-		in.Serial = strings.TrimSpace(string(b[4:])) // SCSI unit serial number page
-		if in.Serial != "" {
-			in.SerialSource = report.SerialFromVPD
-		}
-	}
+	in.Serial, in.SerialSource = readSerial(sys)
 	in.WWID = firstNonEmpty(hostroot.ReadString(sys("wwid")), hostroot.ReadString(sys("device", "wwid")))
 	in.BusPath = busPath(root, sys())
+	in.Virtual = virtualDisk(name, hostroot.ReadString(sys("device", "type")))
+	resolved := resolvedPaths(sys(), sys("device"))
+	in.USB = strings.Contains(resolved, "/usb")
+	in.Transport = transport(name, in.USB, resolved)
+	in.Holders = holders(sys)
+	if u := use[name]; u != nil {
+		in.Uses, in.SystemRoot = u.what, u.root
+	}
+	return in
+}
+
+// readSerial is the disk's serial number and where it came from: sysfs's serial attribute, else
+// the SCSI unit serial number page (VPD 0x80), else none.
+func readSerial(sys func(elem ...string) string) (string, string) {
+	if s := hostroot.ReadString(sys("device", "serial")); s != "" {
+		return s, report.SerialFromSysfs
+	}
+	b, err := os.ReadFile(sys("device", "vpd_pg80"))
+	if err != nil || len(b) <= 4 {
+		return "", ""
+	}
+	if s := strings.TrimSpace(string(b[4:])); s != "" {
+		return s, report.SerialFromVPD
+	}
+	return "", ""
+}
+
+// virtualDisk reports whether the disk is no target by nature: a virtual device (by its name's
+// prefix) or a SCSI CD/DVD (device type 5).
+func virtualDisk(name, scsiType string) bool {
 	for _, p := range virtualPrefixes {
 		if strings.HasPrefix(name, p) {
-			in.Virtual = true
+			return true
 		}
 	}
-	if hostroot.ReadString(sys("device", "type")) == "5" { // SCSI CD/DVD
-		in.Virtual = true
-	}
-	// The sysfs path of the disk shows the bus it hangs off.
-	busPath := ""
-	for _, p := range []string{sys(), sys("device")} {
+	return scsiType == "5"
+}
+
+// resolvedPaths joins the real sysfs paths of the disk and its device: they show the bus the
+// disk hangs off.
+func resolvedPaths(paths ...string) string {
+	out := ""
+	for _, p := range paths {
 		if rp, err := filepath.EvalSymlinks(p); err == nil {
-			busPath += rp + " "
+			out += rp + " "
 		}
 	}
-	in.USB = strings.Contains(busPath, "/usb")
+	return out
+}
+
+// transport names the disk's bus from its kernel name, first, then from its sysfs path.
+func transport(name string, usb bool, resolved string) string {
 	switch {
 	case strings.HasPrefix(name, "nvme"):
-		in.Transport = "nvme"
+		return "nvme"
 	case strings.HasPrefix(name, "vd"):
-		in.Transport = "virtio"
+		return "virtio"
 	case strings.HasPrefix(name, "loop"):
-		in.Transport = "loop"
-	case in.USB:
-		in.Transport = "usb"
-	case strings.Contains(busPath, "/ata"):
-		in.Transport = "sata"
+		return "loop"
+	case usb:
+		return "usb"
+	case strings.Contains(resolved, "/ata"):
+		return "sata"
 	case strings.HasPrefix(name, "sd"):
-		in.Transport = "scsi"
+		return "scsi"
 	}
-	// Holders of the disk itself and of its partitions.
+	return ""
+}
+
+// holders lists, sorted, what holds the disk itself or any of its partitions.
+func holders(sys func(elem ...string) string) []string {
 	dirs := []string{sys()}
 	if ents, err := os.ReadDir(sys()); err == nil {
 		for _, e := range ents {
@@ -135,18 +167,16 @@ func describe(root hostroot.Root, name string, use usageMap) Info {
 			}
 		}
 	}
+	var out []string
 	for _, dir := range dirs {
 		if hs, err := os.ReadDir(filepath.Join(dir, "holders")); err == nil {
 			for _, h := range hs {
-				in.Holders = append(in.Holders, h.Name())
+				out = append(out, h.Name())
 			}
 		}
 	}
-	sort.Strings(in.Holders)
-	if u := use[name]; u != nil {
-		in.Uses, in.SystemRoot = u.what, u.root
-	}
-	return in
+	sort.Strings(out)
+	return out
 }
 
 // busPath is where the disk hangs off the buses, computed as Talos does

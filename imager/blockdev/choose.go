@@ -216,60 +216,15 @@ func chooseAuto(root hostroot.Root, req Request) (Choice, error) {
 		return Choice{}, fmt.Errorf("%w: %v", ErrNotFound, err)
 	}
 	var c Choice
-	var cands []Info
-	busy, small := 0, 0
-	for _, in := range all {
-		r := in.autoReject(req.ImageSize)
-		if r == "" {
-			r = nodeProblem(root, in)
-		}
-		if r == "" {
-			cands = append(cands, in)
-			continue
-		}
-		// Busy or small matter for the error only on a disk that could be a target.
-		if !in.Virtual && in.SizeBytes > 0 {
-			if in.busyReason() != "" && in.SizeBytes >= req.ImageSize {
-				busy++
-			} else if in.SizeBytes < req.ImageSize {
-				small++
-			}
-		}
-		c.Rejected = append(c.Rejected, report.RejectedDisk{Path: in.Path, Reason: r})
-	}
+	cands, rejected, why := screen(root, all, req.ImageSize)
+	c.Rejected = rejected
 	if len(cands) == 0 {
-		err := ErrNotFound
-		switch {
-		case busy > 0:
-			err = ErrBusy
-		case small > 0:
-			err = ErrTooSmall
-		}
-		return c, fmt.Errorf("%w: no disk is suitable for --disk auto (%d looked at, all rejected: see rejectedDisks)", err, len(all))
+		return c, fmt.Errorf("%w: no disk is suitable for --disk auto (%d looked at, all rejected: see rejectedDisks)", why, len(all))
 	}
 	sizeKnown := req.ImageSize > 0
-	sort.SliceStable(cands, func(i, j int) bool {
-		a, b := cands[i], cands[j]
-		if a.Rotational != b.Rotational {
-			return !a.Rotational
-		}
-		if a.SizeBytes != b.SizeBytes {
-			return (a.SizeBytes < b.SizeBytes) == sizeKnown
-		}
-		return a.Name < b.Name
-	})
+	rank(cands, sizeKnown)
 	pick := cands[0]
-	kind := "non-rotational disk"
-	if pick.Rotational {
-		kind = "rotational disk (no non-rotational disk qualifies)"
-	}
-	if sizeKnown {
-		pick.Rule = report.RuleAutoSmallestFit
-		pick.Reason = fmt.Sprintf("--disk auto: the smallest %s that fits the %d-byte image, of %d candidate(s)", kind, req.ImageSize, len(cands))
-	} else {
-		pick.Rule = report.RuleAutoLargest
-		pick.Reason = fmt.Sprintf("--disk auto: the largest %s (image size not given), of %d candidate(s)", kind, len(cands))
-	}
+	pick.Rule, pick.Reason = autoReason(pick.Rotational, req.ImageSize, len(cands))
 	order := "non-rotational, then largest, then name"
 	if sizeKnown {
 		order = "non-rotational, then smallest that fits, then name"
@@ -281,4 +236,71 @@ func chooseAuto(root hostroot.Root, req Request) (Choice, error) {
 	c.Disk = &d
 	c.OpenPath = root.Dev(d.Path)
 	return c, nil
+}
+
+// screen splits the disks into candidates for --disk auto and rejected ones (with their
+// reasons), and names the error to give if none is left: ErrBusy when a disk that could be a
+// target is busy, else ErrTooSmall when one is too small, else ErrNotFound.
+func screen(root hostroot.Root, all []Info, imageSize int64) ([]Info, []report.RejectedDisk, error) {
+	var cands []Info
+	var rejected []report.RejectedDisk
+	busy, small := 0, 0
+	for _, in := range all {
+		r := in.autoReject(imageSize)
+		if r == "" {
+			r = nodeProblem(root, in)
+		}
+		if r == "" {
+			cands = append(cands, in)
+			continue
+		}
+		// Busy or small matter for the error only on a disk that could be a target.
+		if !in.Virtual && in.SizeBytes > 0 {
+			if in.busyReason() != "" && in.SizeBytes >= imageSize {
+				busy++
+			} else if in.SizeBytes < imageSize {
+				small++
+			}
+		}
+		rejected = append(rejected, report.RejectedDisk{Path: in.Path, Reason: r})
+	}
+	return cands, rejected, noneLeftError(busy, small)
+}
+
+// noneLeftError is the error when no disk qualifies: busy disks explain it before small ones.
+func noneLeftError(busy, small int) error {
+	switch {
+	case busy > 0:
+		return ErrBusy
+	case small > 0:
+		return ErrTooSmall
+	}
+	return ErrNotFound
+}
+
+// rank orders the candidates best first: non-rotational, then the smallest that fits when the
+// image's size is known (the largest otherwise), then by name.
+func rank(cands []Info, sizeKnown bool) {
+	sort.SliceStable(cands, func(i, j int) bool {
+		a, b := cands[i], cands[j]
+		if a.Rotational != b.Rotational {
+			return !a.Rotational
+		}
+		if a.SizeBytes != b.SizeBytes {
+			return (a.SizeBytes < b.SizeBytes) == sizeKnown
+		}
+		return a.Name < b.Name
+	})
+}
+
+// autoReason is the rule and the sentence the report gives for the disk --disk auto picked.
+func autoReason(rotational bool, imageSize int64, candidates int) (string, string) {
+	kind := "non-rotational disk"
+	if rotational {
+		kind = "rotational disk (no non-rotational disk qualifies)"
+	}
+	if imageSize > 0 {
+		return report.RuleAutoSmallestFit, fmt.Sprintf("--disk auto: the smallest %s that fits the %d-byte image, of %d candidate(s)", kind, imageSize, candidates)
+	}
+	return report.RuleAutoLargest, fmt.Sprintf("--disk auto: the largest %s (image size not given), of %d candidate(s)", kind, candidates)
 }

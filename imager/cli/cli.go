@@ -37,18 +37,11 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	cmd, rest := args[0], args[1:]
 	switch cmd {
 	case "help", "-h", "-help", "--help":
-		if len(rest) > 0 && !help(stdout, rest[0]) {
-			unknownCommand(stderr, rest[0])
-			return 2
-		}
-		if len(rest) == 0 {
-			fmt.Fprint(stdout, Usage)
-		}
-		return 0
+		return runHelp(rest, stdout, stderr)
 	case "--version", "-version":
 		cmd = "version"
 	}
-	if !slices.Contains(Commands, cmd) || cmd == "publish" || cmd == "presign" || cmd == "schematic" {
+	if !runsHere(cmd) {
 		unknownCommand(stderr, cmd)
 		return 2
 	}
@@ -58,30 +51,58 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	}
 	std := streams{stdin: stdin, stderr: stderr, stderrTTY: terminal.Is(stderr)}
 	std.interactive = std.stderrTTY && terminal.Is(stdin)
+	return dispatch(ctx, cmd, rest, std, stdout)
+}
+
+// runHelp prints the usage, or one command's help.
+func runHelp(rest []string, stdout, stderr io.Writer) int {
+	if len(rest) == 0 {
+		fmt.Fprint(stdout, Usage)
+		return 0
+	}
+	if !help(stdout, rest[0]) {
+		unknownCommand(stderr, rest[0])
+		return 2
+	}
+	return 0
+}
+
+// runsHere reports whether cmd is a command this binary runs: publish, presign and schematic
+// are listed (for their help) but belong to the operator's side.
+func runsHere(cmd string) bool {
+	return slices.Contains(Commands, cmd) && cmd != "publish" && cmd != "presign" && cmd != "schematic"
+}
+
+// dispatch runs a command and returns the exit status; each prints its report on stdout.
+func dispatch(ctx context.Context, cmd string, rest []string, std streams, stdout io.Writer) int {
 	switch cmd {
 	case "write":
-		r, err := runWrite(ctx, args[1:], std)
-		if errors.Is(err, errNoImage) {
-			// Bare `write`: a person gets the usage; a program still gets
-			// its one JSON report.
-			fmt.Fprint(stderr, writeHelp[:strings.Index(writeHelp, "\n\n")+1])
-			fmt.Fprintln(stderr, `Run "em-imager write -h" for the flags.`)
-			if terminal.Is(stdout) {
-				return report.ExitCode(report.CodeInvalidArgument)
-			}
-		}
-		return emit(stdout, r)
+		return runWriteMain(ctx, rest, std, stdout)
 	case "inspect":
 		return emit(stdout, runInspect(ctx, rest, std))
 	case "write-config":
-		return emit(stdout, runWriteConfig(ctx, rest, stdin))
+		return emit(stdout, runWriteConfig(ctx, rest, std.stdin))
 	case "erase":
 		return emit(stdout, runErase(ctx, rest, std))
 	case "kexec":
-		return runKexec(ctx, rest, stdout, stderr)
+		return runKexec(ctx, rest, stdout, std.stderr)
 	}
 	fmt.Fprintf(stdout, "em-imager %s (%s %s/%s, report schema v%d)\n", version.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH, report.Version)
 	return 0
+}
+
+// runWriteMain runs write. Bare `write`: a person gets the usage; a program still gets its one
+// JSON report.
+func runWriteMain(ctx context.Context, rest []string, std streams, stdout io.Writer) int {
+	r, err := runWrite(ctx, rest, std)
+	if errors.Is(err, errNoImage) {
+		fmt.Fprint(std.stderr, writeHelp[:strings.Index(writeHelp, "\n\n")+1])
+		fmt.Fprintln(std.stderr, `Run "em-imager write -h" for the flags.`)
+		if terminal.Is(stdout) {
+			return report.ExitCode(report.CodeInvalidArgument)
+		}
+	}
+	return emit(stdout, r)
 }
 
 func emit(stdout io.Writer, r *report.Report) int {

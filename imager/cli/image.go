@@ -56,33 +56,58 @@ func validSHA(s string) bool {
 // resolveImage checks the image flags and, with --manifest, reads the
 // manifest under manifest.Fetch's rules.
 func resolveImage(ctx context.Context, f imageFlags, needSHA bool) (imageSpec, *report.Error) {
-	bad := func(format string, args ...any) (imageSpec, *report.Error) {
-		return imageSpec{}, &report.Error{Code: report.CodeInvalidArgument, Message: fmt.Sprintf(format, args...)}
-	}
 	f.sha = strings.ToLower(strings.TrimSpace(f.sha))
-	format, err := decompress.ParseFormat(f.format)
-	if err != nil {
-		return bad("--format: %v", err)
-	}
-	if f.imageSize < 0 {
-		return bad("--image-size must not be negative")
-	}
-	if f.sha != "" && !validSHA(f.sha) {
-		return bad("--sha256 must be 64 hex digits, got %d characters", len(f.sha))
+	format, rerr := checkImageFlags(f)
+	if rerr != nil {
+		return imageSpec{}, rerr
 	}
 	spec := imageSpec{url: f.image, sha: f.sha, size: f.imageSize, format: format}
-	if f.manifest == "" {
-		switch {
-		case f.manifestSHA != "":
-			return bad("--manifest-sha256 pins a --manifest, and none is given")
-		case needSHA && f.image == "":
-			return bad("--image or --manifest is required (the image's URL, or the manifest em-imager publish wrote)")
-		case needSHA && f.sha == "":
-			return bad("--sha256 is required with --image (the SHA-256 of the raw image), or use --manifest")
-		}
-		return spec, nil
+	if f.manifest != "" {
+		return fromManifest(ctx, f, spec)
 	}
+	if rerr := directImage(f, needSHA); rerr != nil {
+		return imageSpec{}, rerr
+	}
+	return spec, nil
+}
 
+// invalidArgument is the error for a flag, or a combination of flags, that cannot work.
+func invalidArgument(format string, args ...any) *report.Error {
+	return &report.Error{Code: report.CodeInvalidArgument, Message: fmt.Sprintf(format, args...)}
+}
+
+// checkImageFlags checks the flags that stand on their own and parses --format.
+func checkImageFlags(f imageFlags) (decompress.Format, *report.Error) {
+	format, err := decompress.ParseFormat(f.format)
+	if err != nil {
+		return "", invalidArgument("--format: %v", err)
+	}
+	if f.imageSize < 0 {
+		return "", invalidArgument("--image-size must not be negative")
+	}
+	if f.sha != "" && !validSHA(f.sha) {
+		return "", invalidArgument("--sha256 must be 64 hex digits, got %d characters", len(f.sha))
+	}
+	return format, nil
+}
+
+// directImage checks the flags of an image given without a manifest: a command that writes
+// needs its URL and raw SHA-256.
+func directImage(f imageFlags, needSHA bool) *report.Error {
+	switch {
+	case f.manifestSHA != "":
+		return invalidArgument("--manifest-sha256 pins a --manifest, and none is given")
+	case needSHA && f.image == "":
+		return invalidArgument("--image or --manifest is required (the image's URL, or the manifest em-imager publish wrote)")
+	case needSHA && f.sha == "":
+		return invalidArgument("--sha256 is required with --image (the SHA-256 of the raw image), or use --manifest")
+	}
+	return nil
+}
+
+// fromManifest fetches --manifest and completes spec from it: the raw image's digest and
+// sector size, and the file to write unless --image names one.
+func fromManifest(ctx context.Context, f imageFlags, spec imageSpec) (imageSpec, *report.Error) {
 	fetched, err := manifest.Fetch(ctx, f.manifest, manifest.FetchOptions{
 		SHA256:     f.manifestSHA,
 		Client:     httpClient(f.connectTimeout),
@@ -96,19 +121,13 @@ func resolveImage(ctx context.Context, f imageFlags, needSHA bool) (imageSpec, *
 	if m.Arch != runtime.GOARCH {
 		return imageSpec{}, &report.Error{Code: report.CodeManifestInvalid, Message: fmt.Sprintf("--manifest: %s is an image for %s servers; this em-imager runs on %s", fetched.Location, m.Arch, runtime.GOARCH)}
 	}
-	if f.sha != "" && f.sha != m.Raw.SHA256 {
-		return bad("--sha256 %s is not the raw SHA-256 the manifest gives (%s); drop --sha256", f.sha, m.Raw.SHA256)
-	}
-	if f.imageSize != 0 && f.imageSize != m.Raw.Size {
-		return bad("--image-size %d is not the raw size the manifest gives (%d); drop --image-size", f.imageSize, m.Raw.Size)
+	if rerr := agreesWithManifest(f, m.Raw); rerr != nil {
+		return imageSpec{}, rerr
 	}
 	spec.sha, spec.size, spec.sectorSize = m.Raw.SHA256, m.Raw.Size, m.SectorSize
-	prefs := manifest.PreferredFormats
-	if format != "" {
-		if format != decompress.FormatXZ && format != decompress.FormatZstd {
-			return bad("--format %s: a manifest lists xz and zstd files only", format)
-		}
-		prefs = []string{string(format)}
+	prefs, rerr := manifestPrefs(spec.format)
+	if rerr != nil {
+		return imageSpec{}, rerr
 	}
 	if f.image != "" {
 		// The operator's own URL (say, presigned) for one of the files
@@ -121,6 +140,29 @@ func resolveImage(ctx context.Context, f imageFlags, needSHA bool) (imageSpec, *
 	}
 	spec.url, spec.file, spec.format = fetched.FileURL(file.Name), &file, decompress.Format(file.Format)
 	return spec, nil
+}
+
+// agreesWithManifest refuses a --sha256 or --image-size that contradicts the manifest's raw image.
+func agreesWithManifest(f imageFlags, raw manifest.Digest) *report.Error {
+	if f.sha != "" && f.sha != raw.SHA256 {
+		return invalidArgument("--sha256 %s is not the raw SHA-256 the manifest gives (%s); drop --sha256", f.sha, raw.SHA256)
+	}
+	if f.imageSize != 0 && f.imageSize != raw.Size {
+		return invalidArgument("--image-size %d is not the raw size the manifest gives (%d); drop --image-size", f.imageSize, raw.Size)
+	}
+	return nil
+}
+
+// manifestPrefs is the order to pick a manifest's file in: --format's alone (xz or zstd, the
+// formats a manifest lists), else the preferred order.
+func manifestPrefs(format decompress.Format) ([]string, *report.Error) {
+	if format == "" {
+		return manifest.PreferredFormats, nil
+	}
+	if format != decompress.FormatXZ && format != decompress.FormatZstd {
+		return nil, invalidArgument("--format %s: a manifest lists xz and zstd files only", format)
+	}
+	return []string{string(format)}, nil
 }
 
 // matchFile checks the downloaded object against the manifest's entry

@@ -77,16 +77,44 @@ func tables(w io.Writer, root hostroot.Root, r *report.Report, f inspectFlags, s
 	if err != nil {
 		fmt.Fprintf(w, "em-imager: listing disks: %v\n", err)
 	}
+	verdict, chosen := diskVerdicts(r)
+	fmt.Fprint(w, headline(r, f.disk, spec, chosen))
+	writeDiskTable(w, root, all, r, chosen, verdict)
+	fmt.Fprintln(w)
+	rows := [][]string{{"NIC", "MAC", "PERMANENT MAC", "DRIVER", "PCI", "LINK", "SPEED", "DEFAULT ROUTE"}}
+	for _, n := range r.NICs {
+		rows = append(rows, nicRow(n))
+	}
+	for _, l := range table(rows) {
+		fmt.Fprintln(w, l)
+	}
+	if k := r.Kexec; k != nil && k.Possible {
+		fmt.Fprintln(w, "\nkexec: possible: "+k.Reason)
+	} else if k != nil {
+		fmt.Fprintf(w, "\nkexec: not possible (%s): %s\n", k.Code, k.Reason)
+	}
+	for _, warn := range r.Warnings {
+		fmt.Fprintln(w, "warning: "+warn)
+	}
+}
+
+// diskVerdicts is what the report says of each disk (chosen, or why not taken), by path, and
+// the chosen disk's path ("" for none).
+func diskVerdicts(r *report.Report) (map[string]string, string) {
 	verdict := map[string]string{}
 	for _, rd := range r.RejectedDisks {
 		verdict[rd.Path] = "not taken: " + rd.Reason
 	}
-	chosen := ""
-	if r.Disk != nil {
-		chosen = r.Disk.Path
-		verdict[chosen] = "chosen: " + r.Disk.Reason
+	if r.Disk == nil {
+		return verdict, ""
 	}
-	what := "write --disk " + f.disk
+	verdict[r.Disk.Path] = "chosen: " + r.Disk.Reason
+	return verdict, r.Disk.Path
+}
+
+// headline says, first, what the write these flags describe would do.
+func headline(r *report.Report, disk string, spec imageSpec, chosen string) string {
+	what := "write --disk " + disk
 	switch {
 	case spec.fetched != nil:
 		what += " --manifest " + spec.fetched.Location
@@ -95,13 +123,16 @@ func tables(w io.Writer, root hostroot.Root, r *report.Report, f inspectFlags, s
 	}
 	switch {
 	case r.Error != nil:
-		fmt.Fprintf(w, "%s refuses: %s\n\n", what, r.Error.Message)
+		return fmt.Sprintf("%s refuses: %s\n\n", what, r.Error.Message)
 	case chosen != "":
-		fmt.Fprintf(w, "%s would write %s\n\n", what, chosen)
-	default:
-		fmt.Fprintf(w, "%s finds no disk it may write\n\n", what)
+		return fmt.Sprintf("%s would write %s\n\n", what, chosen)
 	}
+	return fmt.Sprintf("%s finds no disk it may write\n\n", what)
+}
 
+// writeDiskTable prints a row per disk with a medium (the chosen one marked), each followed by
+// what it holds and the verdict on it, then the disks with no medium on one line.
+func writeDiskTable(w io.Writer, root hostroot.Root, all []blockdev.Info, r *report.Report, chosen string, verdict map[string]string) {
 	rows := [][]string{{"", "DISK", "SIZE", "TYPE", "SECTOR", "MODEL", "SERIAL"}}
 	var notes [][]string // per row: holds, verdict
 	var empty []string
@@ -110,15 +141,7 @@ func tables(w io.Writer, root hostroot.Root, r *report.Report, f inspectFlags, s
 			empty = append(empty, in.Name)
 			continue
 		}
-		mark := ""
-		if in.Path == chosen {
-			mark = "*"
-		}
-		typ := in.Transport
-		if typ == "" {
-			typ = "disk"
-		}
-		rows = append(rows, []string{mark, in.Path, units.Bytes(in.SizeBytes), typ + " " + media(&in.Disk), fmt.Sprint(in.LogicalSectorSize), dash(in.Model), dash(in.Serial)})
+		rows = append(rows, diskRow(in, chosen))
 		notes = append(notes, []string{"holds: " + diskHolds(root.Dev(in.Path), in.LogicalSectorSize), dash(verdict[in.Path])})
 	}
 	if r.Disk != nil && r.Disk.Transport == "file" {
@@ -137,33 +160,34 @@ func tables(w io.Writer, root hostroot.Root, r *report.Report, f inspectFlags, s
 	if len(empty) > 0 {
 		fmt.Fprintf(w, "  (%d more with no medium, size 0: %s)\n", len(empty), strings.Join(empty, " "))
 	}
+}
 
-	fmt.Fprintln(w)
-	rows = [][]string{{"NIC", "MAC", "PERMANENT MAC", "DRIVER", "PCI", "LINK", "SPEED", "DEFAULT ROUTE"}}
-	for _, n := range r.NICs {
-		link, speed, route := "down", "-", ""
-		if n.LinkUp {
-			link = "up"
-		}
-		if n.SpeedMbps > 0 {
-			speed = fmt.Sprintf("%d Mb/s", n.SpeedMbps)
-		}
-		if n.HasDefaultRoute {
-			route = "yes"
-		}
-		rows = append(rows, []string{n.Name, n.MAC, dash(n.PermanentMAC), dash(n.Driver), dash(n.PCIAddress), link, speed, route})
+// diskRow is a disk's row of the disk table.
+func diskRow(in blockdev.Info, chosen string) []string {
+	mark := ""
+	if in.Path == chosen {
+		mark = "*"
 	}
-	for _, l := range table(rows) {
-		fmt.Fprintln(w, l)
+	typ := in.Transport
+	if typ == "" {
+		typ = "disk"
 	}
-	if k := r.Kexec; k != nil && k.Possible {
-		fmt.Fprintln(w, "\nkexec: possible: "+k.Reason)
-	} else if k != nil {
-		fmt.Fprintf(w, "\nkexec: not possible (%s): %s\n", k.Code, k.Reason)
+	return []string{mark, in.Path, units.Bytes(in.SizeBytes), typ + " " + media(&in.Disk), fmt.Sprint(in.LogicalSectorSize), dash(in.Model), dash(in.Serial)}
+}
+
+// nicRow is a NIC's row of the NIC table.
+func nicRow(n report.NIC) []string {
+	link, speed, route := "down", "-", ""
+	if n.LinkUp {
+		link = "up"
 	}
-	for _, warn := range r.Warnings {
-		fmt.Fprintln(w, "warning: "+warn)
+	if n.SpeedMbps > 0 {
+		speed = fmt.Sprintf("%d Mb/s", n.SpeedMbps)
 	}
+	if n.HasDefaultRoute {
+		route = "yes"
+	}
+	return []string{n.Name, n.MAC, dash(n.PermanentMAC), dash(n.Driver), dash(n.PCIAddress), link, speed, route}
 }
 
 func dash(s string) string {

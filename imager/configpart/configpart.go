@@ -131,98 +131,146 @@ func Write(ctx context.Context, path string, config []byte, o Options) (res Resu
 	if err != nil {
 		return res, err
 	}
-	var target, last *gpt.Partition
-	for _, p := range t.Partitions {
-		if last == nil || p.End > last.End {
-			last = p
-		}
-		if p.Name == PartitionName {
-			if target != nil {
-				return res, fmt.Errorf("%w: two partitions are named %s", ErrChanged, PartitionName)
-			}
-			target = p
-		}
-	}
-	if last == nil {
-		return res, fmt.Errorf("%w: the GPT lists no partition", ErrNotImaged)
-	}
-	if target != nil && target != last {
-		return res, fmt.Errorf("%w: partition %d (%s) is not the last one; re-image the disk first", ErrChanged, target.Index, PartitionName)
-	}
-	// The image's backup GPT sits at the end of the image, not of the disk.
-	oldBackupLBA := t.TotalSize()/uint64(ss) - 1
-	t.Resize(uint64(d.Size))
-	// Leave the image's MBR as it is (boot code, bootable flag): Talos
-	// rewrites it with its first partition table change.
-	t.ProtectiveMBR = false
-	if target == nil {
-		per := uint64(alignBytes / ss)
-		start := (last.End + per) / per * per
-		target = &gpt.Partition{
-			Index: freeIndex(t),
-			Start: start,
-			End:   start + PartitionSize/uint64(ss) - 1,
-			Type:  gpt.MicrosoftBasicData,
-			Name:  PartitionName,
-		}
-		if target.Index == 0 {
-			return res, fmt.Errorf("%w: the partition table has no free entry", ErrNoSpace)
-		}
-		if target.End > t.LastDataSector() {
-			return res, fmt.Errorf("%w: %d bytes after the image's last partition, %d needed (disk of %d bytes)",
-				ErrNoSpace, int64(t.LastDataSector()+1-start)*int64(ss), PartitionSize, d.Size)
-		}
-		t.Partitions = append(t.Partitions, target)
-	} else {
-		res.Replaced = true
+	var target *gpt.Partition
+	var oldBackupLBA uint64
+	target, res.Replaced, oldBackupLBA, err = planTable(t, ss, d.Size)
+	if err != nil {
+		return res, err
 	}
 	res.PartitionNumber = target.Index
 	res.StartBytes = int64(target.Start) * int64(ss)
 	res.SizeBytes = int64(target.End-target.Start+1) * int64(ss)
 
-	if err := d.zero(res.StartBytes, res.SizeBytes); err != nil {
-		return res, err
-	}
-	if err := d.format(res.StartBytes, res.SizeBytes, config); err != nil {
-		return res, err
-	}
-	if err := d.sync(); err != nil {
+	if err := d.fill(res.StartBytes, res.SizeBytes, config); err != nil {
 		return res, err
 	}
 	if err := ctx.Err(); err != nil && !res.Replaced {
 		// Nothing is visible yet: the partition is not in the table.
 		return res, err
 	}
-	// The commit point: go-diskfs writes and syncs the backup, then the
-	// primary GPT.
+	if err := d.commit(t, oldBackupLBA, o.Log); err != nil {
+		return res, err
+	}
+	if err := d.verify(config); err != nil {
+		return res, err
+	}
+	res.Verified = true
+	return res, nil
+}
+
+// planTable grows the image's table to the disk and finds or adds the config partition in it;
+// replaced says the partition was there already. It returns the LBA of the image's backup GPT,
+// which sits at the end of the image, not of the disk.
+func planTable(t *gpt.Table, ss int, diskSize int64) (target *gpt.Partition, replaced bool, oldBackupLBA uint64, err error) {
+	target, last, err := findTarget(t)
+	if err != nil {
+		return nil, false, 0, err
+	}
+	oldBackupLBA = t.TotalSize()/uint64(ss) - 1
+	t.Resize(uint64(diskSize))
+	// Leave the image's MBR as it is (boot code, bootable flag): Talos
+	// rewrites it with its first partition table change.
+	t.ProtectiveMBR = false
+	if target != nil {
+		return target, true, oldBackupLBA, nil
+	}
+	target, err = addPartition(t, last, ss, diskSize)
+	return target, false, oldBackupLBA, err
+}
+
+// findTarget finds the partition to rewrite (named PartitionName; nil when there is none yet)
+// and the last partition on the disk. The config partition must be the last one, and unique.
+func findTarget(t *gpt.Table) (target, last *gpt.Partition, err error) {
+	for _, p := range t.Partitions {
+		if last == nil || p.End > last.End {
+			last = p
+		}
+		if p.Name == PartitionName {
+			if target != nil {
+				return nil, nil, fmt.Errorf("%w: two partitions are named %s", ErrChanged, PartitionName)
+			}
+			target = p
+		}
+	}
+	if last == nil {
+		return nil, nil, fmt.Errorf("%w: the GPT lists no partition", ErrNotImaged)
+	}
+	if target != nil && target != last {
+		return nil, nil, fmt.Errorf("%w: partition %d (%s) is not the last one; re-image the disk first", ErrChanged, target.Index, PartitionName)
+	}
+	return target, last, nil
+}
+
+// addPartition adds the config partition to the (resized) table, aligned after the last one,
+// when the table has a free entry and the disk room for it.
+func addPartition(t *gpt.Table, last *gpt.Partition, ss int, diskSize int64) (*gpt.Partition, error) {
+	per := uint64(alignBytes / ss)
+	start := (last.End + per) / per * per
+	target := &gpt.Partition{
+		Index: freeIndex(t),
+		Start: start,
+		End:   start + PartitionSize/uint64(ss) - 1,
+		Type:  gpt.MicrosoftBasicData,
+		Name:  PartitionName,
+	}
+	if target.Index == 0 {
+		return nil, fmt.Errorf("%w: the partition table has no free entry", ErrNoSpace)
+	}
+	if target.End > t.LastDataSector() {
+		return nil, fmt.Errorf("%w: %d bytes after the image's last partition, %d needed (disk of %d bytes)",
+			ErrNoSpace, int64(t.LastDataSector()+1-start)*int64(ss), PartitionSize, diskSize)
+	}
+	t.Partitions = append(t.Partitions, target)
+	return target, nil
+}
+
+// fill zeroes the partition's extent, formats it holding config, and syncs.
+func (d *partitionDisk) fill(start, size int64, config []byte) error {
+	if err := d.zero(start, size); err != nil {
+		return err
+	}
+	if err := d.format(start, size, config); err != nil {
+		return err
+	}
+	return d.sync()
+}
+
+// commit writes the table (the commit point: go-diskfs writes and syncs the backup, then the
+// primary GPT), wipes the image's stale backup, reads the table back and asks the kernel to
+// re-read it.
+func (d *partitionDisk) commit(t *gpt.Table, oldBackupLBA uint64, log func(string, ...any)) error {
 	w, err := d.Backend.Writable()
 	if err != nil {
-		return res, fmt.Errorf("%w: %v", ErrWrite, err)
+		return fmt.Errorf("%w: %v", ErrWrite, err)
 	}
 	if err := t.Write(w, d.Size); err != nil {
-		return res, fmt.Errorf("%w: partition table: %v", ErrWrite, err)
+		return fmt.Errorf("%w: partition table: %v", ErrWrite, err)
 	}
 	if err := d.wipeStaleBackup(t, oldBackupLBA); err != nil {
-		return res, err
+		return err
 	}
 	// BLKRRPART, else per-partition BLKPG (no-op on regular files), from
 	// the table as read back: go-diskfs knows a partition's sector size
 	// only for partitions it read.
 	if d.Table, err = d.readGPT(); err != nil {
-		return res, fmt.Errorf("%w: reading the partition table back: %v", ErrWrite, err)
+		return fmt.Errorf("%w: reading the partition table back: %v", ErrWrite, err)
 	}
 	if err := d.ReReadPartitionTable(); err != nil {
-		o.Log("warning: the kernel did not re-read the partition table (%v); Talos reads the disk at boot", err)
+		log("warning: the kernel did not re-read the partition table (%v); Talos reads the disk at boot", err)
 	}
+	return nil
+}
+
+// verify reads the config back through the table and filesystem, as Talos will.
+func (d *partitionDisk) verify(config []byte) error {
 	got, _, err := d.read()
 	if err != nil {
-		return res, fmt.Errorf("%w: reading the config back: %v", ErrWrite, err)
+		return fmt.Errorf("%w: reading the config back: %v", ErrWrite, err)
 	}
 	if !bytes.Equal(got, config) {
-		return res, fmt.Errorf("%w: the config read back differs from the one written", ErrWrite)
+		return fmt.Errorf("%w: the config read back differs from the one written", ErrWrite)
 	}
-	res.Verified = true
-	return res, nil
+	return nil
 }
 
 // CheckConfig refuses input that cannot be a machine config: empty, larger
@@ -498,49 +546,56 @@ func (d *partitionDisk) read() ([]byte, Volume, error) {
 	if err != nil {
 		return nil, Volume{}, fmt.Errorf("%w: no readable GPT: %v", ErrNotFound, err)
 	}
-	var (
-		p  *gpt.Partition
-		fs *fat32.FileSystem
-	)
-	for _, c := range t.Partitions {
-		if c.Name == PartitionName {
-			p = c
-			if fs, err = readFAT(d.Backend, c, ss); err != nil {
-				return nil, Volume{}, fmt.Errorf("%w: partition %d is named %s but holds no filesystem Talos would mount: %v", ErrNotFound, c.Index, PartitionName, err)
-			}
-			break
-		}
-	}
-	for _, c := range t.Partitions {
-		if p != nil {
-			break
-		}
-		if f, err := readFAT(d.Backend, c, ss); err == nil && strings.TrimSpace(f.Label()) == PartitionName {
-			p, fs = c, f
-		}
-	}
-	if p == nil {
-		return nil, Volume{}, fmt.Errorf("%w: no partition named or labelled %s", ErrNotFound, PartitionName)
+	p, fs, err := d.findConfigPartition(t, ss)
+	if err != nil {
+		return nil, Volume{}, err
 	}
 	v := Volume{PartitionNumber: p.Index, StartBytes: int64(p.Start) * int64(ss), SizeBytes: int64(p.End-p.Start+1) * int64(ss), Label: strings.TrimSpace(fs.Label())}
+	b, err := readConfigFile(fs)
+	return b, v, err
+}
+
+// findConfigPartition finds the config partition: the one named PartitionName (which must then
+// hold a FAT filesystem), else the first whose FAT filesystem is labelled PartitionName.
+func (d *partitionDisk) findConfigPartition(t *gpt.Table, ss int) (*gpt.Partition, *fat32.FileSystem, error) {
+	for _, c := range t.Partitions {
+		if c.Name != PartitionName {
+			continue
+		}
+		fs, err := readFAT(d.Backend, c, ss)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: partition %d is named %s but holds no filesystem Talos would mount: %v", ErrNotFound, c.Index, PartitionName, err)
+		}
+		return c, fs, nil
+	}
+	for _, c := range t.Partitions {
+		if f, err := readFAT(d.Backend, c, ss); err == nil && strings.TrimSpace(f.Label()) == PartitionName {
+			return c, f, nil
+		}
+	}
+	return nil, nil, fmt.Errorf("%w: no partition named or labelled %s", ErrNotFound, PartitionName)
+}
+
+// readConfigFile reads FileName from the partition's filesystem, refusing one over MaxConfigSize.
+func readConfigFile(fs *fat32.FileSystem) ([]byte, error) {
 	st, err := fs.Stat(FileName)
 	if err != nil || st.IsDir() {
-		return nil, v, fmt.Errorf("read config: %s: %w", FileName, os.ErrNotExist)
+		return nil, fmt.Errorf("read config: %s: %w", FileName, os.ErrNotExist)
 	}
 	if st.Size() > MaxConfigSize {
-		return nil, v, fmt.Errorf("read config: %s has %d bytes, more than %d", FileName, st.Size(), MaxConfigSize)
+		return nil, fmt.Errorf("read config: %s has %d bytes, more than %d", FileName, st.Size(), MaxConfigSize)
 	}
 	f, err := fs.OpenFile("/"+FileName, os.O_RDONLY)
 	if err != nil {
-		return nil, v, fmt.Errorf("read config: %s: %w", FileName, os.ErrNotExist)
+		return nil, fmt.Errorf("read config: %s: %w", FileName, os.ErrNotExist)
 	}
 	// One read of exactly the file's size: go-diskfs v1.9.4 reads past the
 	// end of a file when a read starts inside a cluster (io.ReadAll does).
 	b := make([]byte, st.Size())
 	if _, err := io.ReadFull(f, b); err != nil && !(err == io.EOF && len(b) == 0) {
-		return nil, v, fmt.Errorf("read config: %w", err)
+		return nil, fmt.Errorf("read config: %w", err)
 	}
-	return b, v, nil
+	return b, nil
 }
 
 // maxFATBytes bounds one file allocation table: the metal-iso volume's is

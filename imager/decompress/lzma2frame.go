@@ -84,31 +84,7 @@ func (f *lzma2Frames) step(b byte) error {
 	case frameEnd:
 		return f.bad("data after the end marker")
 	case frameControl:
-		switch {
-		case b == 0x00:
-			f.state = frameEnd
-			return nil
-		case b >= 0xE0 || b == 0x01:
-			f.needProps, f.needDictReset = true, false
-		case f.needDictReset:
-			return f.bad("first chunk does not reset the dictionary (control %#x)", b)
-		}
-		f.control, f.hdrGot, f.lzmaChunk = b, 0, b >= 0x80
-		if f.lzmaChunk {
-			f.hdrLen = 4
-			if b >= 0xC0 {
-				f.hdrLen, f.needProps = 5, false
-			} else if f.needProps {
-				return f.bad("LZMA chunk without properties after a dictionary reset (control %#x)", b)
-			}
-		} else {
-			if b > 0x02 {
-				return f.bad("invalid control byte %#x", b)
-			}
-			f.hdrLen = 2
-		}
-		f.state = frameHeader
-		return nil
+		return f.controlByte(b)
 	case frameHeader:
 		f.hdr[f.hdrGot] = b
 		f.hdrGot++
@@ -117,17 +93,52 @@ func (f *lzma2Frames) step(b byte) error {
 		}
 		return nil
 	case frameData:
-		if f.first {
-			f.first = false
-			if b != 0 {
-				return f.bad("range coder does not start with a zero byte")
-			}
-		}
-		f.left--
-		if f.left == 0 {
-			f.state = frameControl
-		}
+		return f.dataByte(b)
+	}
+	return nil
+}
+
+// controlByte reads a chunk's control byte: the end marker, or the kind of chunk (LZMA or
+// uncompressed) and what it resets, which fixes the length of the header that follows.
+func (f *lzma2Frames) controlByte(b byte) error {
+	switch {
+	case b == 0x00:
+		f.state = frameEnd
 		return nil
+	case b >= 0xE0 || b == 0x01:
+		f.needProps, f.needDictReset = true, false
+	case f.needDictReset:
+		return f.bad("first chunk does not reset the dictionary (control %#x)", b)
+	}
+	f.control, f.hdrGot, f.lzmaChunk = b, 0, b >= 0x80
+	if f.lzmaChunk {
+		f.hdrLen = 4
+		if b >= 0xC0 {
+			f.hdrLen, f.needProps = 5, false
+		} else if f.needProps {
+			return f.bad("LZMA chunk without properties after a dictionary reset (control %#x)", b)
+		}
+	} else {
+		if b > 0x02 {
+			return f.bad("invalid control byte %#x", b)
+		}
+		f.hdrLen = 2
+	}
+	f.state = frameHeader
+	return nil
+}
+
+// dataByte counts one byte of a chunk's data; an LZMA chunk's range coder starts with a zero.
+func (f *lzma2Frames) dataByte(b byte) error {
+	if f.first {
+		f.first = false
+		if b != 0 {
+			return f.bad("range coder does not start with a zero byte")
+		}
+	}
+	f.left--
+	if f.left == 0 {
+		f.state = frameControl
 	}
 	return nil
 }

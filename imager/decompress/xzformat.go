@@ -28,36 +28,50 @@ func truncOr(err error, what string, off int64) error {
 }
 
 func (x *xzReader) parse() error {
-	for stream := 0; ; stream++ {
+	for {
 		if err := x.parseStream(); err != nil {
 			return err
 		}
-		// Stream padding: groups of four zero bytes, then EOF or another stream.
-		for {
-			b, err := x.br.Peek(4)
-			if len(b) == 0 && err == io.EOF {
-				return nil
-			}
-			if len(b) >= 1 && b[0] != 0 {
-				h, herr := x.br.Peek(len(magicXZ))
-				if bytes.Equal(h, magicXZ) {
-					break
-				}
-				if herr == io.EOF && bytes.HasPrefix(magicXZ, h) {
-					return fmt.Errorf("%w: xz: input ends inside a stream header at offset %d", ErrTruncated, x.offset())
-				}
-				return fmt.Errorf("%w: %d bytes of non-xz data at offset %d", ErrTrailingData, x.br.Buffered(), x.offset())
-			}
-			if len(b) < 4 && err == io.EOF && allZero(b) {
-				// A download cut inside the padding, not bad data.
-				return fmt.Errorf("%w: xz: input ends inside stream padding at offset %d", ErrTruncated, x.offset())
-			}
-			if len(b) < 4 || !bytes.Equal(b, []byte{0, 0, 0, 0}) {
-				return fmt.Errorf("%w: stream padding at offset %d is not a multiple of four zero bytes", ErrTrailingData, x.offset())
-			}
-			x.br.Discard(4)
+		more, err := x.skipPadding()
+		if err != nil || !more {
+			return err
 		}
 	}
+}
+
+// skipPadding skips stream padding, groups of four zero bytes, and reports whether another
+// stream follows (false at EOF).
+func (x *xzReader) skipPadding() (bool, error) {
+	for {
+		b, err := x.br.Peek(4)
+		if len(b) == 0 && err == io.EOF {
+			return false, nil
+		}
+		if len(b) >= 1 && b[0] != 0 {
+			return true, x.checkStreamHeader()
+		}
+		if len(b) < 4 && err == io.EOF && allZero(b) {
+			// A download cut inside the padding, not bad data.
+			return false, fmt.Errorf("%w: xz: input ends inside stream padding at offset %d", ErrTruncated, x.offset())
+		}
+		if len(b) < 4 || !bytes.Equal(b, []byte{0, 0, 0, 0}) {
+			return false, fmt.Errorf("%w: stream padding at offset %d is not a multiple of four zero bytes", ErrTrailingData, x.offset())
+		}
+		x.br.Discard(4)
+	}
+}
+
+// checkStreamHeader checks that what follows the padding starts another stream, telling an input
+// cut inside the stream header from data that is no xz at all.
+func (x *xzReader) checkStreamHeader() error {
+	h, herr := x.br.Peek(len(magicXZ))
+	if bytes.Equal(h, magicXZ) {
+		return nil
+	}
+	if herr == io.EOF && bytes.HasPrefix(magicXZ, h) {
+		return fmt.Errorf("%w: xz: input ends inside a stream header at offset %d", ErrTruncated, x.offset())
+	}
+	return fmt.Errorf("%w: %d bytes of non-xz data at offset %d", ErrTrailingData, x.br.Buffered(), x.offset())
 }
 
 type record struct{ unpadded, uncompressed int64 }

@@ -169,24 +169,9 @@ func parseGPTHeader(b []byte) (gptHeader, bool) {
 // readGPT looks for the primary header at LBA 1, else the backup at the
 // last LBA, with sector size ss.
 func (c *Contents) readGPT(r io.ReaderAt, head []byte, size int64, ss int) (bool, error) {
-	var hb []byte
-	primary := false
-	if len(head) >= 2*ss {
-		hb, primary = head[ss:2*ss], true
-	}
-	h, ok := parseGPTHeader(hb)
-	if !ok {
-		if size < int64(2*ss) {
-			return false, nil
-		}
-		b, err := readAt(r, size-int64(ss), int64(ss))
-		if err != nil {
-			return false, err
-		}
-		if h, ok = parseGPTHeader(b); !ok {
-			return false, nil
-		}
-		primary = false
+	h, primary, found, err := findGPTHeader(r, head, size, ss)
+	if err != nil || !found {
+		return false, err
 	}
 	c.Table, c.SectorSize = "gpt", ss
 	if primary && h.alternateLBA > 1 && h.alternateLBA < uint64(size/int64(ss)) {
@@ -198,22 +183,63 @@ func (c *Contents) readGPT(r io.ReaderAt, head []byte, size int64, ss int) (bool
 	case !h.crcOK:
 		c.TableNote = "the primary GPT header's checksum is wrong"
 	}
-	// Entries are 128 bytes times a power of two (UEFI 2.10, 5.3.2); a
-	// header that says otherwise, or a table above maxGPTEntries bytes, is
-	// not read: its sizes would make the probe allocate what they say.
-	if h.entrySize < 128 || h.entrySize > 4096 || h.entrySize&(h.entrySize-1) != 0 || h.entries == 0 ||
-		h.entries > 1024 || int64(h.entries)*int64(h.entrySize) > maxGPTEntries || h.entriesLBA > uint64(size/int64(ss)) {
-		c.TableNote = strings.TrimPrefix(c.TableNote+"; no readable partition entries", "; ")
+	if !h.entriesReadable(size, ss) {
+		c.addTableNote("no readable partition entries")
 		return true, nil
 	}
 	off := int64(h.entriesLBA) * int64(ss)
 	ents, err := readAt(r, off, min(int64(h.entries)*int64(h.entrySize), size-off))
 	if err != nil || off >= size {
-		c.TableNote = strings.TrimPrefix(c.TableNote+"; partition entries beyond the disk's end", "; ")
+		c.addTableNote("partition entries beyond the disk's end")
 		return true, nil
 	}
-	for i := 0; (i+1)*int(h.entrySize) <= len(ents); i++ {
-		e := ents[i*int(h.entrySize):]
+	c.Partitions = gptPartitions(r, ents, int(h.entrySize), size, ss)
+	return true, nil
+}
+
+// addTableNote appends a note to TableNote, after a "; " when there is one already.
+func (c *Contents) addTableNote(note string) {
+	c.TableNote = strings.TrimPrefix(c.TableNote+"; "+note, "; ")
+}
+
+// findGPTHeader looks for the primary GPT header in head, then for the backup in the disk's
+// last sector; primary says which one was found.
+func findGPTHeader(r io.ReaderAt, head []byte, size int64, ss int) (h gptHeader, primary, found bool, err error) {
+	if len(head) >= 2*ss {
+		if h, ok := parseGPTHeader(head[ss : 2*ss]); ok {
+			return h, true, true, nil
+		}
+	}
+	if size < int64(2*ss) {
+		return gptHeader{}, false, false, nil
+	}
+	b, err := readAt(r, size-int64(ss), int64(ss))
+	if err != nil {
+		return gptHeader{}, false, false, err
+	}
+	h, ok := parseGPTHeader(b)
+	return h, false, ok, nil
+}
+
+// entriesReadable reports whether the header's partition array is one the probe reads. Entries
+// are 128 bytes times a power of two (UEFI 2.10, 5.3.2); a header that says otherwise, or a table
+// above maxGPTEntries bytes, is not read: its sizes would make the probe allocate what they say.
+func (h gptHeader) entriesReadable(size int64, ss int) bool {
+	if h.entrySize < 128 || h.entrySize > 4096 || h.entrySize&(h.entrySize-1) != 0 {
+		return false
+	}
+	if h.entries == 0 || h.entries > 1024 || int64(h.entries)*int64(h.entrySize) > maxGPTEntries {
+		return false
+	}
+	return h.entriesLBA <= uint64(size/int64(ss))
+}
+
+// gptPartitions decodes the used entries of a GPT partition array, probing each partition
+// that lies on the disk for a filesystem.
+func gptPartitions(r io.ReaderAt, ents []byte, entrySize int, size int64, ss int) []Partition {
+	var out []Partition
+	for i := 0; (i+1)*entrySize <= len(ents); i++ {
+		e := ents[i*entrySize:]
 		if allZero(e[:16]) {
 			continue
 		}
@@ -223,9 +249,9 @@ func (c *Contents) readGPT(r io.ReaderAt, head []byte, size int64, ss int) (bool
 		if p.Start < size && p.Size > 0 {
 			p.Filesystem, p.Label = detectFS(r, p.Start, min(p.Size, size-p.Start))
 		}
-		c.Partitions = append(c.Partitions, p)
+		out = append(out, p)
 	}
-	return true, nil
+	return out
 }
 
 func utf16Name(b []byte) string {
@@ -322,67 +348,112 @@ func detectFS(r io.ReaderAt, off, size int64) (string, string) {
 	if err != nil || len(b) < 512 {
 		return "", ""
 	}
-	at := func(o int, sig string) bool { return len(b) >= o+len(sig) && string(b[o:o+len(sig)]) == sig }
-	label := func(o, n int) string {
-		if len(b) < o+n {
-			return ""
+	sb := superblock(b)
+	for _, probe := range []func(superblock) (string, string){headSignature, lvmOrSwap, fatSignature} {
+		if fs, label := probe(sb); fs != "" {
+			return fs, label
 		}
-		return strings.TrimSpace(strings.TrimRight(string(b[o:o+n]), "\x00"))
 	}
-	switch {
-	case at(0, "XFSB"):
-		return "xfs", label(108, 12)
-	case len(b) >= 2048 && at(1080, "\x53\xef"):
-		compat := binary.LittleEndian.Uint32(b[1024+0x5c:])
-		incompat := binary.LittleEndian.Uint32(b[1024+0x60:])
-		fs := "ext2"
-		switch {
-		case incompat&(0x40|0x80|0x200) != 0: // extents, 64bit, flex_bg
-			fs = "ext4"
-		case compat&0x4 != 0: // has_journal
-			fs = "ext3"
-		}
-		return fs, label(1024+0x78, 16)
-	case at(0x10040, "_BHRfS_M"):
-		return "btrfs", label(0x1012b, 256)
-	case at(0, "LUKS\xba\xbe"):
-		return "LUKS", label(24, 48)
-	case at(0, "hsqs"):
-		return "squashfs", ""
-	case at(32769, "CD001"):
-		return "iso9660", label(32808, 32)
-	case at(3, "NTFS    "):
-		return "ntfs", ""
-	case at(0x1000, "\xfc\x4e\x2b\xa9") || at(0, "\xfc\x4e\x2b\xa9"): // md 1.2 / 1.1
+	if raidAtEnd(r, off, size) {
 		return "linux_raid_member", ""
 	}
+	return "", ""
+}
+
+// superblock is the start of a partition, read to find the signature of what it holds.
+type superblock []byte
+
+// at reports whether sig is at offset o.
+func (b superblock) at(o int, sig string) bool {
+	return len(b) >= o+len(sig) && string(b[o:o+len(sig)]) == sig
+}
+
+// label is the n-byte text field at offset o, without its padding.
+func (b superblock) label(o, n int) string {
+	if len(b) < o+n {
+		return ""
+	}
+	return strings.TrimSpace(strings.TrimRight(string(b[o:o+n]), "\x00"))
+}
+
+// headSignature recognises the filesystems and containers whose magic sits at a fixed offset.
+func headSignature(b superblock) (string, string) {
+	switch {
+	case b.at(0, "XFSB"):
+		return "xfs", b.label(108, 12)
+	case len(b) >= 2048 && b.at(1080, "\x53\xef"):
+		return extKind(b), b.label(1024+0x78, 16)
+	case b.at(0x10040, "_BHRfS_M"):
+		return "btrfs", b.label(0x1012b, 256)
+	case b.at(0, "LUKS\xba\xbe"):
+		return "LUKS", b.label(24, 48)
+	case b.at(0, "hsqs"):
+		return "squashfs", ""
+	case b.at(32769, "CD001"):
+		return "iso9660", b.label(32808, 32)
+	case b.at(3, "NTFS    "):
+		return "ntfs", ""
+	case b.at(0x1000, "\xfc\x4e\x2b\xa9") || b.at(0, "\xfc\x4e\x2b\xa9"): // md 1.2 / 1.1
+		return "linux_raid_member", ""
+	}
+	return "", ""
+}
+
+// extKind tells ext4 (extents, 64bit or flex_bg), ext3 (a journal) and ext2 apart by the
+// superblock's feature flags.
+func extKind(b superblock) string {
+	compat := binary.LittleEndian.Uint32(b[1024+0x5c:])
+	incompat := binary.LittleEndian.Uint32(b[1024+0x60:])
+	switch {
+	case incompat&(0x40|0x80|0x200) != 0:
+		return "ext4"
+	case compat&0x4 != 0:
+		return "ext3"
+	}
+	return "ext2"
+}
+
+// lvmOrSwap finds an LVM label in one of the first four sectors, or a swap signature at the end
+// of the first page for the page sizes Linux uses.
+func lvmOrSwap(b superblock) (string, string) {
 	for s := 0; s < 4; s++ {
-		if at(512*s, "LABELONE") && at(512*s+24, "LVM2 001") {
+		if b.at(512*s, "LABELONE") && b.at(512*s+24, "LVM2 001") {
 			return "LVM2_member", ""
 		}
 	}
 	for _, page := range []int{4096, 8192, 16384, 65536} {
-		if at(page-10, "SWAPSPACE2") || at(page-10, "SWAP-SPACE") {
-			return "swap", label(1024+28, 16)
-		}
-	}
-	if at(510, "\x55\xaa") {
-		switch {
-		case at(82, "FAT32"):
-			return "vfat", fatLabel(label(71, 11))
-		case at(54, "FAT12") || at(54, "FAT16") || at(54, "FAT  "):
-			return "vfat", fatLabel(label(43, 11))
-		}
-	}
-	// md 0.90 and 1.0 keep their superblock near the end.
-	if size >= 128<<10 {
-		for _, o := range []int64{(size &^ (64<<10 - 1)) - 64<<10, (size - 8<<10) &^ (4<<10 - 1)} {
-			if t, err := readAt(r, off+o, 4); err == nil && bytes.Equal(t, []byte("\xfc\x4e\x2b\xa9")) {
-				return "linux_raid_member", ""
-			}
+		if b.at(page-10, "SWAPSPACE2") || b.at(page-10, "SWAP-SPACE") {
+			return "swap", b.label(1024+28, 16)
 		}
 	}
 	return "", ""
+}
+
+// fatSignature recognises a FAT boot sector, FAT32's or FAT12/16's, by its type string.
+func fatSignature(b superblock) (string, string) {
+	if !b.at(510, "\x55\xaa") {
+		return "", ""
+	}
+	switch {
+	case b.at(82, "FAT32"):
+		return "vfat", fatLabel(b.label(71, 11))
+	case b.at(54, "FAT12") || b.at(54, "FAT16") || b.at(54, "FAT  "):
+		return "vfat", fatLabel(b.label(43, 11))
+	}
+	return "", ""
+}
+
+// raidAtEnd finds an md 0.90 or 1.0 superblock, which sits near the end of the partition.
+func raidAtEnd(r io.ReaderAt, off, size int64) bool {
+	if size < 128<<10 {
+		return false
+	}
+	for _, o := range []int64{(size &^ (64<<10 - 1)) - 64<<10, (size - 8<<10) &^ (4<<10 - 1)} {
+		if t, err := readAt(r, off+o, 4); err == nil && bytes.Equal(t, []byte("\xfc\x4e\x2b\xa9")) {
+			return true
+		}
+	}
+	return false
 }
 
 func fatLabel(s string) string {

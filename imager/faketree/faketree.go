@@ -125,42 +125,68 @@ func Build(dir string, h Host) error {
 			return fmt.Errorf("nic %s: %w", n.Name, err)
 		}
 	}
+	if err := writeProc(dir, h, devnums); err != nil {
+		return err
+	}
+	if h.Kexec != nil {
+		return BuildKexec(dir, *h.Kexec)
+	}
+	return nil
+}
+
+// writeProc writes the /proc files the imager reads: mounts (and mountinfo unless the host
+// has none), swaps and both routing tables.
+func writeProc(dir string, h Host, devnums map[string]string) error {
+	files := [][2]string{
+		{filepath.Join("self", "mounts"), procMounts(h)},
+		{"swaps", procSwaps(h)},
+		{filepath.Join("net", "route"), procRoute(h)},
+		{filepath.Join("net", "ipv6_route"), procIPv6Route(h)},
+	}
+	if !h.NoMountinfo {
+		files = append(files, [2]string{filepath.Join("self", "mountinfo"), mountinfo(h, devnums)})
+	}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(dir, "proc", f[0]), []byte(f[1]), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// procMounts is /proc/self/mounts listing h.Mounts, each read-write.
+func procMounts(h Host) string {
 	var mounts strings.Builder
 	for _, m := range h.Mounts {
 		mounts.WriteString(m + " rw 0 0\n")
 	}
-	if err := os.WriteFile(filepath.Join(dir, "proc", "self", "mounts"), []byte(mounts.String()), 0o644); err != nil {
-		return err
-	}
-	if !h.NoMountinfo {
-		if err := os.WriteFile(filepath.Join(dir, "proc", "self", "mountinfo"), []byte(mountinfo(h, devnums)), 0o644); err != nil {
-			return err
-		}
-	}
+	return mounts.String()
+}
+
+// procSwaps is /proc/swaps listing h.Swaps as partitions.
+func procSwaps(h Host) string {
 	swaps := "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n"
 	for _, s := range h.Swaps {
 		swaps += s + "\tpartition\t1048572\t\t0\t\t-2\n"
 	}
-	if err := os.WriteFile(filepath.Join(dir, "proc", "swaps"), []byte(swaps), 0o644); err != nil {
-		return err
-	}
+	return swaps
+}
+
+// procRoute is /proc/net/route with an IPv4 default route through h.DefaultRoute, if set.
+func procRoute(h Host) string {
 	route := "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"
 	if h.DefaultRoute != "" {
 		route += h.DefaultRoute + "\t00000000\t0101A8C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n"
 	}
-	if err := os.WriteFile(filepath.Join(dir, "proc", "net", "route"), []byte(route), 0o644); err != nil {
-		return err
+	return route
+}
+
+// procIPv6Route is /proc/net/ipv6_route with a default route through h.DefaultRoute6, if set.
+func procIPv6Route(h Host) string {
+	if h.DefaultRoute6 == "" {
+		return ""
 	}
-	if h.Kexec != nil {
-		if err := BuildKexec(dir, *h.Kexec); err != nil {
-			return err
-		}
-	}
-	v6 := ""
-	if h.DefaultRoute6 != "" {
-		v6 = strings.Repeat("0", 32) + " 00 " + strings.Repeat("0", 32) + " 00 fe800000000000000000000000000001 00000400 00000001 00000000 00000003 " + h.DefaultRoute6 + "\n"
-	}
-	return os.WriteFile(filepath.Join(dir, "proc", "net", "ipv6_route"), []byte(v6), 0o644)
+	return strings.Repeat("0", 32) + " 00 " + strings.Repeat("0", 32) + " 00 fe800000000000000000000000000001 00000400 00000001 00000000 00000003 " + h.DefaultRoute6 + "\n"
 }
 
 // secureBootVar is imager/kexec.SecureBootVar (faketree imports nothing of em-imager's).
@@ -244,32 +270,76 @@ func buildDisk(dir, sys string, i int, d Disk, devnums map[string]string) error 
 	if d.SectorSize == 0 {
 		d.SectorSize = 512
 	}
-	num := devnum(i, 0, d.Name)
-	var rdev uint64
-	if d.Device != "" {
-		var st syscall.Stat_t
-		if err := syscall.Stat(d.Device, &st); err != nil {
-			return err
-		}
-		if st.Mode&syscall.S_IFMT != syscall.S_IFBLK {
-			return fmt.Errorf("%s is not a block device", d.Device)
-		}
-		rdev = st.Rdev
-		num = fmt.Sprintf("%d:%d", unix.Major(rdev), unix.Minor(rdev))
+	num, rdev, err := diskDevnum(i, d)
+	if err != nil {
+		return err
 	}
 	devnums[d.Name] = num
+	parent := diskParent(sys, i, d)
+	bdir := filepath.Join(parent, "block", d.Name)
+	if err := writeDiskAttrs(bdir, num, d); err != nil {
+		return err
+	}
+	if !strings.HasPrefix(parent, filepath.Join(sys, "devices", "virtual")) {
+		if err := writeDiskDevice(parent, bdir, d); err != nil {
+			return err
+		}
+	}
+	if err := writeNames(filepath.Join(bdir, "holders"), d.Holders); err != nil {
+		return err
+	}
+	if err := writeNames(filepath.Join(bdir, "slaves"), d.Slaves); err != nil {
+		return err
+	}
+	for n, p := range d.Partitions {
+		if err := buildPartition(dir, sys, bdir, p, n+1, devnum(i, n+1, d.Name), devnums); err != nil {
+			return err
+		}
+	}
+	if err := link(bdir, filepath.Join(sys, "block", d.Name)); err != nil {
+		return err
+	}
+	if err := classLinks(sys, d.Name, num, bdir); err != nil {
+		return err
+	}
+	return makeDevNode(dir, d, rdev)
+}
+
+// diskDevnum is the disk's "MAJ:MIN": a made-up one, or the real device's when d.Device is set
+// (then also its raw number, for the dev node).
+func diskDevnum(i int, d Disk) (string, uint64, error) {
+	if d.Device == "" {
+		return devnum(i, 0, d.Name), 0, nil
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(d.Device, &st); err != nil {
+		return "", 0, err
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFBLK {
+		return "", 0, fmt.Errorf("%s is not a block device", d.Device)
+	}
+	return fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev)), st.Rdev, nil
+}
+
+// diskParent is the sysfs device the disk hangs under, shaped as the kernel shapes it for the
+// disk's bus (USB, NVMe, SATA); loop, ram and zram devices are virtual.
+func diskParent(sys string, i int, d Disk) string {
 	parent := filepath.Join(sys, "devices", "pci0000:00", fmt.Sprintf("0000:00:%02x.0", 0x10+i))
 	switch {
 	case d.USB:
-		parent = filepath.Join(parent, "usb1", "1-1", "1-1:1.0", "host6", "target6:0:0", "6:0:0:0")
+		return filepath.Join(parent, "usb1", "1-1", "1-1:1.0", "host6", "target6:0:0", "6:0:0:0")
 	case strings.HasPrefix(d.Name, "nvme"):
-		parent = filepath.Join(parent, "nvme", strings.TrimSuffix(d.Name, "n1"))
+		return filepath.Join(parent, "nvme", strings.TrimSuffix(d.Name, "n1"))
 	case strings.HasPrefix(d.Name, "sd"):
-		parent = filepath.Join(parent, "ata1", "host0", "target0:0:0", "0:0:0:0")
+		return filepath.Join(parent, "ata1", "host0", "target0:0:0", "0:0:0:0")
 	case strings.HasPrefix(d.Name, "loop"), strings.HasPrefix(d.Name, "ram"), strings.HasPrefix(d.Name, "zram"):
-		parent = filepath.Join(sys, "devices", "virtual")
+		return filepath.Join(sys, "devices", "virtual")
 	}
-	bdir := filepath.Join(parent, "block", d.Name)
+	return parent
+}
+
+// writeDiskAttrs writes the block device's own attribute files.
+func writeDiskAttrs(bdir, num string, d Disk) error {
 	files := map[string]string{
 		"dev":                      num,
 		"size":                     fmt.Sprint(d.Size / 512),
@@ -286,64 +356,63 @@ func buildDisk(dir, sys string, i int, d Disk, devnums map[string]string) error 
 			return err
 		}
 	}
-	if !strings.HasPrefix(parent, filepath.Join(sys, "devices", "virtual")) {
-		if d.Model != "" {
-			write(filepath.Join(parent, "model"), d.Model)
-		}
-		if d.Serial != "" {
-			write(filepath.Join(parent, "serial"), d.Serial)
-		}
-		if err := link(parent, filepath.Join(bdir, "device")); err != nil {
-			return err
-		}
+	return nil
+}
+
+// writeDiskDevice gives a disk on a bus its device: model and serial, and the "device" link.
+func writeDiskDevice(parent, bdir string, d Disk) error {
+	if d.Model != "" {
+		write(filepath.Join(parent, "model"), d.Model)
 	}
-	if err := os.MkdirAll(filepath.Join(bdir, "holders"), 0o755); err != nil {
+	if d.Serial != "" {
+		write(filepath.Join(parent, "serial"), d.Serial)
+	}
+	return link(parent, filepath.Join(bdir, "device"))
+}
+
+// writeNames makes dir (holders or slaves) with one empty entry per name; the directory exists
+// even when empty, as the kernel's does.
+func writeNames(dir string, names []string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	for _, hd := range d.Holders {
-		if err := write(filepath.Join(bdir, "holders", hd), ""); err != nil {
+	for _, n := range names {
+		if err := write(filepath.Join(dir, n), ""); err != nil {
 			return err
 		}
 	}
-	if err := os.MkdirAll(filepath.Join(bdir, "slaves"), 0o755); err != nil {
+	return nil
+}
+
+// buildPartition makes partition number n of the disk at bdir: its sysfs entry, its dev node
+// and its class links.
+func buildPartition(dir, sys, bdir, p string, n int, pnum string, devnums map[string]string) error {
+	devnums[p] = pnum
+	if err := write(filepath.Join(bdir, p, "partition"), fmt.Sprint(n)); err != nil {
 		return err
 	}
-	for _, sl := range d.Slaves {
-		if err := write(filepath.Join(bdir, "slaves", sl), ""); err != nil {
-			return err
-		}
-	}
-	// Every block device, disk or partition, is reachable as the kernel
-	// offers it: /sys/class/block/NAME and /sys/dev/block/MAJ:MIN.
-	classLinks := func(name, num, target string) error {
-		if err := link(target, filepath.Join(sys, "class", "block", name)); err != nil {
-			return err
-		}
-		return link(target, filepath.Join(sys, "dev", "block", num))
-	}
-	for n, p := range d.Partitions {
-		pnum := devnum(i, n+1, d.Name)
-		devnums[p] = pnum
-		if err := write(filepath.Join(bdir, p, "partition"), fmt.Sprint(n+1)); err != nil {
-			return err
-		}
-		if err := write(filepath.Join(bdir, p, "dev"), pnum); err != nil {
-			return err
-		}
-		os.MkdirAll(filepath.Join(bdir, p, "holders"), 0o755)
-		if err := write(filepath.Join(dir, "dev", p), ""); err != nil {
-			return err
-		}
-		if err := classLinks(p, pnum, filepath.Join(bdir, p)); err != nil {
-			return err
-		}
-	}
-	if err := link(bdir, filepath.Join(sys, "block", d.Name)); err != nil {
+	if err := write(filepath.Join(bdir, p, "dev"), pnum); err != nil {
 		return err
 	}
-	if err := classLinks(d.Name, num, bdir); err != nil {
+	os.MkdirAll(filepath.Join(bdir, p, "holders"), 0o755)
+	if err := write(filepath.Join(dir, "dev", p), ""); err != nil {
 		return err
 	}
+	return classLinks(sys, p, pnum, filepath.Join(bdir, p))
+}
+
+// classLinks makes a block device, disk or partition, reachable as the kernel offers it:
+// /sys/class/block/NAME and /sys/dev/block/MAJ:MIN.
+func classLinks(sys, name, num, target string) error {
+	if err := link(target, filepath.Join(sys, "class", "block", name)); err != nil {
+		return err
+	}
+	return link(target, filepath.Join(sys, "dev", "block", num))
+}
+
+// makeDevNode makes DIR/dev/NAME: a real device node for a real device, else a sparse file of
+// the disk's size; none with NoDevNode.
+func makeDevNode(dir string, d Disk, rdev uint64) error {
 	if d.NoDevNode {
 		return nil
 	}
@@ -359,29 +428,11 @@ func buildDisk(dir, sys string, i int, d Disk, devnums map[string]string) error 
 }
 
 func buildNIC(sys string, n NIC) error {
-	var ndir string
-	if n.Virtual {
-		ndir = filepath.Join(sys, "devices", "virtual", "net", n.Name)
-	} else {
-		if n.PCI == "" {
-			n.PCI = "0000:01:00.0"
-		}
-		pci := filepath.Join(sys, "devices", "pci0000:00", n.PCI)
-		ndir = filepath.Join(pci, "net", n.Name)
-		if err := os.MkdirAll(ndir, 0o755); err != nil {
+	ndir := filepath.Join(sys, "devices", "virtual", "net", n.Name)
+	if !n.Virtual {
+		var err error
+		if ndir, err = buildPCINIC(sys, n); err != nil {
 			return err
-		}
-		if err := link(pci, filepath.Join(ndir, "device")); err != nil {
-			return err
-		}
-		if n.Driver != "" {
-			drv := filepath.Join(sys, "bus", "pci", "drivers", n.Driver)
-			os.MkdirAll(drv, 0o755)
-			if _, err := os.Lstat(filepath.Join(pci, "driver")); err != nil {
-				if err := link(drv, filepath.Join(pci, "driver")); err != nil {
-					return err
-				}
-			}
 		}
 	}
 	oper, carrier, speed := "down", "0", "-1"
@@ -394,11 +445,7 @@ func buildNIC(sys string, n NIC) error {
 		}
 	}
 	if n.PermMAC != "" {
-		f := filepath.Join(ndir, "permaddr")
-		if n.Master != "" {
-			f = filepath.Join(ndir, "bonding_slave", "perm_hwaddr")
-		}
-		if err := write(f, n.PermMAC); err != nil {
+		if err := write(permMACPath(ndir, n), n.PermMAC); err != nil {
 			return err
 		}
 	}
@@ -408,6 +455,42 @@ func buildNIC(sys string, n NIC) error {
 		}
 	}
 	return link(ndir, filepath.Join(sys, "class", "net", n.Name))
+}
+
+// permMACPath is where the kernel shows a NIC's permanent address: bonding_slave/perm_hwaddr for
+// a bond member (whose own address the bond overwrote), permaddr otherwise.
+func permMACPath(ndir string, n NIC) string {
+	if n.Master != "" {
+		return filepath.Join(ndir, "bonding_slave", "perm_hwaddr")
+	}
+	return filepath.Join(ndir, "permaddr")
+}
+
+// buildPCINIC makes the NIC's directory under its PCI function (0000:01:00.0 unless set), links
+// it to the function as "device" and the function to its driver, and returns the directory.
+func buildPCINIC(sys string, n NIC) (string, error) {
+	if n.PCI == "" {
+		n.PCI = "0000:01:00.0"
+	}
+	pci := filepath.Join(sys, "devices", "pci0000:00", n.PCI)
+	ndir := filepath.Join(pci, "net", n.Name)
+	if err := os.MkdirAll(ndir, 0o755); err != nil {
+		return "", err
+	}
+	if err := link(pci, filepath.Join(ndir, "device")); err != nil {
+		return "", err
+	}
+	if n.Driver == "" {
+		return ndir, nil
+	}
+	drv := filepath.Join(sys, "bus", "pci", "drivers", n.Driver)
+	os.MkdirAll(drv, 0o755)
+	if _, err := os.Lstat(filepath.Join(pci, "driver")); err != nil {
+		if err := link(drv, filepath.Join(pci, "driver")); err != nil {
+			return "", err
+		}
+	}
+	return ndir, nil
 }
 
 func b01(b bool) string {

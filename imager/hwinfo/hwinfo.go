@@ -31,44 +31,78 @@ func NICs(root hostroot.Root) ([]report.NIC, error) {
 	v4, v6 := defaultRouteIfaces(root)
 	out := []report.NIC{}
 	for _, e := range entries {
-		name := e.Name()
-		p := filepath.Join(dir, name)
-		if rp, err := filepath.EvalSymlinks(p); err == nil && strings.Contains(rp, "/devices/virtual/") {
+		p := filepath.Join(dir, e.Name())
+		if !physicalNIC(p) {
 			continue
 		}
-		if _, err := os.Lstat(filepath.Join(p, "device")); err != nil {
-			continue
-		}
-		n := report.NIC{Name: name, MAC: strings.ToLower(hostroot.ReadString(filepath.Join(p, "address")))}
-		if t, err := os.Readlink(filepath.Join(p, "device", "driver")); err == nil {
-			n.Driver = filepath.Base(t)
-		}
-		// The device link ends at the PCI function, or one level below it
-		// for virtio (…/0000:00:03.0/virtio2).
-		if t, err := filepath.EvalSymlinks(filepath.Join(p, "device")); err == nil {
-			for _, c := range []string{filepath.Base(t), filepath.Base(filepath.Dir(t))} {
-				if pciAddr.MatchString(c) {
-					n.PCIAddress = c
-					break
-				}
-			}
-		}
-		oper := hostroot.ReadString(filepath.Join(p, "operstate"))
-		carrier := hostroot.ReadString(filepath.Join(p, "carrier"))
-		n.LinkUp = oper == "up" || (oper == "unknown" && carrier == "1")
-		if s, err := strconv.Atoi(hostroot.ReadString(filepath.Join(p, "speed"))); err == nil && s > 0 && n.LinkUp {
-			n.SpeedMbps = s
-		}
-		n.PermanentMAC = permanentMAC(root, name, p)
-		master := ""
-		if t, err := os.Readlink(filepath.Join(p, "master")); err == nil {
-			master = filepath.Base(t)
-		}
-		n.HasDefaultRoute = v4[name] || v6[name] || (master != "" && (v4[master] || v6[master]))
+		n := readNIC(root, e.Name(), p)
+		n.HasDefaultRoute = carriesDefaultRoute(e.Name(), linkBase(filepath.Join(p, "master")), v4, v6)
 		out = append(out, n)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// physicalNIC reports whether the interface at p is backed by a device: virtual interfaces
+// (bridges, bonds, veths, loopback) live under /devices/virtual/ or have no device link.
+func physicalNIC(p string) bool {
+	if rp, err := filepath.EvalSymlinks(p); err == nil && strings.Contains(rp, "/devices/virtual/") {
+		return false
+	}
+	_, err := os.Lstat(filepath.Join(p, "device"))
+	return err == nil
+}
+
+// readNIC reads one interface's sysfs attributes; the default route is left to the caller,
+// which holds the routing tables.
+func readNIC(root hostroot.Root, name, p string) report.NIC {
+	n := report.NIC{Name: name, MAC: strings.ToLower(hostroot.ReadString(filepath.Join(p, "address")))}
+	n.Driver = linkBase(filepath.Join(p, "device", "driver"))
+	n.PCIAddress = nicPCIAddress(p)
+	n.LinkUp = linkUp(hostroot.ReadString(filepath.Join(p, "operstate")), hostroot.ReadString(filepath.Join(p, "carrier")))
+	if s, err := strconv.Atoi(hostroot.ReadString(filepath.Join(p, "speed"))); err == nil && s > 0 && n.LinkUp {
+		n.SpeedMbps = s
+	}
+	n.PermanentMAC = permanentMAC(root, name, p)
+	return n
+}
+
+// linkBase is the last element of the symlink at p's target, or "" when p is no symlink.
+func linkBase(p string) string {
+	t, err := os.Readlink(p)
+	if err != nil {
+		return ""
+	}
+	return filepath.Base(t)
+}
+
+// nicPCIAddress finds the PCI function the interface's device link ends at, or one level
+// below it for virtio (…/0000:00:03.0/virtio2).
+func nicPCIAddress(p string) string {
+	t, err := filepath.EvalSymlinks(filepath.Join(p, "device"))
+	if err != nil {
+		return ""
+	}
+	for _, c := range []string{filepath.Base(t), filepath.Base(filepath.Dir(t))} {
+		if pciAddr.MatchString(c) {
+			return c
+		}
+	}
+	return ""
+}
+
+// linkUp reads operstate, trusting carrier only when the driver reports no state ("unknown").
+func linkUp(oper, carrier string) bool {
+	return oper == "up" || (oper == "unknown" && carrier == "1")
+}
+
+// carriesDefaultRoute reports whether the interface, or the bond or bridge it is enslaved to,
+// holds an IPv4 or IPv6 default route.
+func carriesDefaultRoute(name, master string, v4, v6 map[string]bool) bool {
+	if v4[name] || v6[name] {
+		return true
+	}
+	return master != "" && (v4[master] || v6[master])
 }
 
 // permanentMAC asks the driver (ethtool ioctl) on a real host, then reads

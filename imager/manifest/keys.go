@@ -75,12 +75,29 @@ func ValidatePrefix(p string) error {
 		if seg == "" || seg == "." || seg == ".." {
 			return fmt.Errorf("prefix: %q: empty, '.' or '..' segment", p)
 		}
-		for _, r := range seg {
-			ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-'
-			if !ok {
-				return fmt.Errorf("prefix: %q: character %q not allowed (letters, digits, '.', '_', '-' and '/')", p, r)
-			}
+		if r, bad := firstBadPrefixRune(seg); bad {
+			return fmt.Errorf("prefix: %q: character %q not allowed (letters, digits, '.', '_', '-' and '/')", p, r)
 		}
 	}
 	return nil
+}
+
+// firstBadPrefixRune returns the first rune of seg outside the prefix alphabet, so the loop over
+// segments reads as the rules it enforces rather than as a character class.
+func firstBadPrefixRune(seg string) (rune, bool) {
+	for _, r := range seg {
+		if !prefixRune(r) {
+			return r, true
+		}
+	}
+	return 0, false
+}
+
+// prefixRune reports whether r may appear in a prefix segment: ASCII letters, digits, '.', '_' and '-'.
+func prefixRune(r rune) bool {
+	switch {
+	case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		return true
+	}
+	return r == '.' || r == '_' || r == '-'
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/decompress"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/kernelargs"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/manifest"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/imager/source"
 )
@@ -88,144 +89,189 @@ func prepare(ctx context.Context, o *Options, log *slog.Logger, workdir string) 
 	defer in.Close()
 
 	br := bufio.NewReaderSize(in, 1<<20)
-	head, err := br.Peek(decompress.HeaderLen)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, &Error{Code: CodeInputUnreachable, Err: fmt.Errorf("input: %w", err)}
+	inFmt, err := peekFormat(br)
+	if err != nil {
+		return nil, err
 	}
-	if len(head) == 0 {
-		return nil, &Error{Code: CodeCorruptInput, Err: errors.New("input is empty")}
-	}
-	inFmt := decompress.Detect(head)
 	log.Info("input", "format", inFmt)
-
 	p := &prepared{inputFormat: string(inFmt)}
 	inCount := newCounter()
-	var inWriters = []io.Writer{inCount}
-
-	// An input already in a wanted format is uploaded unchanged, unless
-	// --reencode; it is copied to the work dir as it streams by, so what is
-	// uploaded is exactly what was verified.
-	var keep *os.File
-	keepFormat := ""
-	if !o.Reencode && (inFmt == decompress.FormatXZ || inFmt == decompress.FormatZstd) && contains(o.Formats, string(inFmt)) {
-		keepFormat = string(inFmt)
-		keep, err = os.Create(filepath.Join(workdir, "input."+keepFormat))
-		if err != nil {
-			return nil, &Error{Code: CodeInternal, Err: err}
-		}
-		defer keep.Close()
-		inWriters = append(inWriters, keep)
+	keep, err := keepInput(o, inFmt, workdir)
+	if err != nil {
+		return nil, err
 	}
-
-	tee := io.TeeReader(br, io.MultiWriter(inWriters...))
+	defer keep.close()
+	tee := io.TeeReader(br, io.MultiWriter(inCount, keep))
 	dec, err := decompress.NewReader(tee, inFmt, o.Concurrency)
 	if err != nil {
 		return nil, inputError(err)
 	}
 	defer dec.Close()
-
-	rawCount := newCounter()
-	rawWriters := []io.Writer{rawCount}
-	type enc struct {
-		format string
-		e      encoder
-		f      *os.File
-		c      *counter
-	}
-	var encs []*enc
-	abortAll := func() {
-		for _, e := range encs {
-			e.e.Abort()
-			e.f.Close()
-		}
-	}
-	for _, format := range o.Formats {
-		if format == keepFormat {
-			continue
-		}
-		ext, _ := manifest.Extension(format)
-		f, err := os.Create(filepath.Join(workdir, "out.raw."+ext))
-		if err != nil {
-			abortAll()
-			return nil, &Error{Code: CodeInternal, Err: err}
-		}
-		c := newCounter()
-		w := io.MultiWriter(f, c)
-		var e encoder
-		switch format {
-		case manifest.FormatZstd:
-			e, err = newZstdFrames(w, o.BlockSize, o.Concurrency)
-		case manifest.FormatXZ:
-			if o.xzBin != "" {
-				e, err = newXZExternal(ctx, o.xzBin, w, o.BlockSize, o.Concurrency)
-			} else {
-				e, err = newXZGo(w, o.BlockSize)
-			}
-		}
-		if err != nil {
-			f.Close()
-			abortAll()
-			return nil, &Error{Code: CodeInternal, Err: fmt.Errorf("%s encoder: %w", format, err)}
-		}
-		encs = append(encs, &enc{format: format, e: e, f: f, c: c})
-		rawWriters = append(rawWriters, e)
-		log.Info("encoding", "format", format, "encoder", e.Name(), "blockSize", o.BlockSize)
+	encs, err := openEncoders(ctx, o, log, workdir, keep.format)
+	if err != nil {
+		return nil, err
 	}
 
 	start := time.Now()
-	sig := &bootSignature{}
-	esp, err := newESPCapture(filepath.Join(workdir, "esp.raw"), o.SectorSize)
+	rawCount, sig := newCounter(), &bootSignature{}
+	found, readErr, err := copyRaw(ctx, o, workdir, dec, tee, inFmt, append(append([]io.Writer{rawCount}, encs.writers()...), sig))
 	if err != nil {
-		abortAll()
-		return nil, &Error{Code: CodeInternal, Err: err}
-	}
-	rawWriters = append(rawWriters, sig, esp)
-	if _, err := io.Copy(io.MultiWriter(rawWriters...), dec); err != nil {
-		abortAll()
-		esp.abort()
-		if ctx.Err() != nil {
-			return nil, &Error{Code: CodeInterrupted, Err: ctx.Err()}
-		}
-		return nil, inputError(err)
-	}
-	// decompress verified the end of the stream; make sure nothing of the
-	// input is left unread (for raw input the copy above read it all).
-	found, readErr := esp.finish()
-	if n, _ := io.Copy(io.Discard, tee); n > 0 {
-		abortAll()
-		return nil, &Error{Code: CodeCorruptInput, Err: fmt.Errorf("input: %d bytes after the end of the %s stream", n, inFmt)}
+		encs.abort()
+		return nil, err
 	}
 	p.inputSize, p.inputSHA256 = inCount.n, inCount.sum()
 	p.raw = manifest.Digest{Size: rawCount.n, SHA256: rawCount.sum()}
 	log.Info("input verified", "rawSize", p.raw.Size, "rawSHA256", p.raw.SHA256, "inputSize", p.inputSize, "took", time.Since(start).Round(time.Millisecond))
-
-	if p.raw.Size%int64(o.SectorSize) != 0 {
-		abortAll()
-		return nil, &Error{Code: CodeCorruptInput, Err: fmt.Errorf("raw image: %d bytes is not a whole number of %d-byte sectors (truncated?)", p.raw.Size, o.SectorSize)}
-	}
-	if !sig.ok() {
-		abortAll()
-		return nil, &Error{Code: CodeNotDiskImage, Err: errors.New("raw image: no MBR/GPT boot signature (0x55AA at byte 510): not a Talos metal disk image")}
-	}
-	if p.boot, err = bootOf(found, readErr, o.KernelArgs, o.MaintenanceAPI, log); err != nil {
-		abortAll()
+	if err := p.checkBoot(o, sig, found, readErr, log); err != nil {
+		encs.abort()
 		return nil, err
 	}
-	log.Info("boot", "kernelArgs", p.boot.KernelArgs, "source", p.boot.Source, "metalISO", p.boot.MetalISO)
-
-	if keep != nil {
-		if err := keep.Close(); err != nil {
-			abortAll()
-			return nil, &Error{Code: CodeInternal, Err: err}
-		}
-		p.files = append(p.files, staged{format: keepFormat, path: keep.Name(), size: p.inputSize, sha256: p.inputSHA256, encoder: "upstream"})
+	if p.files, err = keep.stage(p); err != nil {
+		encs.abort()
+		return nil, err
 	}
+	files, err := encs.finish(o, p.raw)
+	if err != nil {
+		return nil, err
+	}
+	p.files = append(p.files, files...)
+	return p, nil
+}
+
+// peekFormat detects the input's format from its first bytes, refusing an empty input.
+func peekFormat(br *bufio.Reader) (decompress.Format, error) {
+	head, err := br.Peek(decompress.HeaderLen)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", &Error{Code: CodeInputUnreachable, Err: fmt.Errorf("input: %w", err)}
+	}
+	if len(head) == 0 {
+		return "", &Error{Code: CodeCorruptInput, Err: errors.New("input is empty")}
+	}
+	return decompress.Detect(head), nil
+}
+
+// keptInput is the copy of an input already in a wanted format, written to the work dir as it
+// streams by, so what is uploaded is exactly what was verified. With no file it discards.
+type keptInput struct {
+	format string
+	f      *os.File
+}
+
+// keepInput keeps the input when it is xz or zstd and one of the wanted formats, unless
+// --reencode.
+func keepInput(o *Options, inFmt decompress.Format, workdir string) (*keptInput, error) {
+	if o.Reencode || (inFmt != decompress.FormatXZ && inFmt != decompress.FormatZstd) || !contains(o.Formats, string(inFmt)) {
+		return &keptInput{}, nil
+	}
+	f, err := os.Create(filepath.Join(workdir, "input."+string(inFmt)))
+	if err != nil {
+		return nil, &Error{Code: CodeInternal, Err: err}
+	}
+	return &keptInput{format: string(inFmt), f: f}, nil
+}
+
+func (k *keptInput) Write(p []byte) (int, error) {
+	if k.f == nil {
+		return len(p), nil
+	}
+	return k.f.Write(p)
+}
+
+func (k *keptInput) close() {
+	if k.f != nil {
+		k.f.Close()
+	}
+}
+
+// stage closes the kept copy and lists it as the first file to upload (none when nothing was
+// kept).
+func (k *keptInput) stage(p *prepared) ([]staged, error) {
+	if k.f == nil {
+		return nil, nil
+	}
+	if err := k.f.Close(); err != nil {
+		return nil, &Error{Code: CodeInternal, Err: err}
+	}
+	return []staged{{format: k.format, path: k.f.Name(), size: p.inputSize, sha256: p.inputSHA256, encoder: "upstream"}}, nil
+}
+
+// encoding is one output format being encoded into its file in the work dir.
+type encoding struct {
+	format string
+	e      encoder
+	f      *os.File
+	c      *counter
+}
+
+type encodings []*encoding
+
+// openEncoders starts an encoder per wanted format, but the one the input is kept in.
+func openEncoders(ctx context.Context, o *Options, log *slog.Logger, workdir, keepFormat string) (encodings, error) {
+	var encs encodings
+	for _, format := range o.Formats {
+		if format == keepFormat {
+			continue
+		}
+		e, err := openEncoding(ctx, o, workdir, format)
+		if err != nil {
+			encs.abort()
+			return nil, err
+		}
+		encs = append(encs, e)
+		log.Info("encoding", "format", format, "encoder", e.e.Name(), "blockSize", o.BlockSize)
+	}
+	return encs, nil
+}
+
+// openEncoding creates format's output file and its encoder: zstd frames, or xz through the
+// xz binary when one was found, else in Go.
+func openEncoding(ctx context.Context, o *Options, workdir, format string) (*encoding, error) {
+	ext, _ := manifest.Extension(format)
+	f, err := os.Create(filepath.Join(workdir, "out.raw."+ext))
+	if err != nil {
+		return nil, &Error{Code: CodeInternal, Err: err}
+	}
+	c := newCounter()
+	w := io.MultiWriter(f, c)
+	var e encoder
+	switch {
+	case format == manifest.FormatZstd:
+		e, err = newZstdFrames(w, o.BlockSize, o.Concurrency)
+	case format == manifest.FormatXZ && o.xzBin != "":
+		e, err = newXZExternal(ctx, o.xzBin, w, o.BlockSize, o.Concurrency)
+	case format == manifest.FormatXZ:
+		e, err = newXZGo(w, o.BlockSize)
+	}
+	if err != nil {
+		f.Close()
+		return nil, &Error{Code: CodeInternal, Err: fmt.Errorf("%s encoder: %w", format, err)}
+	}
+	return &encoding{format: format, e: e, f: f, c: c}, nil
+}
+
+func (encs encodings) writers() []io.Writer {
+	out := make([]io.Writer, len(encs))
+	for i, e := range encs {
+		out[i] = e.e
+	}
+	return out
+}
+
+// abort stops every encoder and closes its file.
+func (encs encodings) abort() {
+	for _, e := range encs {
+		e.e.Abort()
+		e.f.Close()
+	}
+}
+
+// finish closes each encoder and its file, verifying the output against raw when asked, and
+// lists the files to upload; on a failure it aborts the encoders not closed yet.
+func (encs encodings) finish(o *Options, raw manifest.Digest) ([]staged, error) {
+	var files []staged
 	for i, e := range encs {
 		if err := e.e.Close(); err != nil {
-			for _, rest := range encs[i+1:] {
-				rest.e.Abort()
-				rest.f.Close()
-			}
+			encs[i+1:].abort()
 			e.f.Close()
 			return nil, &Error{Code: CodeInternal, Err: fmt.Errorf("%s encoder: %w", e.format, err)}
 		}
@@ -234,13 +280,52 @@ func prepare(ctx context.Context, o *Options, log *slog.Logger, workdir string) 
 		}
 		s := staged{format: e.format, path: e.f.Name(), size: e.c.n, sha256: e.c.sum(), blockSize: int64(o.BlockSize), encoder: e.e.Name()}
 		if o.VerifyOutput {
-			if err := verifyFile(s, p.raw, o.Concurrency); err != nil {
+			if err := verifyFile(s, raw, o.Concurrency); err != nil {
 				return nil, &Error{Code: CodeInternal, Err: err}
 			}
 		}
-		p.files = append(p.files, s)
+		files = append(files, s)
 	}
-	return p, nil
+	return files, nil
+}
+
+// copyRaw decodes the input into the writers and a capture of the EFI system partition, then
+// checks nothing of the input is left unread: decompress verified the end of the stream (for
+// raw input the copy read it all). It returns what the ESP holds for the boot.
+func copyRaw(ctx context.Context, o *Options, workdir string, dec io.Reader, tee io.Reader, inFmt decompress.Format, writers []io.Writer) (kernelargs.Found, error, error) {
+	esp, err := newESPCapture(filepath.Join(workdir, "esp.raw"), o.SectorSize)
+	if err != nil {
+		return kernelargs.Found{}, nil, &Error{Code: CodeInternal, Err: err}
+	}
+	if _, err := io.Copy(io.MultiWriter(append(writers, esp)...), dec); err != nil {
+		esp.abort()
+		if ctx.Err() != nil {
+			return kernelargs.Found{}, nil, &Error{Code: CodeInterrupted, Err: ctx.Err()}
+		}
+		return kernelargs.Found{}, nil, inputError(err)
+	}
+	found, readErr := esp.finish()
+	if n, _ := io.Copy(io.Discard, tee); n > 0 {
+		return kernelargs.Found{}, nil, &Error{Code: CodeCorruptInput, Err: fmt.Errorf("input: %d bytes after the end of the %s stream", n, inFmt)}
+	}
+	return found, readErr, nil
+}
+
+// checkBoot refuses a raw image that is no whole number of sectors or has no boot signature,
+// then settles the boot (kernel arguments and their source).
+func (p *prepared) checkBoot(o *Options, sig *bootSignature, found kernelargs.Found, readErr error, log *slog.Logger) error {
+	if p.raw.Size%int64(o.SectorSize) != 0 {
+		return &Error{Code: CodeCorruptInput, Err: fmt.Errorf("raw image: %d bytes is not a whole number of %d-byte sectors (truncated?)", p.raw.Size, o.SectorSize)}
+	}
+	if !sig.ok() {
+		return &Error{Code: CodeNotDiskImage, Err: errors.New("raw image: no MBR/GPT boot signature (0x55AA at byte 510): not a Talos metal disk image")}
+	}
+	var err error
+	if p.boot, err = bootOf(found, readErr, o.KernelArgs, o.MaintenanceAPI, log); err != nil {
+		return err
+	}
+	log.Info("boot", "kernelArgs", p.boot.KernelArgs, "source", p.boot.Source, "metalISO", p.boot.MetalISO)
+	return nil
 }
 
 // verifyFile decodes a file publish wrote and compares it with the raw digest,

@@ -354,8 +354,27 @@ func Run(ctx context.Context, o *Options, log *slog.Logger) (*Summary, error) {
 		return sum, err
 	}
 	sum.InputFormat, sum.InputSize, sum.InputSHA256 = p.inputFormat, p.inputSize, p.inputSHA256
+	if err := checkConflict(existing, p.raw, o.Force, sum.ManifestKey); err != nil {
+		return sum, err
+	}
+	pub := publisher{ctx: ctx, client: client, o: o, log: log, layout: layout, existing: existing, raw: p.raw}
+	m := newManifest(o, p)
+	if err := pub.uploadFiles(p.files, m, sum); err != nil {
+		return sum, err
+	}
+	if err := pub.uploadManifest(m, existingBytes, sum); err != nil {
+		return sum, err
+	}
+	if sum.Tools, err = putTools(ctx, client, o.S3.Bucket, o.Prefix, o.tools, log); err != nil {
+		return sum, err
+	}
+	sum.OK = true
+	return sum, nil
+}
 
-	m := &manifest.Manifest{
+// newManifest describes the prepared image; its files are added as they are uploaded.
+func newManifest(o *Options, p *prepared) *manifest.Manifest {
+	return &manifest.Manifest{
 		SchemaVersion: manifest.SchemaVersion,
 		SchematicID:   o.SchematicID,
 		TalosVersion:  o.TalosVersion,
@@ -367,78 +386,110 @@ func Run(ctx context.Context, o *Options, log *slog.Logger) (*Summary, error) {
 		Tool:          manifest.Tool{Name: ToolName, Version: version.Version},
 		Created:       o.Now().UTC().Truncate(time.Second),
 	}
-	if existing != nil && existing.Raw != p.raw && !o.Force {
-		return sum, &Error{Code: CodeConflict, Err: fmt.Errorf("%s already describes a different raw image (sha256 %s, %d bytes; this input is %s, %d bytes): refusing to replace it without --force",
-			sum.ManifestKey, existing.Raw.SHA256, existing.Raw.Size, p.raw.SHA256, p.raw.Size)}
+}
+
+// checkConflict refuses, without --force, to replace a manifest that describes another raw image.
+func checkConflict(existing *manifest.Manifest, raw manifest.Digest, force bool, key string) error {
+	if existing == nil || existing.Raw == raw || force {
+		return nil
 	}
-	// Re-publishing an identical image must change nothing. A file whose
-	// bytes equal the existing manifest's entry keeps that entry. A file that
-	// differs only because the encoder changed (another xz version) while the
-	// raw image is the same also keeps the existing object, if that object is
-	// intact: replacing it would only make readers of the current manifest
-	// see a digest mismatch until the new manifest lands.
-	for _, s := range p.files {
-		key, _ := layout.ImageKey(s.format)
-		f := manifest.File{Format: s.format, Size: s.size, SHA256: s.sha256, BlockSize: s.blockSize, Encoder: s.encoder}
-		f.Name, _ = manifest.ImageName(o.Arch, s.format)
-		var old manifest.File
-		hasOld := false
-		if existing != nil && existing.Raw == p.raw {
-			old, hasOld = existing.File(s.format)
-		}
-		if hasOld && old.SHA256 != f.SHA256 && !o.Reencode {
-			intact, err := objectMatches(ctx, client, o.S3.Bucket, key, old.Size, old.SHA256)
-			if err != nil {
-				return sum, err
-			}
-			if intact {
-				log.Info("keeping the published encoding of the same raw image", "key", key, "sha256", old.SHA256)
-				m.Files = append(m.Files, old)
-				sum.Objects = append(sum.Objects, Object{Key: key, Format: s.format, Size: old.Size, SHA256: old.SHA256, Action: "skipped"})
-				continue
-			}
-		}
-		if hasOld && old.SHA256 == f.SHA256 && old.Size == f.Size {
-			f = old
-		}
-		action, err := putFile(ctx, client, o.S3.Bucket, key, s, log)
+	return &Error{Code: CodeConflict, Err: fmt.Errorf("%s already describes a different raw image (sha256 %s, %d bytes; this input is %s, %d bytes): refusing to replace it without --force",
+		key, existing.Raw.SHA256, existing.Raw.Size, raw.SHA256, raw.Size)}
+}
+
+// publisher uploads one image's files and manifest next to the manifest already published
+// (existing, nil when none).
+type publisher struct {
+	ctx      context.Context
+	client   *minio.Client
+	o        *Options
+	log      *slog.Logger
+	layout   manifest.Layout
+	existing *manifest.Manifest
+	raw      manifest.Digest
+}
+
+// uploadFiles uploads each staged file (or keeps what is published) and lists it in m and sum.
+func (pub publisher) uploadFiles(files []staged, m *manifest.Manifest, sum *Summary) error {
+	for _, s := range files {
+		f, obj, err := pub.uploadFile(s)
 		if err != nil {
-			return sum, err
+			return err
 		}
 		m.Files = append(m.Files, f)
-		sum.Objects = append(sum.Objects, Object{Key: key, Format: s.format, Size: s.size, SHA256: s.sha256, Action: action})
+		sum.Objects = append(sum.Objects, obj)
 	}
-	if existing != nil && manifest.SameImage(existing, m) {
-		m.Created, m.Tool = existing.Created, existing.Tool
+	return nil
+}
+
+// uploadFile uploads one staged file, unless re-publishing makes it pointless. Re-publishing an
+// identical image must change nothing. A file whose bytes equal the existing manifest's entry
+// keeps that entry. A file that differs only because the encoder changed (another xz version)
+// while the raw image is the same also keeps the existing object, if that object is intact:
+// replacing it would only make readers of the current manifest see a digest mismatch until the
+// new manifest lands.
+func (pub publisher) uploadFile(s staged) (manifest.File, Object, error) {
+	key, _ := pub.layout.ImageKey(s.format)
+	f := manifest.File{Format: s.format, Size: s.size, SHA256: s.sha256, BlockSize: s.blockSize, Encoder: s.encoder}
+	f.Name, _ = manifest.ImageName(pub.o.Arch, s.format)
+	old, hasOld := pub.published(s.format)
+	if hasOld && old.SHA256 != f.SHA256 && !pub.o.Reencode {
+		intact, err := objectMatches(pub.ctx, pub.client, pub.o.S3.Bucket, key, old.Size, old.SHA256)
+		if err != nil {
+			return f, Object{}, err
+		}
+		if intact {
+			pub.log.Info("keeping the published encoding of the same raw image", "key", key, "sha256", old.SHA256)
+			return old, Object{Key: key, Format: s.format, Size: old.Size, SHA256: old.SHA256, Action: "skipped"}, nil
+		}
+	}
+	if hasOld && old.SHA256 == f.SHA256 && old.Size == f.Size {
+		f = old
+	}
+	action, err := putFile(pub.ctx, pub.client, pub.o.S3.Bucket, key, s, pub.log)
+	if err != nil {
+		return f, Object{}, err
+	}
+	return f, Object{Key: key, Format: s.format, Size: s.size, SHA256: s.sha256, Action: action}, nil
+}
+
+// published is the existing manifest's entry for format, when it describes the same raw image.
+func (pub publisher) published(format string) (manifest.File, bool) {
+	if pub.existing == nil || pub.existing.Raw != pub.raw {
+		return manifest.File{}, false
+	}
+	return pub.existing.File(format)
+}
+
+// uploadManifest uploads m, last, so a reader never sees a manifest whose files are incomplete;
+// a manifest that describes the same image as the existing one is left as it is.
+func (pub publisher) uploadManifest(m *manifest.Manifest, existingBytes []byte, sum *Summary) error {
+	same := pub.existing != nil && manifest.SameImage(pub.existing, m)
+	if same {
+		m.Created, m.Tool = pub.existing.Created, pub.existing.Tool
 	}
 	body, err := m.Marshal()
 	if err != nil {
-		return sum, &Error{Code: CodeInternal, Err: err}
+		return &Error{Code: CodeInternal, Err: err}
 	}
-
 	sum.Manifest = m
-	if existing != nil && manifest.SameImage(existing, m) {
+	if same {
 		sum.ManifestAction = "skipped"
 		sum.ManifestSHA256 = digest(existingBytes)
-		log.Info("manifest unchanged", "key", sum.ManifestKey)
-	} else {
-		// Last, so a reader never sees a manifest whose files are incomplete.
-		_, err := client.PutObject(ctx, o.S3.Bucket, sum.ManifestKey, bytes.NewReader(body), int64(len(body)), minio.PutObjectOptions{
-			ContentType:  "application/json",
-			CacheControl: "no-cache",
-		})
-		if err != nil {
-			return sum, s3Error("uploading "+sum.ManifestKey, err)
-		}
-		sum.ManifestAction = "uploaded"
-		sum.ManifestSHA256 = digest(body)
-		log.Info("manifest uploaded", "key", sum.ManifestKey)
+		pub.log.Info("manifest unchanged", "key", sum.ManifestKey)
+		return nil
 	}
-	if sum.Tools, err = putTools(ctx, client, o.S3.Bucket, o.Prefix, o.tools, log); err != nil {
-		return sum, err
+	_, err = pub.client.PutObject(pub.ctx, pub.o.S3.Bucket, sum.ManifestKey, bytes.NewReader(body), int64(len(body)), minio.PutObjectOptions{
+		ContentType:  "application/json",
+		CacheControl: "no-cache",
+	})
+	if err != nil {
+		return s3Error("uploading "+sum.ManifestKey, err)
 	}
-	sum.OK = true
-	return sum, nil
+	sum.ManifestAction = "uploaded"
+	sum.ManifestSHA256 = digest(body)
+	pub.log.Info("manifest uploaded", "key", sum.ManifestKey)
+	return nil
 }
 
 // readManifest returns the manifest at key and its bytes, nil when there is

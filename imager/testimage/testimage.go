@@ -86,41 +86,80 @@ func Bytes(s Spec) ([]byte, error) {
 
 // Write creates the image at path and returns its SHA-256 (hex).
 func Write(path string, s Spec) (string, error) {
-	ss := int64(s.SectorSize)
-	if ss == 0 {
-		ss = 512
+	g, err := planGPT(s)
+	if err != nil {
+		return "", err
 	}
-	sectors := s.Size / ss
-	if sectors < 2048+68 {
-		return "", fmt.Errorf("image of %d bytes is too small for a GPT layout", s.Size)
-	}
+	// One random stream, read in a fixed order (partition GUIDs, data, disk GUID, kernel), so a
+	// seed always gives the same image.
 	rng := rand.New(rand.NewSource(s.Seed))
 	f, err := os.Create(path)
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
-	if err := f.Truncate(sectors * ss); err != nil {
+	if err := f.Truncate(g.sectors * g.ss); err != nil {
 		return "", err
+	}
+	entries, exts := g.partitionEntries(rng)
+	if err := fillPartitions(f, rng, exts, s.DataBytes, g.ss); err != nil {
+		return "", err
+	}
+	var diskGUID [16]byte
+	rng.Read(diskGUID[:])
+	if err := g.writeTables(f, entries, diskGUID); err != nil {
+		return "", err
+	}
+	if s.UKICmdline != "" {
+		if err := writeUKI(path, s, rng, exts[0], g.ss); err != nil {
+			return "", err
+		}
+	}
+	sum, err := fileSHA256(f)
+	if err != nil {
+		return "", err
+	}
+	return sum, f.Sync()
+}
+
+// gptPlan is the geometry of the image: its sector size and count, the first and last usable
+// sectors, and how many sectors each copy of the 128-entry partition array takes.
+type gptPlan struct {
+	ss, sectors, first, last, entriesSectors int64
+}
+
+// extent is a partition's first sector and length in sectors.
+type extent struct{ start, n int64 }
+
+// planGPT works out the geometry from the spec, refusing a disk too small for a GPT layout.
+func planGPT(s Spec) (gptPlan, error) {
+	ss := int64(s.SectorSize)
+	if ss == 0 {
+		ss = 512
+	}
+	sectors := s.Size / ss
+	if sectors < 2048+68 {
+		return gptPlan{}, fmt.Errorf("image of %d bytes is too small for a GPT layout", s.Size)
 	}
 	entriesSectors := (128 * 128) / ss
 	first := int64(2048) // partitions start at 1 MiB (with 512-byte sectors)
 	if ss == 4096 {
 		first = 256
 	}
-	last := sectors - 1 - entriesSectors - 1
-	usable := last - first + 1
+	return gptPlan{ss: ss, sectors: sectors, first: first, last: sectors - 1 - entriesSectors - 1, entriesSectors: entriesSectors}, nil
+}
+
+// partitionEntries lays the partitions of layout out over the usable sectors, each by its
+// share (the last takes the rest), and returns the GPT partition array and their extents.
+func (g gptPlan) partitionEntries(rng *rand.Rand) ([]byte, []extent) {
+	usable := g.last - g.first + 1
 	entries := make([]byte, 128*128)
-	type extent struct{ start, n int64 }
 	var exts []extent
-	cur := first
+	cur := g.first
 	for i, p := range layout {
-		n := int64(float64(usable)*p.share) &^ 7
-		if n < 8 {
-			n = 8
-		}
+		n := max(int64(float64(usable)*p.share)&^7, 8)
 		if i == len(layout)-1 {
-			n = last - cur + 1
+			n = g.last - cur + 1
 		}
 		e := entries[i*128:]
 		tg := guid(p.typeGUID)
@@ -134,75 +173,94 @@ func Write(path string, s Spec) (string, error) {
 		exts = append(exts, extent{cur, n})
 		cur += n
 	}
-	// Fill the start of each partition with data, in proportion to its share.
+	return entries, exts
+}
+
+// fillPartitions fills the start of each partition with random data, in proportion to its share.
+func fillPartitions(f *os.File, rng *rand.Rand, exts []extent, dataBytes, ss int64) error {
 	buf := make([]byte, 4<<20)
 	for i, e := range exts {
-		want := int64(float64(s.DataBytes) * layout[i].share)
-		want = min(want, e.n*ss)
+		want := min(int64(float64(dataBytes)*layout[i].share), e.n*ss)
 		for off := int64(0); off < want; off += int64(len(buf)) {
 			k := min(int64(len(buf)), want-off)
 			rng.Read(buf[:k])
 			if _, err := f.WriteAt(buf[:k], e.start*ss+off); err != nil {
-				return "", err
+				return err
 			}
 		}
 	}
-	// Protective MBR.
-	mbr := make([]byte, ss)
+	return nil
+}
+
+// protectiveMBR is the MBR a GPT disk carries: one 0xEE partition over the whole disk.
+func (g gptPlan) protectiveMBR() []byte {
+	mbr := make([]byte, g.ss)
 	mbr[446+4] = 0xEE
 	binary.LittleEndian.PutUint32(mbr[446+8:], 1)
-	binary.LittleEndian.PutUint32(mbr[446+12:], uint32(min(sectors-1, 0xFFFFFFFF)))
+	binary.LittleEndian.PutUint32(mbr[446+12:], uint32(min(g.sectors-1, 0xFFFFFFFF)))
 	mbr[510], mbr[511] = 0x55, 0xAA
-	var diskGUID [16]byte
-	rng.Read(diskGUID[:])
-	entriesCRC := crc32.ChecksumIEEE(entries)
-	header := func(self, other, entriesLBA int64) []byte {
-		h := make([]byte, ss)
-		copy(h, "EFI PART")
-		binary.LittleEndian.PutUint32(h[8:], 0x00010000)
-		binary.LittleEndian.PutUint32(h[12:], 92)
-		binary.LittleEndian.PutUint64(h[24:], uint64(self))
-		binary.LittleEndian.PutUint64(h[32:], uint64(other))
-		binary.LittleEndian.PutUint64(h[40:], uint64(first))
-		binary.LittleEndian.PutUint64(h[48:], uint64(last))
-		copy(h[56:72], diskGUID[:])
-		binary.LittleEndian.PutUint64(h[72:], uint64(entriesLBA))
-		binary.LittleEndian.PutUint32(h[80:], 128)
-		binary.LittleEndian.PutUint32(h[84:], 128)
-		binary.LittleEndian.PutUint32(h[88:], entriesCRC)
-		binary.LittleEndian.PutUint32(h[16:], crc32.ChecksumIEEE(h[:92]))
-		return h
-	}
+	return mbr
+}
+
+// header is a GPT header at self pointing at its twin at other and at the partition array at
+// entriesLBA, with its CRC.
+func (g gptPlan) header(self, other, entriesLBA int64, diskGUID [16]byte, entriesCRC uint32) []byte {
+	h := make([]byte, g.ss)
+	copy(h, "EFI PART")
+	binary.LittleEndian.PutUint32(h[8:], 0x00010000)
+	binary.LittleEndian.PutUint32(h[12:], 92)
+	binary.LittleEndian.PutUint64(h[24:], uint64(self))
+	binary.LittleEndian.PutUint64(h[32:], uint64(other))
+	binary.LittleEndian.PutUint64(h[40:], uint64(g.first))
+	binary.LittleEndian.PutUint64(h[48:], uint64(g.last))
+	copy(h[56:72], diskGUID[:])
+	binary.LittleEndian.PutUint64(h[72:], uint64(entriesLBA))
+	binary.LittleEndian.PutUint32(h[80:], 128)
+	binary.LittleEndian.PutUint32(h[84:], 128)
+	binary.LittleEndian.PutUint32(h[88:], entriesCRC)
+	binary.LittleEndian.PutUint32(h[16:], crc32.ChecksumIEEE(h[:92]))
+	return h
+}
+
+// writeTables writes the protective MBR, the primary GPT at the start and the backup at the end.
+func (g gptPlan) writeTables(f *os.File, entries []byte, diskGUID [16]byte) error {
+	crc := crc32.ChecksumIEEE(entries)
+	backupEntries := g.sectors - 1 - g.entriesSectors
 	writes := []struct {
 		b   []byte
 		lba int64
 	}{
-		{mbr, 0},
-		{header(1, sectors-1, 2), 1},
+		{g.protectiveMBR(), 0},
+		{g.header(1, g.sectors-1, 2, diskGUID, crc), 1},
 		{entries, 2},
-		{entries, sectors - 1 - entriesSectors},
-		{header(sectors-1, 1, sectors-1-entriesSectors), sectors - 1},
+		{entries, backupEntries},
+		{g.header(g.sectors-1, 1, backupEntries, diskGUID, crc), g.sectors - 1},
 	}
 	for _, w := range writes {
-		if _, err := f.WriteAt(w.b, w.lba*ss); err != nil {
-			return "", err
+		if _, err := f.WriteAt(w.b, w.lba*g.ss); err != nil {
+			return err
 		}
 	}
-	if s.UKICmdline != "" {
-		version := s.TalosVersion
-		if version == "" {
-			version = "v1.12.0"
-		}
-		// The kernel stands in for the data the EFI partition had.
-		linux := s.UKILinux
-		if linux == nil {
-			linux = make([]byte, min(int64(float64(s.DataBytes)*layout[0].share), exts[0].n*ss/2))
-			rng.Read(linux)
-		}
-		if err := FormatEFI(path, exts[0].start*ss, exts[0].n*ss, int(ss), version, UKIWithInitrd(s.UKICmdline, version, linux, s.UKIInitrd)); err != nil {
-			return "", err
-		}
+	return nil
+}
+
+// writeUKI formats the EFI partition (the first extent) with a UKI booting s.UKICmdline.
+func writeUKI(path string, s Spec, rng *rand.Rand, efi extent, ss int64) error {
+	version := s.TalosVersion
+	if version == "" {
+		version = "v1.12.0"
 	}
+	// The kernel stands in for the data the EFI partition had.
+	linux := s.UKILinux
+	if linux == nil {
+		linux = make([]byte, min(int64(float64(s.DataBytes)*layout[0].share), efi.n*ss/2))
+		rng.Read(linux)
+	}
+	return FormatEFI(path, efi.start*ss, efi.n*ss, int(ss), version, UKIWithInitrd(s.UKICmdline, version, linux, s.UKIInitrd))
+}
+
+// fileSHA256 hashes f from its start, as hex.
+func fileSHA256(f *os.File) (string, error) {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return "", err
 	}
@@ -210,5 +268,5 @@ func Write(path string, s Spec) (string, error) {
 	if _, err := io.Copy(h, bufio.NewReaderSize(f, 4<<20)); err != nil {
 		return "", err
 	}
-	return hex.EncodeToString(h.Sum(nil)), f.Sync()
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

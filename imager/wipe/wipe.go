@@ -51,66 +51,19 @@ func Disk(ctx context.Context, path string, size int64, sectorSize int) (Result,
 	if sectorSize <= 0 {
 		sectorSize = 512
 	}
-	st, err := os.Stat(path)
+	f, blockDev, err := openTarget(path)
 	if err != nil {
-		return Result{}, fmt.Errorf("%w: %v", ErrWrite, err)
-	}
-	blockDev := st.Mode()&os.ModeDevice != 0 && st.Mode()&os.ModeCharDevice == 0
-	flags := os.O_RDWR
-	if blockDev {
-		flags |= unix.O_EXCL
-	}
-	f, err := os.OpenFile(path, flags, 0)
-	if err != nil {
-		if errors.Is(err, unix.EBUSY) {
-			return Result{}, fmt.Errorf("%w: %s: the kernel holds it (mounted, swap, RAID or LVM member)", ErrBusy, path)
-		}
-		return Result{}, fmt.Errorf("%w: opening %s: %v", ErrWrite, path, err)
+		return Result{}, err
 	}
 	defer f.Close()
-	if blockDev {
-		n, err := unix.IoctlGetInt(int(f.Fd()), unix.BLKGETSIZE64)
-		if err != nil {
-			return Result{}, fmt.Errorf("%w: size of %s: %v", ErrWrite, path, err)
-		}
-		size = int64(n)
-	} else if size <= 0 || size > st.Size() {
-		size = st.Size()
+	if size, err = targetSize(f, path, blockDev, size); err != nil {
+		return Result{}, err
 	}
 	var res Result
-	ranges := [][2]int64{{0, Span}, {size - Span, size}}
-	// The old table as diskprobe reads it: GPT (its backup when the primary
-	// is damaged) or MBR.
-	if old, err := diskprobe.ProbeAt(f, size, sectorSize); err == nil {
-		for _, p := range old.Partitions {
-			if p.Size <= 0 {
-				continue
-			}
-			res.OldPartitions++
-			end := p.Start + p.Size
-			ranges = append(ranges, [2]int64{p.Start, p.Start + Span}, [2]int64{end - Span, end})
-		}
-		// A GPT written for a smaller disk (an image) has its backup
-		// where that disk ended, not at the end of this one.
-		if old.BackupGPT > 0 {
-			ranges = append(ranges, [2]int64{old.BackupGPT, old.BackupGPT + Span})
-		}
-	}
-	ranges = MergeRanges(ranges, size, int64(sectorSize))
-	zeros := make([]byte, Span)
-	for _, r := range ranges {
-		for off := r[0]; off < r[1]; {
-			if err := ctx.Err(); err != nil {
-				return res, err
-			}
-			n := min(int64(len(zeros)), r[1]-off)
-			if _, err := f.WriteAt(zeros[:n], off); err != nil {
-				return res, fmt.Errorf("%w: writing %s at %d: %v", ErrWrite, path, off, err)
-			}
-			off += n
-			res.Bytes += n
-		}
-		res.Ranges++
+	ranges, old := wipeRanges(f, size, sectorSize)
+	res.OldPartitions = old
+	if err := zeroRanges(ctx, f, path, ranges, &res); err != nil {
+		return res, err
 	}
 	if err := f.Sync(); err != nil {
 		return res, fmt.Errorf("%w: syncing %s: %v", ErrWrite, path, err)
@@ -121,6 +74,93 @@ func Disk(ctx context.Context, path string, size int64, sectorSize int) (Result,
 		_ = diskwrite.RereadPartitions(int(f.Fd()))
 	}
 	return res, nil
+}
+
+// openTarget opens path for writing, exclusively when it is a block device so a disk the kernel
+// holds (mounted, swap, RAID or LVM member) is refused with ErrBusy instead of overwritten.
+func openTarget(path string) (*os.File, bool, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %v", ErrWrite, err)
+	}
+	blockDev := st.Mode()&os.ModeDevice != 0 && st.Mode()&os.ModeCharDevice == 0
+	flags := os.O_RDWR
+	if blockDev {
+		flags |= unix.O_EXCL
+	}
+	f, err := os.OpenFile(path, flags, 0)
+	if err != nil {
+		if errors.Is(err, unix.EBUSY) {
+			return nil, false, fmt.Errorf("%w: %s: the kernel holds it (mounted, swap, RAID or LVM member)", ErrBusy, path)
+		}
+		return nil, false, fmt.Errorf("%w: opening %s: %v", ErrWrite, path, err)
+	}
+	return f, blockDev, nil
+}
+
+// targetSize is a block device's size as the kernel reports it; for a file, the size asked
+// for, clipped to the file's length (or the whole file when none was asked for).
+func targetSize(f *os.File, path string, blockDev bool, size int64) (int64, error) {
+	if blockDev {
+		n, err := unix.IoctlGetInt(int(f.Fd()), unix.BLKGETSIZE64)
+		if err != nil {
+			return 0, fmt.Errorf("%w: size of %s: %v", ErrWrite, path, err)
+		}
+		return int64(n), nil
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrWrite, err)
+	}
+	if size <= 0 || size > st.Size() {
+		size = st.Size()
+	}
+	return size, nil
+}
+
+// wipeRanges plans what to zero: both ends of the disk, plus both ends of each partition and
+// the backup GPT of the old table as diskprobe reads it (GPT, its backup when the primary is
+// damaged, or MBR). It returns the merged ranges and how many old partitions it found.
+func wipeRanges(f *os.File, size int64, sectorSize int) ([][2]int64, int) {
+	ranges := [][2]int64{{0, Span}, {size - Span, size}}
+	oldParts := 0
+	if old, err := diskprobe.ProbeAt(f, size, sectorSize); err == nil {
+		for _, p := range old.Partitions {
+			if p.Size <= 0 {
+				continue
+			}
+			oldParts++
+			end := p.Start + p.Size
+			ranges = append(ranges, [2]int64{p.Start, p.Start + Span}, [2]int64{end - Span, end})
+		}
+		// A GPT written for a smaller disk (an image) has its backup
+		// where that disk ended, not at the end of this one.
+		if old.BackupGPT > 0 {
+			ranges = append(ranges, [2]int64{old.BackupGPT, old.BackupGPT + Span})
+		}
+	}
+	return MergeRanges(ranges, size, int64(sectorSize)), oldParts
+}
+
+// zeroRanges writes zeros over each range, Span bytes at a time, counting into res and
+// stopping when ctx ends.
+func zeroRanges(ctx context.Context, f *os.File, path string, ranges [][2]int64, res *Result) error {
+	zeros := make([]byte, Span)
+	for _, r := range ranges {
+		for off := r[0]; off < r[1]; {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			n := min(int64(len(zeros)), r[1]-off)
+			if _, err := f.WriteAt(zeros[:n], off); err != nil {
+				return fmt.Errorf("%w: writing %s at %d: %v", ErrWrite, path, off, err)
+			}
+			off += n
+			res.Bytes += n
+		}
+		res.Ranges++
+	}
+	return nil
 }
 
 // MergeRanges clips byte ranges to [0, size), aligns them to sectors and
