@@ -130,36 +130,7 @@ type Catalog struct {
 
 // New builds a Catalog that answers from the snapshot until the first successful Refresh.
 func New(opts Options) *Catalog {
-	if opts.Clock == nil {
-		opts.Clock = clock.RealClock{}
-	}
-	if opts.RefreshInterval <= 0 {
-		opts.RefreshInterval = DefaultRefreshInterval
-	}
-	if opts.RefreshJitter <= 0 || opts.RefreshJitter >= 1 {
-		opts.RefreshJitter = DefaultRefreshJitter
-	}
-	if opts.RefreshTimeout <= 0 {
-		opts.RefreshTimeout = DefaultRefreshTimeout
-	}
-	if opts.OutOfStockTTL <= 0 {
-		opts.OutOfStockTTL = DefaultOutOfStockTTL
-	}
-	if opts.QuotaTTL <= 0 {
-		opts.QuotaTTL = DefaultQuotaTTL
-	}
-	if opts.InstallFailedTTL <= 0 {
-		opts.InstallFailedTTL = DefaultInstallFailedTTL
-	}
-	if opts.Logger.GetSink() == nil {
-		opts.Logger = logr.Discard()
-	}
-	if opts.Registerer == nil {
-		opts.Registerer = prometheus.NewRegistry()
-	}
-	if len(opts.Zones) == 0 {
-		opts.Zones = slices.Clone(snapshot.Zones)
-	}
+	opts = opts.withDefaults()
 	c := &Catalog{
 		opts:        opts,
 		api:         opts.API,
@@ -183,7 +154,58 @@ func New(opts Options) *Catalog {
 			panic(fmt.Sprintf("embedded offer snapshot: %v", err))
 		}
 	}
+	c.seed(snap)
+	return c
+}
+
+// withDefaults fills the options left unset: a real clock, a discarding
+// logger, a private registry, the snapshot's zones and the default
+// durations.
+func (opts Options) withDefaults() Options {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Logger.GetSink() == nil {
+		opts.Logger = logr.Discard()
+	}
+	if opts.Registerer == nil {
+		opts.Registerer = prometheus.NewRegistry()
+	}
+	if len(opts.Zones) == 0 {
+		opts.Zones = slices.Clone(snapshot.Zones)
+	}
+	return opts.withDefaultDurations()
+}
+
+// withDefaultDurations replaces unset or out-of-range refresh settings and
+// TTLs by their defaults.
+func (opts Options) withDefaultDurations() Options {
+	if opts.RefreshInterval <= 0 {
+		opts.RefreshInterval = DefaultRefreshInterval
+	}
+	if opts.RefreshJitter <= 0 || opts.RefreshJitter >= 1 {
+		opts.RefreshJitter = DefaultRefreshJitter
+	}
+	if opts.RefreshTimeout <= 0 {
+		opts.RefreshTimeout = DefaultRefreshTimeout
+	}
+	if opts.OutOfStockTTL <= 0 {
+		opts.OutOfStockTTL = DefaultOutOfStockTTL
+	}
+	if opts.QuotaTTL <= 0 {
+		opts.QuotaTTL = DefaultQuotaTTL
+	}
+	if opts.InstallFailedTTL <= 0 {
+		opts.InstallFailedTTL = DefaultInstallFailedTTL
+	}
+	return opts
+}
+
+// seed loads the snapshot's offers as every zone's state and starts the
+// unavailability series at zero.
+func (c *Catalog) seed(snap *snapshot.Snapshot) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	for zone, zo := range snap.Zones {
 		origin := snap.Metadata.Zones[zone].Origin
 		c.zones[zone] = newZoneState(origin, zo.Hourly, zo.Monthly)
@@ -195,8 +217,6 @@ func New(opts Options) *Catalog {
 		c.metrics.marks.WithLabelValues(string(r))
 		c.metrics.expiries.WithLabelValues(string(r))
 	}
-	c.mu.Unlock()
-	return c
 }
 
 func (c *Catalog) loadSnapshot() (*snapshot.Snapshot, error) {

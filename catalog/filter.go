@@ -83,52 +83,20 @@ type normalized struct {
 }
 
 func (f Filter) normalize() (*normalized, error) {
-	n := &normalized{commitment: f.CommitmentMonths, maxPods: DefaultMaxPods}
-	for _, z := range f.Zones {
-		if !zonePattern.MatchString(z) {
-			return nil, fmt.Errorf("filter: field zones: %q is not a zone name (like fr-par-2)", z)
-		}
-		n.zones = append(n.zones, z)
-	}
-	slices.Sort(n.zones)
-	n.zones = slices.Compact(n.zones)
-	for _, b := range f.BillingPeriods {
-		if !b.Valid() {
-			return nil, fmt.Errorf("filter: field billingPeriods: %q is not hourly or monthly", b)
-		}
-		if !slices.Contains(n.billing, b) {
-			n.billing = append(n.billing, b)
-		}
-	}
-	if len(n.billing) == 0 {
-		n.billing = []BillingPeriod{BillingHourly}
-	}
-	slices.Sort(n.billing)
-	switch {
-	case n.commitment == 0:
-		n.commitment = 1
-	case n.commitment < 0 || n.commitment > MaxCommitmentMonths:
-		return nil, fmt.Errorf("filter: field commitmentMonths: %d is outside 1..%d", f.CommitmentMonths, MaxCommitmentMonths)
-	}
-	if f.Kubelet.MaxPods != nil {
-		if *f.Kubelet.MaxPods <= 0 {
-			return nil, fmt.Errorf("filter: field kubelet.maxPods: %d must be positive", *f.Kubelet.MaxPods)
-		}
-		n.maxPods = int64(*f.Kubelet.MaxPods)
-	}
+	n := &normalized{maxPods: DefaultMaxPods}
 	var err error
-	if n.kubeRes, err = parseReserved("kubelet.kubeReserved", f.Kubelet.KubeReserved); err != nil {
+	if n.zones, err = normalizeZones(f.Zones); err != nil {
 		return nil, err
 	}
-	if n.sysRes, err = parseReserved("kubelet.systemReserved", f.Kubelet.SystemReserved); err != nil {
+	if n.billing, err = normalizeBilling(f.BillingPeriods); err != nil {
 		return nil, err
 	}
-	for signal, v := range f.Kubelet.EvictionHard {
-		if _, _, err := parseThreshold(v); err != nil {
-			return nil, fmt.Errorf("filter: field kubelet.evictionHard[%s]: %w", signal, err)
-		}
+	if n.commitment, err = normalizeCommitment(f.CommitmentMonths); err != nil {
+		return nil, err
 	}
-	n.evictHard = f.Kubelet.EvictionHard
+	if err := n.readKubelet(f.Kubelet); err != nil {
+		return nil, err
+	}
 	if len(f.Requirements) > 0 {
 		n.reqs = f.Requirements
 	}
@@ -137,6 +105,74 @@ func (f Filter) normalize() (*normalized, error) {
 	}
 	n.key = n.cacheKey()
 	return n, nil
+}
+
+// normalizeZones checks the zone names and returns them sorted, each once.
+func normalizeZones(zones []string) ([]string, error) {
+	var out []string
+	for _, z := range zones {
+		if !zonePattern.MatchString(z) {
+			return nil, fmt.Errorf("filter: field zones: %q is not a zone name (like fr-par-2)", z)
+		}
+		out = append(out, z)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// normalizeBilling checks the billing periods and returns them sorted, each
+// once; none means hourly only.
+func normalizeBilling(periods []BillingPeriod) ([]BillingPeriod, error) {
+	var out []BillingPeriod
+	for _, b := range periods {
+		if !b.Valid() {
+			return nil, fmt.Errorf("filter: field billingPeriods: %q is not hourly or monthly", b)
+		}
+		if !slices.Contains(out, b) {
+			out = append(out, b)
+		}
+	}
+	if len(out) == 0 {
+		out = []BillingPeriod{BillingHourly}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// normalizeCommitment checks the commitment in months; 0 means one.
+func normalizeCommitment(months int) (int, error) {
+	switch {
+	case months == 0:
+		return 1, nil
+	case months < 0 || months > MaxCommitmentMonths:
+		return 0, fmt.Errorf("filter: field commitmentMonths: %d is outside 1..%d", months, MaxCommitmentMonths)
+	}
+	return months, nil
+}
+
+// readKubelet checks and reads the kubelet settings that size a node:
+// maxPods, the reservations and the hard eviction thresholds.
+func (n *normalized) readKubelet(k KubeletSettings) error {
+	if k.MaxPods != nil {
+		if *k.MaxPods <= 0 {
+			return fmt.Errorf("filter: field kubelet.maxPods: %d must be positive", *k.MaxPods)
+		}
+		n.maxPods = int64(*k.MaxPods)
+	}
+	var err error
+	if n.kubeRes, err = parseReserved("kubelet.kubeReserved", k.KubeReserved); err != nil {
+		return err
+	}
+	if n.sysRes, err = parseReserved("kubelet.systemReserved", k.SystemReserved); err != nil {
+		return err
+	}
+	for signal, v := range k.EvictionHard {
+		if _, _, err := parseThreshold(v); err != nil {
+			return fmt.Errorf("filter: field kubelet.evictionHard[%s]: %w", signal, err)
+		}
+	}
+	n.evictHard = k.EvictionHard
+	return nil
 }
 
 func parseReserved(field string, m map[string]string) (corev1.ResourceList, error) {

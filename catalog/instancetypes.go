@@ -69,64 +69,96 @@ func (c *Catalog) buildLocked(n *normalized) []*cloudprovider.InstanceType {
 	}
 	its := make([]*cloudprovider.InstanceType, 0, len(c.names))
 	for _, name := range c.names {
-		var offerings cloudprovider.Offerings
-		var itZones, itRegions []string
-		var itPeriods []string
-		for _, zone := range zones {
-			zs := c.zones[zone]
-			if zs == nil {
-				continue
-			}
-			for _, billing := range n.billing {
-				o := zs.offers[billing][name]
-				if o == nil {
-					continue
-				}
-				price, ok := hourlyPrice(o, billing, n.commitment)
-				if !ok {
-					continue
-				}
-				region := regionOf(zone)
-				_, marked := c.unavailable[offerKey{zone: zone, name: name, billing: billing}]
-				offerings = append(offerings, &cloudprovider.Offering{
-					Requirements: scheduling.NewRequirements(
-						scheduling.NewRequirement(corev1.LabelTopologyZone, corev1.NodeSelectorOpIn, zone),
-						scheduling.NewRequirement(corev1.LabelTopologyRegion, corev1.NodeSelectorOpIn, region),
-						scheduling.NewRequirement(karpv1.CapacityTypeLabelKey, corev1.NodeSelectorOpIn, karpv1.CapacityTypeOnDemand),
-						scheduling.NewRequirement(LabelBillingPeriod, corev1.NodeSelectorOpIn, string(billing)),
-						// Only reserved offerings (spares, package reservation) name a reservation.
-						scheduling.NewRequirement(LabelReservationID, corev1.NodeSelectorOpDoesNotExist),
-					),
-					Price: price,
-					// Derived offers have invented stock: visible for planning, never orderable
-					// until the API has answered for their zone.
-					Available: o.Enable && o.Stock != baremetal.OfferStockEmpty && !marked && zs.origin != snapshot.OriginDerived &&
-						(zs.origin == snapshot.OriginLive || !snapshot.IsDerived(o)),
-				})
-				itZones = appendUnique(itZones, zone)
-				itRegions = appendUnique(itRegions, region)
-				itPeriods = appendUnique(itPeriods, string(billing))
-			}
+		if it := c.instanceTypeLocked(n, zones, name); it != nil {
+			its = append(its, it)
 		}
-		if len(offerings) == 0 {
-			continue
-		}
-		sp := c.specs[name]
-		m := sp.machine(n.localDisks)
-		reqs := requirements(sp, m, itZones, itRegions, itPeriods)
-		if n.reqs != nil && reqs.Intersects(n.reqs) != nil {
-			continue
-		}
-		capacity := sp.capacity(n.maxPods, m, c.observedLocked(name, n.localDisks))
-		its = append(its, &cloudprovider.InstanceType{
-			Name:         name,
-			Requirements: reqs,
-			Offerings:    offerings,
-			Capacity:     capacity,
-			Overhead:     overhead(capacity, n),
-		})
 	}
 	return its
+}
+
+// offeringSet is an instance type's offerings and the zones, regions and
+// billing periods they span, in the order first seen.
+type offeringSet struct {
+	offerings              cloudprovider.Offerings
+	zones, regions, period []string
+}
+
+// instanceTypeLocked is offer name as an instance type under the filter n,
+// or nil when it has no offering in zones or the filter's requirements
+// exclude it.
+func (c *Catalog) instanceTypeLocked(n *normalized, zones []string, name string) *cloudprovider.InstanceType {
+	set := c.offeringsLocked(n, zones, name)
+	if len(set.offerings) == 0 {
+		return nil
+	}
+	sp := c.specs[name]
+	m := sp.machine(n.localDisks)
+	reqs := requirements(sp, m, set.zones, set.regions, set.period)
+	if n.reqs != nil && reqs.Intersects(n.reqs) != nil {
+		return nil
+	}
+	capacity := sp.capacity(n.maxPods, m, c.observedLocked(name, n.localDisks))
+	return &cloudprovider.InstanceType{
+		Name:         name,
+		Requirements: reqs,
+		Offerings:    set.offerings,
+		Capacity:     capacity,
+		Overhead:     overhead(capacity, n),
+	}
+}
+
+// offeringsLocked lists offer name's offerings in zones for the filter's
+// billing periods: one per zone and period the offer is sold in with a price.
+func (c *Catalog) offeringsLocked(n *normalized, zones []string, name string) offeringSet {
+	var set offeringSet
+	for _, zone := range zones {
+		zs := c.zones[zone]
+		if zs == nil {
+			continue
+		}
+		for _, billing := range n.billing {
+			o := zs.offers[billing][name]
+			if o == nil {
+				continue
+			}
+			price, ok := hourlyPrice(o, billing, n.commitment)
+			if !ok {
+				continue
+			}
+			region := regionOf(zone)
+			_, marked := c.unavailable[offerKey{zone: zone, name: name, billing: billing}]
+			set.offerings = append(set.offerings, onDemandOffering(zone, region, billing, price, offerAvailable(o, zs.origin, marked)))
+			set.zones = appendUnique(set.zones, zone)
+			set.regions = appendUnique(set.regions, region)
+			set.period = appendUnique(set.period, string(billing))
+		}
+	}
+	return set
+}
+
+// onDemandOffering is an on-demand offering in zone paid by billing.
+func onDemandOffering(zone, region string, billing BillingPeriod, price float64, available bool) *cloudprovider.Offering {
+	return &cloudprovider.Offering{
+		Requirements: scheduling.NewRequirements(
+			scheduling.NewRequirement(corev1.LabelTopologyZone, corev1.NodeSelectorOpIn, zone),
+			scheduling.NewRequirement(corev1.LabelTopologyRegion, corev1.NodeSelectorOpIn, region),
+			scheduling.NewRequirement(karpv1.CapacityTypeLabelKey, corev1.NodeSelectorOpIn, karpv1.CapacityTypeOnDemand),
+			scheduling.NewRequirement(LabelBillingPeriod, corev1.NodeSelectorOpIn, string(billing)),
+			// Only reserved offerings (spares, package reservation) name a reservation.
+			scheduling.NewRequirement(LabelReservationID, corev1.NodeSelectorOpDoesNotExist),
+		),
+		Price:     price,
+		Available: available,
+	}
+}
+
+// offerAvailable reports whether offer o of a zone whose data came from
+// origin may be ordered: enabled, in stock, not set aside (marked). Derived
+// offers have invented stock: visible for planning, never orderable until
+// the API has answered for their zone.
+func offerAvailable(o *baremetal.Offer, origin string, marked bool) bool {
+	return o.Enable && o.Stock != baremetal.OfferStockEmpty && !marked && origin != snapshot.OriginDerived &&
+		(origin == snapshot.OriginLive || !snapshot.IsDerived(o))
 }
 
 func requirements(sp *spec, m localdisks.Machine, zones, regions, periods []string) scheduling.Requirements {

@@ -38,54 +38,10 @@ const (
 
 func newSpec(o *baremetal.Offer) *spec {
 	s := &spec{name: o.Name, labels: map[string]string{}}
-	var cores, threads uint32
-	cpuName := ""
-	for _, c := range o.CPUs {
-		if c == nil {
-			continue
-		}
-		cores += c.CoreCount
-		threads += c.ThreadCount
-		if cpuName == "" {
-			cpuName = c.Name
-		}
-	}
 	s.arch = OfferArch(o)
-	s.cpu = *resource.NewQuantity(int64(threads), resource.DecimalSI)
-	s.labels[LabelCPUVendor] = vendorOf(cpuName)
-	s.labels[LabelCPUModel] = labelValue(cpuName)
-	s.labels[LabelCPUCores] = strconv.FormatUint(uint64(cores), 10)
-	s.labels[LabelCPUThreads] = strconv.FormatUint(uint64(threads), 10)
-
-	var mem uint64
-	for _, m := range o.Memories {
-		if m != nil {
-			mem += uint64(m.Capacity)
-		}
-	}
-	s.labels[LabelMemoryGiB] = strconv.FormatUint(uint64(math.Round(float64(mem)/1e9)), 10)
-	est := int64(float64(mem)*(1-memoryReserveFraction)) - memoryReserveFixed
-	s.memory = *resource.NewQuantity(max(est, 0)/(1<<20)*(1<<20), resource.BinarySI)
-
-	var total uint64
-	var smallest *baremetal.Disk
-	for _, d := range o.Disks {
-		if d == nil {
-			continue
-		}
-		total += uint64(d.Capacity)
-		s.disks = append(s.disks, localdisks.Disk{SizeBytes: int64(d.Capacity), Rotational: diskType(d.Type) == "hdd"})
-		if smallest == nil || d.Capacity < smallest.Capacity {
-			smallest = d
-		}
-	}
-	s.labels[LabelDiskCount] = strconv.Itoa(len(o.Disks))
-	s.labels[LabelDiskSizeGB] = strconv.FormatUint(uint64(math.Round(float64(total)/1e9)), 10)
-	if smallest != nil {
-		// Whichever disk em-imager picks, it is at least as big as the smallest one.
-		s.labels[LabelDiskType] = diskType(smallest.Type)
-	}
-
+	s.readCPUs(o.CPUs)
+	s.readMemory(o.Memories)
+	s.readDisks(o.Disks)
 	if n := len(o.Gpus); n > 0 && o.Gpus[0] != nil {
 		s.gpus = int64(n)
 		s.labels[LabelGPUCount] = strconv.Itoa(n)
@@ -102,6 +58,65 @@ func newSpec(o *baremetal.Offer) *spec {
 		}
 	}
 	return s
+}
+
+// readCPUs sets the CPU capacity (threads) and labels; the model is the
+// first CPU's.
+func (s *spec) readCPUs(cpus []*baremetal.CPU) {
+	var cores, threads uint32
+	cpuName := ""
+	for _, c := range cpus {
+		if c == nil {
+			continue
+		}
+		cores += c.CoreCount
+		threads += c.ThreadCount
+		if cpuName == "" {
+			cpuName = c.Name
+		}
+	}
+	s.cpu = *resource.NewQuantity(int64(threads), resource.DecimalSI)
+	s.labels[LabelCPUVendor] = vendorOf(cpuName)
+	s.labels[LabelCPUModel] = labelValue(cpuName)
+	s.labels[LabelCPUCores] = strconv.FormatUint(uint64(cores), 10)
+	s.labels[LabelCPUThreads] = strconv.FormatUint(uint64(threads), 10)
+}
+
+// readMemory sets the memory label and the allocatable estimate (the total
+// less the system's reserve, in whole MiB).
+func (s *spec) readMemory(memories []*baremetal.Memory) {
+	var mem uint64
+	for _, m := range memories {
+		if m != nil {
+			mem += uint64(m.Capacity)
+		}
+	}
+	s.labels[LabelMemoryGiB] = strconv.FormatUint(uint64(math.Round(float64(mem)/1e9)), 10)
+	est := int64(float64(mem)*(1-memoryReserveFraction)) - memoryReserveFixed
+	s.memory = *resource.NewQuantity(max(est, 0)/(1<<20)*(1<<20), resource.BinarySI)
+}
+
+// readDisks sets the disk list and labels; the disk type is the smallest
+// disk's.
+func (s *spec) readDisks(disks []*baremetal.Disk) {
+	var total uint64
+	var smallest *baremetal.Disk
+	for _, d := range disks {
+		if d == nil {
+			continue
+		}
+		total += uint64(d.Capacity)
+		s.disks = append(s.disks, localdisks.Disk{SizeBytes: int64(d.Capacity), Rotational: diskType(d.Type) == "hdd"})
+		if smallest == nil || d.Capacity < smallest.Capacity {
+			smallest = d
+		}
+	}
+	s.labels[LabelDiskCount] = strconv.Itoa(len(disks))
+	s.labels[LabelDiskSizeGB] = strconv.FormatUint(uint64(math.Round(float64(total)/1e9)), 10)
+	if smallest != nil {
+		// Whichever disk em-imager picks, it is at least as big as the smallest one.
+		s.labels[LabelDiskType] = diskType(smallest.Type)
+	}
 }
 
 // machine lays the offer's disks out under a local-disk policy, the system

@@ -242,57 +242,9 @@ func validBootstrapToken(tok string) bool { return bootstrapTokenRE.MatchString(
 //     secrets.yaml supplies the Talos-side secrets;
 //   - secrets.yaml (+ endpoint, cluster-name): a Talos secrets bundle.
 func ParseJoinSecret(name string, data map[string][]byte) (*JoinMaterial, error) {
-	get := func(key string) (string, bool) {
-		v, ok := data[key]
-
-		return strings.TrimSpace(string(v)), ok && len(bytes.TrimSpace(v)) > 0
-	}
-
-	_, hasWorker := get(KeyWorkerConfig)
-	capiFormat, hasCAPIFormat := get(KeyCAPIFormat)
-	_, hasCAPIValue := get(KeyCAPIValue)
-	hasCAPI := hasCAPIValue && hasCAPIFormat && capiFormat == "talosconfig"
-	_, hasBundle := get(KeySecretsBundle)
-	_, hasCA := get(KeyKubernetesCA)
-
 	j := &JoinMaterial{secretName: name}
 
-	var err error
-
-	switch {
-	case hasWorker || hasCAPI:
-		if hasBundle || hasCA {
-			return nil, joinErr(name, "", "ambiguous join material: %s cannot be combined with %s or %s", KeyWorkerConfig, KeySecretsBundle, KeyKubernetesCA)
-		}
-
-		key := KeyWorkerConfig
-		if !hasWorker {
-			key = KeyCAPIValue
-		}
-
-		err = j.parseWorkerConfig(key, data[key])
-	case hasCA:
-		err = j.parseKubernetes(data, hasBundle)
-	case hasBundle:
-		err = j.parseBundleForm(data)
-	default:
-		if hasCAPIValue && capiFormat != "talosconfig" {
-			return nil, joinErr(name, KeyCAPIFormat, "bootstrap data format is not talosconfig")
-		}
-
-		if _, ok := get(KeyToken); ok {
-			return nil, missingKey(name, KeyKubernetesCA)
-		}
-
-		if _, ok := get(KeyEndpoint); ok {
-			return nil, missingKey(name, KeyKubernetesCA)
-		}
-
-		return nil, joinErr(name, "", "no join material: need %s, %s (+ %s, %s) or %s + %s + %s",
-			KeyWorkerConfig, KeySecretsBundle, KeyEndpoint, KeyClusterName, KeyKubernetesCA, KeyToken, KeyEndpoint)
-	}
-
-	if err != nil {
+	if err := j.parseForm(readJoinKeys(data), data); err != nil {
 		return nil, err
 	}
 
@@ -303,6 +255,65 @@ func ParseJoinSecret(name string, data map[string][]byte) (*JoinMaterial, error)
 	j.fingerprint = j.computeFingerprint()
 
 	return j, nil
+}
+
+// joinKeys records which join keys a secret sets to something other than
+// whitespace; the form is chosen from these alone.
+type joinKeys struct {
+	worker, capiValue, capiTalos, bundle, ca, token, endpoint bool
+}
+
+func readJoinKeys(data map[string][]byte) joinKeys {
+	has := func(key string) bool { return len(bytes.TrimSpace(data[key])) > 0 }
+
+	return joinKeys{
+		worker:    has(KeyWorkerConfig),
+		capiValue: has(KeyCAPIValue),
+		capiTalos: strings.TrimSpace(string(data[KeyCAPIFormat])) == "talosconfig",
+		bundle:    has(KeySecretsBundle),
+		ca:        has(KeyKubernetesCA),
+		token:     has(KeyToken),
+		endpoint:  has(KeyEndpoint),
+	}
+}
+
+// parseForm parses the one form the keys name: a worker config (directly or as
+// CAPI bootstrap data), Kubernetes material, or a bare secrets bundle.
+func (j *JoinMaterial) parseForm(k joinKeys, data map[string][]byte) error {
+	switch {
+	case k.worker || (k.capiValue && k.capiTalos):
+		if k.bundle || k.ca {
+			return joinErr(j.secretName, "", "ambiguous join material: %s cannot be combined with %s or %s", KeyWorkerConfig, KeySecretsBundle, KeyKubernetesCA)
+		}
+
+		key := KeyWorkerConfig
+		if !k.worker {
+			key = KeyCAPIValue
+		}
+
+		return j.parseWorkerConfig(key, data[key])
+	case k.ca:
+		return j.parseKubernetes(data, k.bundle)
+	case k.bundle:
+		return j.parseBundleForm(data)
+	default:
+		return noJoinMaterial(j.secretName, k)
+	}
+}
+
+// noJoinMaterial names what is missing when no form matched, pointing at the
+// CA when the secret looks like a half-written Kubernetes form.
+func noJoinMaterial(name string, k joinKeys) error {
+	if k.capiValue && !k.capiTalos {
+		return joinErr(name, KeyCAPIFormat, "bootstrap data format is not talosconfig")
+	}
+
+	if k.token || k.endpoint {
+		return missingKey(name, KeyKubernetesCA)
+	}
+
+	return joinErr(name, "", "no join material: need %s, %s (+ %s, %s) or %s + %s + %s",
+		KeyWorkerConfig, KeySecretsBundle, KeyEndpoint, KeyClusterName, KeyKubernetesCA, KeyToken, KeyEndpoint)
 }
 
 func (j *JoinMaterial) parseWorkerConfig(key string, raw []byte) error {
@@ -389,25 +400,9 @@ func (j *JoinMaterial) parseKubernetes(data map[string][]byte, hasBundle bool) e
 		return joinErr(j.secretName, KeyToken, "not a bootstrap token of the form [a-z0-9]{6}.[a-z0-9]{16}")
 	}
 
-	var talosSide *secrets.Bundle
-
-	if hasBundle {
-		b, err := loadBundle(j.secretName, data[KeySecretsBundle])
-		if err != nil {
-			return err
-		}
-
-		if b.Certs == nil || b.Certs.OS == nil || len(b.Certs.OS.Crt) == 0 || b.TrustdInfo == nil || b.TrustdInfo.Token == "" || b.Cluster == nil || b.Cluster.ID == "" || b.Cluster.Secret == "" {
-			return joinErr(j.secretName, KeySecretsBundle, "needs certs.os, trustdinfo.token and cluster id/secret")
-		}
-
-		talosSide = b
-		j.talosSideProvided = true
-	} else {
-		talosSide, err = throwawayTalosSecrets()
-		if err != nil {
-			return joinErr(j.secretName, "", "generating Talos-side secrets: %s", err)
-		}
+	talosSide, err := j.talosSide(data, hasBundle)
+	if err != nil {
+		return err
 	}
 
 	j.form = FormKubernetes
@@ -416,6 +411,42 @@ func (j *JoinMaterial) parseKubernetes(data map[string][]byte, hasBundle bool) e
 	j.clusterName = strings.TrimSpace(string(data[KeyClusterName]))
 
 	return nil
+}
+
+// talosSide is the Talos-side half of a Kubernetes-form join: the secret's own
+// bundle when it carries one, else throwaway secrets (the node then trusts
+// nothing Talos-side beyond itself).
+func (j *JoinMaterial) talosSide(data map[string][]byte, hasBundle bool) (*secrets.Bundle, error) {
+	if !hasBundle {
+		b, err := throwawayTalosSecrets()
+		if err != nil {
+			return nil, joinErr(j.secretName, "", "generating Talos-side secrets: %s", err)
+		}
+
+		return b, nil
+	}
+
+	b, err := loadBundle(j.secretName, data[KeySecretsBundle])
+	if err != nil {
+		return nil, err
+	}
+
+	if !completeTalosSide(b) {
+		return nil, joinErr(j.secretName, KeySecretsBundle, "needs certs.os, trustdinfo.token and cluster id/secret")
+	}
+
+	j.talosSideProvided = true
+
+	return b, nil
+}
+
+// completeTalosSide reports whether a bundle has every Talos-side secret a
+// worker config needs: the OS CA certificate, the trustd token and the cluster
+// id and secret.
+func completeTalosSide(b *secrets.Bundle) bool {
+	return b.Certs != nil && b.Certs.OS != nil && len(b.Certs.OS.Crt) > 0 &&
+		b.TrustdInfo != nil && b.TrustdInfo.Token != "" &&
+		b.Cluster != nil && b.Cluster.ID != "" && b.Cluster.Secret != ""
 }
 
 // workerBundle copies the parts of a bundle that a worker config uses, with

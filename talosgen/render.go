@@ -793,46 +793,83 @@ func ReadFacts(cfg coreconfig.Provider) (*Facts, error) {
 		return nil, errors.New("config has no v1alpha1 machine section")
 	}
 
-	if k := m.MachineConfig.MachineKubelet; k != nil {
-		args := k.KubeletExtraArgs.ToMap()
-		f.ProviderID = strings.Join(args["provider-id"], ",")
-		f.KubeletNodeLabels = strings.Join(args["node-labels"], ",")
-
-		if raw, ok := k.KubeletExtraConfig.Object["registerWithTaints"]; ok {
-			b, err := json.Marshal(raw)
-			if err != nil {
-				return nil, fmt.Errorf("kubelet registerWithTaints: %w", err)
-			}
-
-			if err := json.Unmarshal(b, &f.RegisterWithTaints); err != nil {
-				return nil, fmt.Errorf("kubelet registerWithTaints is not a list of taints: %w", err)
-			}
-		}
+	if err := f.readKubelet(m.MachineConfig.MachineKubelet); err != nil {
+		return nil, err
 	}
 
 	f.NodeLabels = m.MachineConfig.MachineNodeLabels
+	f.InstallDisk = installDiskFact(m.MachineConfig.MachineInstall)
+	f.Volumes = volumeFacts(cfg)
+	f.BootstrapToken, f.Endpoint = clusterFacts(m.ClusterConfig)
+	f.readUplink(cfg)
 
-	if inst := m.MachineConfig.MachineInstall; inst != nil {
-		f.InstallDisk = inst.InstallDisk
-		if sel := inst.InstallDiskSelector; sel != nil {
-			for _, id := range []DiskID{{IDWWID, sel.WWID}, {IDSerial, sel.Serial}, {"busPath", sel.BusPath}} {
-				if id.Value != "" {
-					f.InstallDisk = id.String()
-				}
+	return f, nil
+}
+
+// readKubelet reads the kubelet's provider ID, node labels and taints; a
+// config without a kubelet section leaves them empty.
+func (f *Facts) readKubelet(k *v1alpha1.KubeletConfig) error {
+	if k == nil {
+		return nil
+	}
+
+	args := k.KubeletExtraArgs.ToMap()
+	f.ProviderID = strings.Join(args["provider-id"], ",")
+	f.KubeletNodeLabels = strings.Join(args["node-labels"], ",")
+
+	raw, ok := k.KubeletExtraConfig.Object["registerWithTaints"]
+	if !ok {
+		return nil
+	}
+
+	b, err := json.Marshal(raw)
+	if err != nil {
+		return fmt.Errorf("kubelet registerWithTaints: %w", err)
+	}
+
+	if err := json.Unmarshal(b, &f.RegisterWithTaints); err != nil {
+		return fmt.Errorf("kubelet registerWithTaints is not a list of taints: %w", err)
+	}
+
+	return nil
+}
+
+// installDiskFact is the install disk as a path, or as "<field>:<value>" of
+// the disk selector when one is set; of several, busPath wins over serial and
+// serial over wwid.
+func installDiskFact(inst *v1alpha1.InstallConfig) string {
+	if inst == nil {
+		return ""
+	}
+
+	disk := inst.InstallDisk
+
+	if sel := inst.InstallDiskSelector; sel != nil {
+		for _, id := range []DiskID{{IDWWID, sel.WWID}, {IDSerial, sel.Serial}, {"busPath", sel.BusPath}} {
+			if id.Value != "" {
+				disk = id.String()
 			}
 		}
 	}
 
-	f.Volumes = volumeFacts(cfg)
+	return disk
+}
 
-	if cl := m.ClusterConfig; cl != nil {
-		f.BootstrapToken = cl.BootstrapToken
-
-		if cl.ControlPlane != nil && cl.ControlPlane.Endpoint != nil && cl.ControlPlane.Endpoint.URL != nil {
-			f.Endpoint = cl.ControlPlane.Endpoint.URL.String()
-		}
+// clusterFacts reads the bootstrap token and control-plane endpoint URL.
+func clusterFacts(cl *v1alpha1.ClusterConfig) (token, endpoint string) {
+	if cl == nil {
+		return "", ""
 	}
 
+	if cl.ControlPlane != nil && cl.ControlPlane.Endpoint != nil && cl.ControlPlane.Endpoint.URL != nil {
+		endpoint = cl.ControlPlane.Endpoint.URL.String()
+	}
+
+	return cl.BootstrapToken, endpoint
+}
+
+// readUplink reads the uplink's link selector and static addresses.
+func (f *Facts) readUplink(cfg coreconfig.Provider) {
 	for _, a := range cfg.NetworkLinkAliasConfigs() {
 		if a.Name() == UplinkLink {
 			f.UplinkSelector = a.LinkSelector().String()
@@ -846,6 +883,4 @@ func ReadFacts(cfg coreconfig.Provider) (*Facts, error) {
 			}
 		}
 	}
-
-	return f, nil
 }

@@ -125,17 +125,9 @@ func normalizeSettings(s NodeSettings) (*normalized, error) {
 		n.TalosVersion = DefaultTalosVersion
 	}
 
-	contract, err := coreconfig.ParseContractFromVersion(n.TalosVersion)
+	contract, err := parseContract(n.TalosVersion)
 	if err != nil {
-		return nil, settingsErr("talosVersion", "%q is not a Talos version like v1.12", n.TalosVersion)
-	}
-
-	if minContract.Greater(contract) {
-		return nil, settingsErr("talosVersion", "%s is older than %s, the first with multi-document network config", contract, minContract)
-	}
-
-	if contract.Greater(coreconfig.TalosVersion1_13) {
-		return nil, settingsErr("talosVersion", "%s is newer than this build's machinery (v1.13)", contract)
+		return nil, err
 	}
 
 	n.contract = contract
@@ -149,21 +141,66 @@ func normalizeSettings(s NodeSettings) (*normalized, error) {
 		n.LocalDisks = "" // the default: hashes as before the field existed
 	}
 
-	if n.InstallImage != "" && !imageRefRE.MatchString(n.InstallImage) {
-		return nil, settingsErr("installImage", "%q is not an image reference", n.InstallImage)
-	}
-
-	for i, a := range n.ExtraKernelArgs {
-		if !kernelArgRE.MatchString(a) {
-			return nil, settingsErr(fmt.Sprintf("extraKernelArgs[%d]", i), "%q is empty or contains spaces or quotes", a)
-		}
+	if err := checkBootFields(n.InstallImage, n.ExtraKernelArgs); err != nil {
+		return nil, err
 	}
 
 	if err := n.Kubelet.validate(); err != nil {
 		return nil, err
 	}
 
-	for i, p := range n.ConfigPatches {
+	if n.patches, err = loadPatches(n.ConfigPatches); err != nil {
+		return nil, err
+	}
+
+	if n.BootstrapToken != "" && !validBootstrapToken(n.BootstrapToken) {
+		return nil, settingsErr("bootstrapToken", "not a bootstrap token of the form [a-z0-9]{6}.[a-z0-9]{16}")
+	}
+
+	return n, nil
+}
+
+// parseContract reads talosVersion as a version contract within the range
+// this build can render: multi-document network config is the floor, the
+// vendored machinery the ceiling.
+func parseContract(version string) (*coreconfig.VersionContract, error) {
+	contract, err := coreconfig.ParseContractFromVersion(version)
+	if err != nil {
+		return nil, settingsErr("talosVersion", "%q is not a Talos version like v1.12", version)
+	}
+
+	if minContract.Greater(contract) {
+		return nil, settingsErr("talosVersion", "%s is older than %s, the first with multi-document network config", contract, minContract)
+	}
+
+	if contract.Greater(coreconfig.TalosVersion1_13) {
+		return nil, settingsErr("talosVersion", "%s is newer than this build's machinery (v1.13)", contract)
+	}
+
+	return contract, nil
+}
+
+// checkBootFields checks the install image and kernel arguments, the two
+// settings that end up on the installer's command line.
+func checkBootFields(installImage string, kernelArgs []string) error {
+	if installImage != "" && !imageRefRE.MatchString(installImage) {
+		return settingsErr("installImage", "%q is not an image reference", installImage)
+	}
+
+	for i, a := range kernelArgs {
+		if !kernelArgRE.MatchString(a) {
+			return settingsErr(fmt.Sprintf("extraKernelArgs[%d]", i), "%q is empty or contains spaces or quotes", a)
+		}
+	}
+
+	return nil
+}
+
+// loadPatches parses each config patch; the result is nil when there are none.
+func loadPatches(raw []string) ([]configpatcher.Patch, error) {
+	var patches []configpatcher.Patch
+
+	for i, p := range raw {
 		if strings.TrimSpace(p) == "" {
 			return nil, settingsErr(fmt.Sprintf("configPatches[%d]", i), "empty patch")
 		}
@@ -173,14 +210,10 @@ func normalizeSettings(s NodeSettings) (*normalized, error) {
 			return nil, settingsErr(fmt.Sprintf("configPatches[%d]", i), "neither a strategic merge patch nor a JSON6902 patch: %v", err)
 		}
 
-		n.patches = append(n.patches, patch)
+		patches = append(patches, patch)
 	}
 
-	if n.BootstrapToken != "" && !validBootstrapToken(n.BootstrapToken) {
-		return nil, settingsErr("bootstrapToken", "not a bootstrap token of the form [a-z0-9]{6}.[a-z0-9]{16}")
-	}
-
-	return n, nil
+	return patches, nil
 }
 
 var (
@@ -195,38 +228,63 @@ var (
 
 func (k KubeletSettings) validate() error {
 	for field, m := range map[string]map[string]string{"kubelet.kubeReserved": k.KubeReserved, "kubelet.systemReserved": k.SystemReserved} {
-		for _, name := range sortedKeys(m) {
-			if !resourceNames[name] {
-				return settingsErr(field, "unknown resource %q (want cpu, memory, ephemeral-storage or pid)", name)
-			}
-
-			q, err := resource.ParseQuantity(m[name])
-			if err != nil || q.Sign() < 0 {
-				return settingsErr(field+"."+name, "%q is not a non-negative quantity", m[name])
-			}
+		if err := validateReserved(field, m); err != nil {
+			return err
 		}
 	}
 
 	for _, sig := range sortedKeys(k.EvictionHard) {
-		if !evictionSignals[sig] {
-			return settingsErr("kubelet.evictionHard", "unknown eviction signal %q", sig)
-		}
-
-		v := k.EvictionHard[sig]
-		if pct, ok := strings.CutSuffix(v, "%"); ok {
-			var f float64
-			if _, err := fmt.Sscanf(pct, "%g", &f); err != nil || f < 0 || f > 100 {
-				return settingsErr("kubelet.evictionHard."+sig, "%q is not a percentage in 0-100%%", v)
-			}
-
-			continue
-		}
-
-		if q, err := resource.ParseQuantity(v); err != nil || q.Sign() < 0 {
-			return settingsErr("kubelet.evictionHard."+sig, "%q is not a quantity or percentage", v)
+		if err := validateEviction(sig, k.EvictionHard[sig]); err != nil {
+			return err
 		}
 	}
 
+	return k.validateCounts()
+}
+
+// validateReserved checks one reservation map: known resource names, each a
+// non-negative quantity.
+func validateReserved(field string, m map[string]string) error {
+	for _, name := range sortedKeys(m) {
+		if !resourceNames[name] {
+			return settingsErr(field, "unknown resource %q (want cpu, memory, ephemeral-storage or pid)", name)
+		}
+
+		q, err := resource.ParseQuantity(m[name])
+		if err != nil || q.Sign() < 0 {
+			return settingsErr(field+"."+name, "%q is not a non-negative quantity", m[name])
+		}
+	}
+
+	return nil
+}
+
+// validateEviction checks one evictionHard entry: a signal kubelet knows and a
+// threshold that is either a percentage in 0-100 or a non-negative quantity.
+func validateEviction(sig, v string) error {
+	if !evictionSignals[sig] {
+		return settingsErr("kubelet.evictionHard", "unknown eviction signal %q", sig)
+	}
+
+	if pct, ok := strings.CutSuffix(v, "%"); ok {
+		var f float64
+		if _, err := fmt.Sscanf(pct, "%g", &f); err != nil || f < 0 || f > 100 {
+			return settingsErr("kubelet.evictionHard."+sig, "%q is not a percentage in 0-100%%", v)
+		}
+
+		return nil
+	}
+
+	if q, err := resource.ParseQuantity(v); err != nil || q.Sign() < 0 {
+		return settingsErr("kubelet.evictionHard."+sig, "%q is not a quantity or percentage", v)
+	}
+
+	return nil
+}
+
+// validateCounts checks maxPods and the image GC thresholds, which must also
+// be ordered low < high when both are set.
+func (k KubeletSettings) validateCounts() error {
 	if k.MaxPods != nil && (*k.MaxPods < 1 || *k.MaxPods > 10000) {
 		return settingsErr("kubelet.maxPods", "%d is not in 1-10000", *k.MaxPods)
 	}

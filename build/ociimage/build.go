@@ -89,6 +89,30 @@ type BuiltPlatform struct {
 }
 
 func (o *Options) defaults() error {
+	if err := o.resolvePaths(); err != nil {
+		return err
+	}
+	if o.Revision == "" {
+		return errors.New("options: Revision is required (the git commit; \"unknown\" outside git)")
+	}
+	if o.SourceDateEpoch < 0 {
+		return fmt.Errorf("SOURCE_DATE_EPOCH %d is negative", o.SourceDateEpoch)
+	}
+	o.fillDefaults()
+	if err := checkPlatforms(o.Platforms); err != nil {
+		return err
+	}
+	for _, img := range Images {
+		if _, err := img.Reference(o.Registry, o.Version); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// resolvePaths makes Root and Out absolute (both are required) and reads
+// the default version from the chart under Root.
+func (o *Options) resolvePaths() error {
 	if o.Root == "" || o.Out == "" {
 		return errors.New("options: Root and Out are required")
 	}
@@ -104,12 +128,11 @@ func (o *Options) defaults() error {
 			return fmt.Errorf("default version: %w", err)
 		}
 	}
-	if o.Revision == "" {
-		return errors.New("options: Revision is required (the git commit; \"unknown\" outside git)")
-	}
-	if o.SourceDateEpoch < 0 {
-		return fmt.Errorf("SOURCE_DATE_EPOCH %d is negative", o.SourceDateEpoch)
-	}
+	return nil
+}
+
+// fillDefaults sets the optional fields left empty.
+func (o *Options) fillDefaults() {
 	if o.Registry == "" {
 		o.Registry = DefaultRegistry
 	}
@@ -119,23 +142,23 @@ func (o *Options) defaults() error {
 	if len(o.Platforms) == 0 {
 		o.Platforms = Platforms
 	}
-	for i, p := range o.Platforms {
-		if !slices.Contains(Platforms, p) {
-			return fmt.Errorf("platform %q: the images are built for %v", p, Platforms)
-		}
-		if slices.Contains(o.Platforms[:i], p) {
-			return fmt.Errorf("platform %q given twice", p)
-		}
-	}
 	if o.Go == "" {
 		o.Go = "go"
 	}
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
-	for _, img := range Images {
-		if _, err := img.Reference(o.Registry, o.Version); err != nil {
-			return err
+}
+
+// checkPlatforms refuses a platform the images are not built for, or one
+// given twice.
+func checkPlatforms(platforms []string) error {
+	for i, p := range platforms {
+		if !slices.Contains(Platforms, p) {
+			return fmt.Errorf("platform %q: the images are built for %v", p, Platforms)
+		}
+		if slices.Contains(platforms[:i], p) {
+			return fmt.Errorf("platform %q given twice", p)
 		}
 	}
 	return nil
@@ -151,21 +174,7 @@ func Build(ctx context.Context, o Options) (*Result, error) {
 	logf := func(format string, args ...any) { fmt.Fprintf(o.Log, format+"\n", args...) }
 	created := time.Unix(o.SourceDateEpoch, 0).UTC()
 
-	caBundle, caCount, err := readCABundle(o.CACerts)
-	if err != nil {
-		return nil, err
-	}
-	// The certificates' licence terms, when they are Debian's (a
-	// certificate directory given by hand may come without).
-	var caCopyright []byte
-	if o.CACerts == DefaultCACerts {
-		caCopyright, _ = os.ReadFile(debianCACopyright)
-	}
-	baseTar, err := layerTar(baseFiles(caBundle, caCopyright), created)
-	if err != nil {
-		return nil, err
-	}
-	base, err := gzipLayer(baseTar)
+	baseTar, base, caCount, err := baseLayer(o.CACerts, created)
 	if err != nil {
 		return nil, err
 	}
@@ -176,26 +185,9 @@ func Build(ctx context.Context, o Options) (*Result, error) {
 	}
 	defer os.RemoveAll(tmp)
 	gb := &goBuilder{goCmd: o.Go, root: o.Root, version: o.Version, tmp: tmp, log: logf}
-
-	// em-imager for every platform, plus the one the controller embeds.
-	imagerArchs := slices.Clone(o.Platforms)
-	if !slices.Contains(imagerArchs, ServerArch) {
-		imagerArchs = append(imagerArchs, ServerArch)
-	}
-	binaries := map[string]map[string]string{} // image name -> arch -> path
-	for _, img := range Images {
-		binaries[img.Name] = map[string]string{}
-		archs := o.Platforms
-		if img == Imager {
-			archs = imagerArchs
-		}
-		for _, arch := range archs {
-			p, err := gb.build(ctx, img, arch, binaries[Imager.Name][ServerArch])
-			if err != nil {
-				return nil, err
-			}
-			binaries[img.Name][arch] = p
-		}
+	binaries, err := buildBinaries(ctx, gb, o.Platforms)
+	if err != nil {
+		return nil, err
 	}
 
 	if err := os.MkdirAll(o.Out, 0o755); err != nil {
@@ -207,51 +199,9 @@ func Build(ctx context.Context, o Options) (*Result, error) {
 	}
 	logf("%s: the Dockerfiles' build context (rootfs.tar, binaries, build-args)", rel(o.Root, res.Context))
 	for _, img := range Images {
-		ref, _ := img.Reference(o.Registry, o.Version) // checked in defaults
-		b := Built{Image: img, Reference: ref.String(),
-			Layout: filepath.Join(o.Out, img.Name), Archive: filepath.Join(o.Out, img.Name+".tar")}
-		labels := map[string]string{
-			LabelTitle:       img.Title,
-			LabelDescription: img.Description,
-			LabelSource:      Source,
-			LabelVersion:     o.Version,
-			LabelRevision:    o.Revision,
-			LabelLicenses:    Licenses,
-			LabelCreated:     created.Format(time.RFC3339),
-		}
-		idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
-		for _, arch := range o.Platforms {
-			bin := binaries[img.Name][arch]
-			data, err := os.ReadFile(bin)
-			if err != nil {
-				return nil, err
-			}
-			im, err := platformImage(img, arch, data, base, labels, created, caCount)
-			if err != nil {
-				return nil, fmt.Errorf("%s linux/%s: %w", img.Name, arch, err)
-			}
-			d, err := im.Digest()
-			if err != nil {
-				return nil, err
-			}
-			size, err := imageSize(im)
-			if err != nil {
-				return nil, err
-			}
-			b.Platforms = append(b.Platforms, BuiltPlatform{Arch: arch, Digest: d, BinarySize: int64(len(data)), Size: size})
-			idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: im, Descriptor: v1.Descriptor{Platform: platform(arch)}})
-		}
-		// Registries (GHCR) show a multi-arch package's description and
-		// source from the index's annotations.
-		idx = mutate.Annotations(idx, labels).(v1.ImageIndex)
-		if b.Digest, err = idx.Digest(); err != nil {
+		b, err := buildImage(img, o, binaries[img.Name], base, created, caCount)
+		if err != nil {
 			return nil, err
-		}
-		if err := writeLayout(b.Layout, idx, ref.TagStr(), ref.String()); err != nil {
-			return nil, fmt.Errorf("write %s: %w", b.Layout, err)
-		}
-		if err := writeArchive(b.Archive, b.Layout, created); err != nil {
-			return nil, fmt.Errorf("write %s: %w", b.Archive, err)
 		}
 		res.Images = append(res.Images, b)
 		logf("%s@%s", b.Reference, b.Digest)
@@ -263,6 +213,115 @@ func Build(ctx context.Context, o Options) (*Result, error) {
 	res.Duration = time.Since(start)
 	logf("CA certificates: %d from %s; SOURCE_DATE_EPOCH=%d; built in %s", caCount, o.CACerts, o.SourceDateEpoch, res.Duration.Round(time.Second))
 	return res, nil
+}
+
+// baseLayer is the layer every image shares: the CA bundle read from
+// caCerts (with Debian's licence terms when the certificates are Debian's;
+// a certificate directory given by hand may come without), as a tar and as
+// a layer.
+func baseLayer(caCerts string, created time.Time) (baseTar []byte, base v1.Layer, caCount int, err error) {
+	caBundle, caCount, err := readCABundle(caCerts)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	var caCopyright []byte
+	if caCerts == DefaultCACerts {
+		caCopyright, _ = os.ReadFile(debianCACopyright)
+	}
+	if baseTar, err = layerTar(baseFiles(caBundle, caCopyright), created); err != nil {
+		return nil, nil, 0, err
+	}
+	if base, err = gzipLayer(baseTar); err != nil {
+		return nil, nil, 0, err
+	}
+	return baseTar, base, caCount, nil
+}
+
+// buildBinaries builds every image's binary for every platform, plus the
+// em-imager the controller embeds: image name -> arch -> path.
+func buildBinaries(ctx context.Context, gb *goBuilder, platforms []string) (map[string]map[string]string, error) {
+	imagerArchs := slices.Clone(platforms)
+	if !slices.Contains(imagerArchs, ServerArch) {
+		imagerArchs = append(imagerArchs, ServerArch)
+	}
+	binaries := map[string]map[string]string{}
+	for _, img := range Images {
+		binaries[img.Name] = map[string]string{}
+		archs := platforms
+		if img == Imager {
+			archs = imagerArchs
+		}
+		for _, arch := range archs {
+			p, err := gb.build(ctx, img, arch, binaries[Imager.Name][ServerArch])
+			if err != nil {
+				return nil, err
+			}
+			binaries[img.Name][arch] = p
+		}
+	}
+	return binaries, nil
+}
+
+// buildImage assembles img's multi-platform index from its binaries (arch
+// -> path) and writes it as an OCI layout and an archive under o.Out.
+func buildImage(img Image, o Options, binaries map[string]string, base v1.Layer, created time.Time, caCount int) (Built, error) {
+	ref, _ := img.Reference(o.Registry, o.Version) // checked in defaults
+	b := Built{Image: img, Reference: ref.String(),
+		Layout: filepath.Join(o.Out, img.Name), Archive: filepath.Join(o.Out, img.Name+".tar")}
+	labels := map[string]string{
+		LabelTitle:       img.Title,
+		LabelDescription: img.Description,
+		LabelSource:      Source,
+		LabelVersion:     o.Version,
+		LabelRevision:    o.Revision,
+		LabelLicenses:    Licenses,
+		LabelCreated:     created.Format(time.RFC3339),
+	}
+	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+	for _, arch := range o.Platforms {
+		p, im, err := builtPlatform(img, arch, binaries[arch], base, labels, created, caCount)
+		if err != nil {
+			return Built{}, err
+		}
+		b.Platforms = append(b.Platforms, p)
+		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: im, Descriptor: v1.Descriptor{Platform: platform(arch)}})
+	}
+	// Registries (GHCR) show a multi-arch package's description and
+	// source from the index's annotations.
+	idx = mutate.Annotations(idx, labels).(v1.ImageIndex)
+	var err error
+	if b.Digest, err = idx.Digest(); err != nil {
+		return Built{}, err
+	}
+	if err := writeLayout(b.Layout, idx, ref.TagStr(), ref.String()); err != nil {
+		return Built{}, fmt.Errorf("write %s: %w", b.Layout, err)
+	}
+	if err := writeArchive(b.Archive, b.Layout, created); err != nil {
+		return Built{}, fmt.Errorf("write %s: %w", b.Archive, err)
+	}
+	return b, nil
+}
+
+// builtPlatform assembles one platform's image from the binary at bin and
+// measures it.
+func builtPlatform(img Image, arch, bin string, base v1.Layer, labels map[string]string, created time.Time, caCount int) (BuiltPlatform, v1.Image, error) {
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		return BuiltPlatform{}, nil, err
+	}
+	im, err := platformImage(img, arch, data, base, labels, created, caCount)
+	if err != nil {
+		return BuiltPlatform{}, nil, fmt.Errorf("%s linux/%s: %w", img.Name, arch, err)
+	}
+	d, err := im.Digest()
+	if err != nil {
+		return BuiltPlatform{}, nil, err
+	}
+	size, err := imageSize(im)
+	if err != nil {
+		return BuiltPlatform{}, nil, err
+	}
+	return BuiltPlatform{Arch: arch, Digest: d, BinarySize: int64(len(data)), Size: size}, im, nil
 }
 
 // platformImage assembles one platform's image: the shared base layer, then

@@ -50,53 +50,9 @@ func FromRecordings(b []byte, derivedFrom scw.Zone) (*Snapshot, error) {
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return nil, fmt.Errorf("decoding recordings: %w", err)
 	}
-	type key struct {
-		zone   scw.Zone
-		period baremetal.OfferSubscriptionPeriod
-	}
-	pages := map[key]map[int][]*baremetal.Offer{}
-	unknown := map[key]map[int][]*baremetal.Offer{} // unknown_subscription_period listings, as hourly
-	for i, ex := range rec.Exchanges {
-		if ex.Method != "GET" || ex.Status != 200 {
-			continue
-		}
-		u, err := url.Parse(ex.Path)
-		if err != nil {
-			return nil, fmt.Errorf("recordings: exchange %d: field path: %w", i, err)
-		}
-		m := offersPath.FindStringSubmatch(u.Path)
-		if m == nil {
-			continue
-		}
-		period := baremetal.OfferSubscriptionPeriod(u.Query().Get("subscription_period"))
-		into := pages
-		switch period {
-		case baremetal.OfferSubscriptionPeriodHourly, baremetal.OfferSubscriptionPeriodMonthly:
-		case baremetal.OfferSubscriptionPeriodUnknownSubscriptionPeriod, "":
-			period, into = baremetal.OfferSubscriptionPeriodHourly, unknown
-		default:
-			continue
-		}
-		page := 1
-		if p := u.Query().Get("page"); p != "" {
-			if page, err = strconv.Atoi(p); err != nil || page < 1 {
-				return nil, fmt.Errorf("recordings: exchange %d: field path: bad page %q", i, p)
-			}
-		}
-		var resp baremetal.ListOffersResponse
-		if err := json.Unmarshal(ex.Response, &resp); err != nil {
-			return nil, fmt.Errorf("recordings: exchange %d: field response: %w", i, err)
-		}
-		k := key{scw.Zone(m[1]), period}
-		if into[k] == nil {
-			into[k] = map[int][]*baremetal.Offer{}
-		}
-		into[k][page] = resp.Offers
-	}
-	for k, byPage := range unknown {
-		if _, ok := pages[k]; !ok {
-			pages[k] = byPage
-		}
+	pages, err := recordedPages(rec.Exchanges)
+	if err != nil {
+		return nil, err
 	}
 	if len(pages) == 0 {
 		return nil, errors.New("recordings: no ListOffers response with subscription_period hourly or monthly")
@@ -111,13 +67,9 @@ func FromRecordings(b []byte, derivedFrom scw.Zone) (*Snapshot, error) {
 		Zones: map[string]ZoneOffers{},
 	}
 	for k, byPage := range pages {
-		var all []*baremetal.Offer
-		for p := 1; p <= len(byPage); p++ {
-			offers, ok := byPage[p]
-			if !ok {
-				return nil, fmt.Errorf("recordings: zone %s %s: page %d missing", k.zone, k.period, p)
-			}
-			all = append(all, offers...)
+		all, err := concatPages(k, byPage)
+		if err != nil {
+			return nil, err
 		}
 		zo := s.Zones[string(k.zone)]
 		if k.period == baremetal.OfferSubscriptionPeriodHourly {
@@ -128,6 +80,119 @@ func FromRecordings(b []byte, derivedFrom scw.Zone) (*Snapshot, error) {
 		s.Zones[string(k.zone)] = zo
 		s.Metadata.Zones[string(k.zone)] = ZoneSource{Origin: OriginRecorded}
 	}
+	deriveMissingMonthly(s)
+	if err := s.Complete(derivedFrom); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// pageKey names one recorded listing: a zone's offers for one period.
+type pageKey struct {
+	zone   scw.Zone
+	period baremetal.OfferSubscriptionPeriod
+}
+
+// recordedPages collects the recorded ListOffers pages by listing and page
+// number. Listings without a known period count as hourly, for the zones
+// and periods no hourly listing was recorded for.
+func recordedPages(exchanges []Exchange) (map[pageKey]map[int][]*baremetal.Offer, error) {
+	pages := map[pageKey]map[int][]*baremetal.Offer{}
+	unknown := map[pageKey]map[int][]*baremetal.Offer{} // unknown_subscription_period listings, as hourly
+	for i, ex := range exchanges {
+		l, err := listingOf(i, ex)
+		if err != nil {
+			return nil, err
+		}
+		if l == nil {
+			continue
+		}
+		into := pages
+		if l.unknownPeriod {
+			into = unknown
+		}
+		if into[l.key] == nil {
+			into[l.key] = map[int][]*baremetal.Offer{}
+		}
+		into[l.key][l.page] = l.offers
+	}
+	for k, byPage := range unknown {
+		if _, ok := pages[k]; !ok {
+			pages[k] = byPage
+		}
+	}
+	return pages, nil
+}
+
+// listing is one recorded page of ListOffers.
+type listing struct {
+	key           pageKey
+	page          int
+	offers        []*baremetal.Offer
+	unknownPeriod bool // recorded without a known period: taken as hourly
+}
+
+// listingOf reads exchange i as a page of ListOffers; nil when it is not
+// one (another call, a failed one, a period other than hourly or monthly).
+func listingOf(i int, ex Exchange) (*listing, error) {
+	if ex.Method != "GET" || ex.Status != 200 {
+		return nil, nil
+	}
+	u, err := url.Parse(ex.Path)
+	if err != nil {
+		return nil, fmt.Errorf("recordings: exchange %d: field path: %w", i, err)
+	}
+	m := offersPath.FindStringSubmatch(u.Path)
+	if m == nil {
+		return nil, nil
+	}
+	period, unknown, ok := recordedPeriod(u.Query().Get("subscription_period"))
+	if !ok {
+		return nil, nil
+	}
+	page := 1
+	if p := u.Query().Get("page"); p != "" {
+		if page, err = strconv.Atoi(p); err != nil || page < 1 {
+			return nil, fmt.Errorf("recordings: exchange %d: field path: bad page %q", i, p)
+		}
+	}
+	var resp baremetal.ListOffersResponse
+	if err := json.Unmarshal(ex.Response, &resp); err != nil {
+		return nil, fmt.Errorf("recordings: exchange %d: field response: %w", i, err)
+	}
+	return &listing{key: pageKey{scw.Zone(m[1]), period}, page: page, offers: resp.Offers, unknownPeriod: unknown}, nil
+}
+
+// recordedPeriod reads a listing's subscription_period: hourly or monthly
+// as is, unknown or none as hourly (unknown true); ok is false for any
+// other.
+func recordedPeriod(q string) (period baremetal.OfferSubscriptionPeriod, unknown, ok bool) {
+	switch p := baremetal.OfferSubscriptionPeriod(q); p {
+	case baremetal.OfferSubscriptionPeriodHourly, baremetal.OfferSubscriptionPeriodMonthly:
+		return p, false, true
+	case baremetal.OfferSubscriptionPeriodUnknownSubscriptionPeriod, "":
+		return baremetal.OfferSubscriptionPeriodHourly, true, true
+	}
+	return "", false, false
+}
+
+// concatPages joins a listing's pages in order; a gap is an error.
+func concatPages(k pageKey, byPage map[int][]*baremetal.Offer) ([]*baremetal.Offer, error) {
+	var all []*baremetal.Offer
+	for p := 1; p <= len(byPage); p++ {
+		offers, ok := byPage[p]
+		if !ok {
+			return nil, fmt.Errorf("recordings: zone %s %s: page %d missing", k.zone, k.period, p)
+		}
+		all = append(all, offers...)
+	}
+	return all, nil
+}
+
+// deriveMissingMonthly gives each zone recorded with hourly offers only
+// monthly offers derived from the other zones' (in zone order, so a zone
+// derived earlier counts for the later ones), and says so in its metadata.
+func deriveMissingMonthly(s *Snapshot) {
 	for _, zone := range slices.Sorted(maps.Keys(s.Zones)) {
 		zo := s.Zones[zone]
 		if len(zo.Monthly) > 0 || len(zo.Hourly) == 0 {
@@ -145,10 +210,6 @@ func FromRecordings(b []byte, derivedFrom scw.Zone) (*Snapshot, error) {
 			"name as monthly_offer_id (offer IDs are the same in every zone), with the stock of the zone's hourly offer"
 		s.Metadata.Zones[zone] = src
 	}
-	if err := s.Complete(derivedFrom); err != nil {
-		return nil, err
-	}
-	return s, nil
 }
 
 // OfferLister is the one SDK call the generator and the catalogue use; *baremetal.API implements it.

@@ -184,15 +184,50 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 		return nil, err
 	}
 	if srv != nil {
-		c.log.Info("the nodeclaim already has its server", "nodeclaim", claim.Name, "server", srv.ID, "zone", string(srv.Zone), "phase", install.PhaseOf(srv))
-		// The server is listed: failing on a read error is safe, the
-		// retry finds it again.
-		nc, err := nodeclass.Lookup(ctx, c.Kube, claim.Spec.NodeClassRef)
-		if err != nil {
+		return c.hydrateExisting(ctx, claim, srv)
+	}
+	if err := c.earlierOrderPending(claim); err != nil {
+		return nil, err
+	}
+	nc, err := c.orderableNodeClass(ctx, claim)
+	if err != nil {
+		return nil, err
+	}
+	// The rescue key and IAM are proven by the NodeClass's CredentialsReady
+	// (Ready above), not again per order.
+	if c.Breaker != nil {
+		if err := c.Breaker.Admit(ctx, nc, claim.Name); err != nil {
 			return nil, err
 		}
-		return c.hydrate(ctx, claim, srv, nc), nil
 	}
+	if err := c.markOrdering(ctx, claim); err != nil {
+		return nil, err
+	}
+	srv, err = c.order(ctx, claim, nc)
+	if err != nil {
+		return nil, err
+	}
+	c.Inventory.Saw(string(srv.Zone))
+	// The NodeClass read before ordering: failing now, with listings that
+	// may not show the new server yet, could make the retry order again.
+	return c.hydrate(ctx, claim, srv, nc), nil
+}
+
+// hydrateExisting answers Create for a claim whose server is listed already.
+func (c *CloudProvider) hydrateExisting(ctx context.Context, claim *karpv1.NodeClaim, srv *baremetal.Server) (*karpv1.NodeClaim, error) {
+	c.log.Info("the nodeclaim already has its server", "nodeclaim", claim.Name, "server", srv.ID, "zone", string(srv.Zone), "phase", install.PhaseOf(srv))
+	// The server is listed: failing on a read error is safe, the
+	// retry finds it again.
+	nc, err := nodeclass.Lookup(ctx, c.Kube, claim.Spec.NodeClassRef)
+	if err != nil {
+		return nil, err
+	}
+	return c.hydrate(ctx, claim, srv, nc), nil
+}
+
+// earlierOrderPending refuses (ErrOrderInFlight) a claim that may already
+// have a server no listing shows yet.
+func (c *CloudProvider) earlierOrderPending(claim *karpv1.NodeClaim) error {
 	// An earlier order of this claim whose answer was lost may have been
 	// taken although no listing shows it yet: giving the claim a spare or
 	// another order now could leave it with two servers. It waits for that
@@ -201,7 +236,7 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 	if zone, ok := c.API.OrderInFlight(scaleway.Tag(scaleway.TagNodeClaim, claim.Name)); ok {
 		c.Inventory.Saw(string(zone))
 		c.publish(earlierOrderInFlight(claim, zone))
-		return nil, fmt.Errorf("nodeclaim %s: %w (sent to %s); no spare is taken and nothing is ordered until it shows or its settle window ends", claim.Name, scaleway.ErrOrderInFlight, zone)
+		return fmt.Errorf("nodeclaim %s: %w (sent to %s); no spare is taken and nothing is ordered until it shows or its settle window ends", claim.Name, scaleway.ErrOrderInFlight, zone)
 	}
 	// The same, for a server another controller process (the leader before
 	// a leader change, this controller before a restart) began giving the
@@ -209,9 +244,15 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 	// says so.
 	if at, ok := c.orderingElsewhere(claim); ok {
 		c.publish(orderingElsewhereInFlight(claim, time.Since(at)))
-		return nil, fmt.Errorf("nodeclaim %s: %w: an earlier controller process began taking or ordering its server at %s; no spare is taken and nothing is ordered until it shows or %s have passed",
+		return fmt.Errorf("nodeclaim %s: %w: an earlier controller process began taking or ordering its server at %s; no spare is taken and nothing is ordered until it shows or %s have passed",
 			claim.Name, scaleway.ErrOrderInFlight, at.Format(time.RFC3339), c.API.Config().OrderSettle)
 	}
+	return nil
+}
+
+// orderableNodeClass reads the claim's NodeClass and checks that a server
+// may be bought for it: ready, fully readable, its image resolvable.
+func (c *CloudProvider) orderableNodeClass(ctx context.Context, claim *karpv1.NodeClaim) (*v1alpha1.ScalewayElasticMetalNodeClass, error) {
 	nc, err := nodeclass.Get(ctx, c.Kube, claim.Spec.NodeClassRef)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
@@ -233,24 +274,7 @@ func (c *CloudProvider) Create(ctx context.Context, claim *karpv1.NodeClaim) (*k
 	if _, err := c.Images.Resolve(ctx, nodeclass.ImageSettings(nc)); err != nil {
 		return nil, cloudprovider.NewNodeClassNotReadyError(fmt.Errorf("resolving the image: %w", err))
 	}
-	// The rescue key and IAM are proven by the NodeClass's CredentialsReady
-	// (Ready above), not again per order.
-	if c.Breaker != nil {
-		if err := c.Breaker.Admit(ctx, nc, claim.Name); err != nil {
-			return nil, err
-		}
-	}
-	if err := c.markOrdering(ctx, claim); err != nil {
-		return nil, err
-	}
-	srv, err = c.order(ctx, claim, nc)
-	if err != nil {
-		return nil, err
-	}
-	c.Inventory.Saw(string(srv.Zone))
-	// The NodeClass read before ordering: failing now, with listings that
-	// may not show the new server yet, could make the retry order again.
-	return c.hydrate(ctx, claim, srv, nc), nil
+	return nc, nil
 }
 
 // Delete implements cloudprovider.CloudProvider: it stops the install, then

@@ -67,7 +67,24 @@ func (o *Owner) Start(ctx context.Context, kube client.Client, namespace string,
 		return fmt.Errorf("reading the recorded cluster identity (ConfigMap %s): %w", key, err)
 	}
 	prev := Identity{ID: cm.Data[recordID], Name: cm.Data[recordName]}
-	if found && prev.ID != "" && prev.ID != o.ID {
+	if found {
+		if err := o.checkPrevious(ctx, prev, zones); err != nil {
+			return err
+		}
+	}
+	o.sweepRenamedZones(ctx, zones)
+	if found && prev == o.Identity {
+		return nil
+	}
+	o.record(ctx, kube, key, cm, found)
+	return nil
+}
+
+// checkPrevious compares the recorded identity prev with this one: a
+// changed ID is refused while live servers carry the previous one; a
+// changed name is only logged (the servers are retagged).
+func (o *Owner) checkPrevious(ctx context.Context, prev Identity, zones []string) error {
+	if prev.ID != "" && prev.ID != o.ID {
 		held, err := o.carrying(ctx, prev, zones)
 		if err != nil {
 			return err
@@ -77,31 +94,39 @@ func (o *Owner) Start(ctx context.Context, kube client.Client, namespace string,
 		}
 		o.Log.Info("the cluster identity changed; no server carries the previous one", "previous", prev.ID, "identity", o.ID)
 	}
-	if found && prev.Name != "" && prev.Name != o.Name {
+	if prev.Name != "" && prev.Name != o.Name {
 		o.Log.Info("the cluster was renamed: its servers keep their identity and are retagged with the new name",
 			"previous", prev.Name, "name", o.Name, "identity", o.ID)
 	}
+	return nil
+}
+
+// sweepRenamedZones retags, zone by zone, servers recorded under a previous
+// name; a zone that cannot be listed is left to the inventory's sweeps.
+func (o *Owner) sweepRenamedZones(ctx context.Context, zones []string) {
 	for _, z := range zones {
 		if _, err := o.SweepRenamed(ctx, scw.Zone(z)); err != nil {
 			o.Log.V(1).Info("cannot look for servers of this cluster under a previous name; the inventory's sweeps try again", "zone", z, "error", err.Error())
 		}
 	}
-	if found && prev == o.Identity {
-		return nil
-	}
+}
+
+// record writes this identity into the record ConfigMap cm (created when
+// not found). A failure is logged: the check is done; only the next
+// start's is weakened.
+func (o *Owner) record(ctx context.Context, kube client.Client, key types.NamespacedName, cm *corev1.ConfigMap, found bool) {
 	data := map[string]string{recordID: o.ID, recordName: o.Name}
+	var err error
 	if !found {
-		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: RecordName}, Data: data}
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: RecordName}, Data: data}
 		err = kube.Create(ctx, cm)
 	} else {
 		cm.Data = data
 		err = kube.Update(ctx, cm)
 	}
 	if err != nil {
-		// The check above is done; only the next start's is weakened.
 		o.Log.Error(err, "WARNING: cannot record the cluster identity: a later change of CLUSTER_ID would not be caught at start", "configmap", key.String())
 	}
-	return nil
 }
 
 // carrying lists "<zone>/<id>" of the live servers in zones with identity

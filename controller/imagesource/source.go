@@ -391,56 +391,87 @@ func (s *Source) Resolve(ctx context.Context, in Settings) (*Image, error) {
 func (s *Source) load(ctx context.Context, n *normalized) (cached, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout)
 	defer cancel()
-	var (
-		data  []byte
-		err   error
-		where string
-	)
-	if n.httpURL != nil {
-		where = Redact(n.httpURL.String())
-		data, err = s.httpGet(ctx, n.httpURL)
-	} else {
-		where = n.bucket + "/" + n.key
-		data, err = s.s3Get(ctx, n.bucket, n.key)
-	}
+	data, where, err := s.fetchManifest(ctx, n)
 	if err != nil {
 		return cached{}, withKey(err, where)
 	}
-	if n.ManifestSHA256 != "" {
-		got := sha256.Sum256(data)
-		if hex.EncodeToString(got[:]) != n.ManifestSHA256 {
-			return cached{}, &Error{Reason: ReasonManifestPinMismatch, Key: where,
-				Err: fmt.Errorf("manifest has sha256 %s, manifestSHA256 pins %s", hex.EncodeToString(got[:]), n.ManifestSHA256)}
-		}
+	if err := checkPin(data, n.ManifestSHA256, where); err != nil {
+		return cached{}, err
 	}
 	m, err := manifest.Parse(data)
 	if err != nil {
 		return cached{}, &Error{Reason: ReasonManifestInvalid, Key: where, Err: err}
 	}
+	if err := checkManifest(m, n, where); err != nil {
+		return cached{}, err
+	}
+	file, err := pickFile(m, n.prefs, where)
+	if err != nil {
+		return cached{}, err
+	}
+	return s.locate(ctx, n, m, file)
+}
+
+// fetchManifest reads the manifest from its URL or bucket; where names it
+// in errors (a URL without its credentials).
+func (s *Source) fetchManifest(ctx context.Context, n *normalized) (data []byte, where string, err error) {
+	if n.httpURL != nil {
+		where = Redact(n.httpURL.String())
+		data, err = s.httpGet(ctx, n.httpURL)
+		return data, where, err
+	}
+	where = n.bucket + "/" + n.key
+	data, err = s.s3Get(ctx, n.bucket, n.key)
+	return data, where, err
+}
+
+// checkPin refuses a manifest whose sha256 is not pin (an empty pin pins
+// nothing).
+func checkPin(data []byte, pin, where string) error {
+	if pin == "" {
+		return nil
+	}
+	got := sha256.Sum256(data)
+	if hex.EncodeToString(got[:]) != pin {
+		return &Error{Reason: ReasonManifestPinMismatch, Key: where,
+			Err: fmt.Errorf("manifest has sha256 %s, manifestSHA256 pins %s", hex.EncodeToString(got[:]), pin)}
+	}
+	return nil
+}
+
+// checkManifest refuses a manifest for another architecture, schematic or
+// Talos version than the NodeClass asks for (empty: any).
+func checkManifest(m *manifest.Manifest, n *normalized, where string) error {
 	if m.Arch != n.Arch {
-		return cached{}, &Error{Reason: ReasonWrongArchitecture, Key: where, Err: fmt.Errorf("manifest is for %s, the NodeClass wants %s", m.Arch, n.Arch)}
+		return &Error{Reason: ReasonWrongArchitecture, Key: where, Err: fmt.Errorf("manifest is for %s, the NodeClass wants %s", m.Arch, n.Arch)}
 	}
 	if n.SchematicID != "" && m.SchematicID != n.SchematicID {
-		return cached{}, &Error{Reason: ReasonManifestInvalid, Key: where, Err: fmt.Errorf("manifest is for schematic %s, the NodeClass wants %s", m.SchematicID, n.SchematicID)}
+		return &Error{Reason: ReasonManifestInvalid, Key: where, Err: fmt.Errorf("manifest is for schematic %s, the NodeClass wants %s", m.SchematicID, n.SchematicID)}
 	}
 	if n.TalosVersion != "" && m.TalosVersion != n.TalosVersion {
-		return cached{}, &Error{Reason: ReasonManifestInvalid, Key: where, Err: fmt.Errorf("manifest is for Talos %s, the NodeClass wants %s", m.TalosVersion, n.TalosVersion)}
+		return &Error{Reason: ReasonManifestInvalid, Key: where, Err: fmt.Errorf("manifest is for Talos %s, the NodeClass wants %s", m.TalosVersion, n.TalosVersion)}
 	}
-	var file manifest.File
-	found := false
-	for _, f := range n.prefs {
-		if file, found = m.File(f); found {
-			break
-		}
-	}
-	if !found {
-		var have []string
-		for _, f := range m.Files {
-			have = append(have, f.Format)
-		}
-		return cached{}, &Error{Reason: ReasonFormatUnavailable, Key: where, Err: fmt.Errorf("manifest lists %s, the NodeClass accepts %s", strings.Join(have, ", "), strings.Join(n.prefs, ", "))}
-	}
+	return nil
+}
 
+// pickFile is the manifest's file in the first of the preferred formats it
+// lists.
+func pickFile(m *manifest.Manifest, prefs []string, where string) (manifest.File, error) {
+	for _, f := range prefs {
+		if file, found := m.File(f); found {
+			return file, nil
+		}
+	}
+	var have []string
+	for _, f := range m.Files {
+		have = append(have, f.Format)
+	}
+	return manifest.File{}, &Error{Reason: ReasonFormatUnavailable, Key: where, Err: fmt.Errorf("manifest lists %s, the NodeClass accepts %s", strings.Join(have, ", "), strings.Join(prefs, ", "))}
+}
+
+// locate says where file is, next to its manifest, and checks that it is
+// there.
+func (s *Source) locate(ctx context.Context, n *normalized, m *manifest.Manifest, file manifest.File) (cached, error) {
 	c := cached{m: m, file: file}
 	if n.httpURL != nil {
 		fu := *n.httpURL

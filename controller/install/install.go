@@ -325,24 +325,11 @@ func (i *Installer) Run(ctx context.Context, job *Job) (*baremetal.Server, error
 		if phase == PhaseJoined {
 			return srv, nil
 		}
-		if !phase.Active() {
-			return srv, &PhaseError{Phase: phase, Err: fmt.Errorf("server is in phase %q, which an install cannot resume from", phase)}
+		since, deadline, err := i.checkPhase(srv, phase)
+		if err != nil {
+			return srv, err
 		}
-		since := PhaseSince(srv)
-		deadline := since.Add(i.Timeouts.Of(phase))
-		if !i.clock().Now().Before(deadline) {
-			return srv, &PhaseError{Phase: phase, Release: true,
-				Err: fmt.Errorf("phase %s did not finish within %s (started %s)", phase, i.Timeouts.Of(phase), since.UTC().Format(time.RFC3339))}
-		}
-		if job.Phase != nil {
-			job.Phase(phase, since)
-		}
-		start := i.clock().Now()
-		log.Info("install phase", "phase", phase, "since", since, "deadline", deadline)
-		pctx, cancel := context.WithDeadline(ctx, deadline)
-		next, err := i.step(ctx, pctx, log, job, srv, phase)
-		cancel()
-		i.Metrics.observePhase(phase, start, i.clock().Now(), err)
+		next, err := i.runPhase(ctx, log, job, srv, phase, since, deadline)
 		if err == nil {
 			srv, attempt = next, 0
 			if !PhaseOf(srv).NeedsRescue() {
@@ -350,39 +337,90 @@ func (i *Installer) Run(ctx context.Context, job *Job) (*baremetal.Server, error
 			}
 			continue
 		}
-		if ctx.Err() != nil {
-			return srv, ctx.Err()
+		pe, terr := retryable(ctx, phase, err)
+		if terr != nil {
+			return srv, terr
 		}
-		if errors.Is(err, ErrNotOwned) {
+		attempt++
+		if srv, err = i.retryWait(ctx, log, job, srv, phase, pe, err, attempt); err != nil {
 			return srv, err
 		}
-		var pe *PhaseError
-		if !errors.As(err, &pe) {
-			pe = &PhaseError{Phase: phase, Err: err}
-		}
-		if pe.Release {
-			return srv, pe
-		}
-		// Transient: wait, read the server again and resume the same phase
-		// (its deadline does not move).
-		attempt++
-		wait := min(i.retryInterval()<<min(attempt-1, 5), time.Minute)
-		log.Info("install phase failed, retrying", "phase", phase, "attempt", attempt, "wait", wait, "error", err.Error())
-		i.progress(job, phase, fmt.Sprintf("retrying after: %v", pe.Err))
-		select {
-		case <-ctx.Done():
-			return srv, ctx.Err()
-		case <-i.clock().After(wait):
-		}
-		if fresh, gerr := i.API.GetServer(ctx, srv.Zone, srv.ID); gerr == nil {
-			if claimOf(fresh.Tags) != claimOf(srv.Tags) {
-				return fresh, fmt.Errorf("install phase %s, server %s: %w", phase, srv.ID, ErrNotOwned)
-			}
-			srv = fresh
-		} else if scaleway.IsNotFound(gerr) {
-			return srv, &PhaseError{Phase: phase, Release: true, Err: fmt.Errorf("the server is gone: %w", gerr)}
-		}
 	}
+}
+
+// checkPhase refuses a phase an install cannot resume from, or one past
+// its deadline; otherwise it returns when the phase began and its deadline.
+func (i *Installer) checkPhase(srv *baremetal.Server, phase Phase) (since, deadline time.Time, err error) {
+	if !phase.Active() {
+		return since, deadline, &PhaseError{Phase: phase, Err: fmt.Errorf("server is in phase %q, which an install cannot resume from", phase)}
+	}
+	since = PhaseSince(srv)
+	deadline = since.Add(i.Timeouts.Of(phase))
+	if !i.clock().Now().Before(deadline) {
+		return since, deadline, &PhaseError{Phase: phase, Release: true,
+			Err: fmt.Errorf("phase %s did not finish within %s (started %s)", phase, i.Timeouts.Of(phase), since.UTC().Format(time.RFC3339))}
+	}
+	return since, deadline, nil
+}
+
+// runPhase runs one attempt of phase within its deadline, reported to the
+// job and measured.
+func (i *Installer) runPhase(ctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, phase Phase, since, deadline time.Time) (*baremetal.Server, error) {
+	if job.Phase != nil {
+		job.Phase(phase, since)
+	}
+	start := i.clock().Now()
+	log.Info("install phase", "phase", phase, "since", since, "deadline", deadline)
+	pctx, cancel := context.WithDeadline(ctx, deadline)
+	next, err := i.step(ctx, pctx, log, job, srv, phase)
+	cancel()
+	i.Metrics.observePhase(phase, start, i.clock().Now(), err)
+	return next, err
+}
+
+// retryable sorts a failed attempt of phase: the PhaseError to retry after,
+// or the error that ends the run (stopping, a server no longer this
+// claim's, a failure that releases the server).
+func retryable(ctx context.Context, phase Phase, err error) (*PhaseError, error) {
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	if errors.Is(err, ErrNotOwned) {
+		return nil, err
+	}
+	var pe *PhaseError
+	if !errors.As(err, &pe) {
+		pe = &PhaseError{Phase: phase, Err: err}
+	}
+	if pe.Release {
+		return nil, pe
+	}
+	return pe, nil
+}
+
+// retryWait waits before the next attempt of phase (a transient failure:
+// the same phase resumes, its deadline does not move) and reads the server
+// again; it ends the run when the server is gone or another claim's.
+func (i *Installer) retryWait(ctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, phase Phase, pe *PhaseError, err error, attempt int) (*baremetal.Server, error) {
+	wait := min(i.retryInterval()<<min(attempt-1, 5), time.Minute)
+	log.Info("install phase failed, retrying", "phase", phase, "attempt", attempt, "wait", wait, "error", err.Error())
+	i.progress(job, phase, fmt.Sprintf("retrying after: %v", pe.Err))
+	select {
+	case <-ctx.Done():
+		return srv, ctx.Err()
+	case <-i.clock().After(wait):
+	}
+	fresh, gerr := i.API.GetServer(ctx, srv.Zone, srv.ID)
+	if gerr == nil {
+		if claimOf(fresh.Tags) != claimOf(srv.Tags) {
+			return fresh, fmt.Errorf("install phase %s, server %s: %w", phase, srv.ID, ErrNotOwned)
+		}
+		return fresh, nil
+	}
+	if scaleway.IsNotFound(gerr) {
+		return srv, &PhaseError{Phase: phase, Release: true, Err: fmt.Errorf("the server is gone: %w", gerr)}
+	}
+	return srv, nil
 }
 
 func (i *Installer) step(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, phase Phase) (*baremetal.Server, error) {

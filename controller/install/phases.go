@@ -295,22 +295,7 @@ func (i *Installer) image(ctx, pctx context.Context, log logr.Logger, job *Job, 
 	needImage := !Imaged(srv, img.SHA256)
 	job.foldImageTags, job.imageTags = true, nil
 	if needImage || img.Delivery == DeliveryDisk {
-		srv, err = i.inRescue(ctx, pctx, log, job, srv, func(sess *rescue.Session) (*baremetal.Server, error) {
-			if needImage {
-				if srv, err = i.writeImage(ctx, pctx, log, job, srv, sess, img); err != nil {
-					return srv, err
-				}
-			}
-			if img.Delivery == DeliveryDisk {
-				if !needImage {
-					if err := i.inspectDisks(ctx, pctx, job, srv, sess); err != nil {
-						return srv, err
-					}
-				}
-				return srv, i.writeConfig(ctx, pctx, log, job, srv, sess)
-			}
-			return srv, nil
-		})
+		srv, err = i.inRescue(ctx, pctx, log, job, srv, i.rescueWork(ctx, pctx, log, job, srv, img, needImage))
 		if err != nil {
 			return srv, err
 		}
@@ -320,6 +305,36 @@ func (i *Installer) image(ctx, pctx context.Context, log logr.Logger, job *Job, 
 			return srv, &PhaseError{Phase: PhaseImaging, Err: fmt.Errorf("recording the image on the nodeclaim: %w", err)}
 		}
 	}
+	srv, err = i.toBooting(ctx, pctx, job, srv, img)
+	return srv, err
+}
+
+// rescueWork is what the imaging phase does in rescue: write the image if
+// the disk does not hold it, and with disk delivery write the config (after
+// reading the disks, which a write reads itself).
+func (i *Installer) rescueWork(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, img Image, needImage bool) func(*rescue.Session) (*baremetal.Server, error) {
+	return func(sess *rescue.Session) (*baremetal.Server, error) {
+		if needImage {
+			var err error
+			if srv, err = i.writeImage(ctx, pctx, log, job, srv, sess, img); err != nil {
+				return srv, err
+			}
+		}
+		if img.Delivery != DeliveryDisk {
+			return srv, nil
+		}
+		if !needImage {
+			if err := i.inspectDisks(ctx, pctx, job, srv, sess); err != nil {
+				return srv, err
+			}
+		}
+		return srv, i.writeConfig(ctx, pctx, log, job, srv, sess)
+	}
+}
+
+// toBooting ends the imaging phase: phase booting, written with the
+// delivery, the image tags held for it and, before a kexec jump, its record.
+func (i *Installer) toBooting(ctx, pctx context.Context, job *Job, srv *baremetal.Server, img Image) (*baremetal.Server, error) {
 	more := []func([]string) []string{withDelivery(img.Delivery)}
 	if job.imageTags != nil {
 		more = append(more, job.imageTags)
@@ -330,7 +345,7 @@ func (i *Installer) image(ctx, pctx context.Context, log logr.Logger, job *Job, 
 	if kexec {
 		more = append(more, i.recordKexec)
 	}
-	srv, err = i.setPhase(ctx, srv, PhaseBooting, more...)
+	srv, err := i.setPhase(ctx, srv, PhaseBooting, more...)
 	job.kexecPending = kexec && err == nil
 	return srv, err
 }
@@ -394,37 +409,15 @@ func (i *Installer) inRescue(ctx, pctx context.Context, log logr.Logger, job *Jo
 // on the NodeClaim (and the job, for this run), then the uplink, the disk
 // and the image on the server's tags.
 func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, sess *rescue.Session, img Image) (*baremetal.Server, error) {
-	if v, _ := scaleway.TagValue(srv.Tags, scaleway.TagImage); v != "" {
-		// em-imager wipes the partition table first: until the new write
-		// is verified, no tag may say the disk holds an image (a failed or
-		// stopped rewrite of a spare would leave it "pre-imaged" on a
-		// wiped disk).
-		updated, err := i.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
-			return scaleway.RemoveTagIn(tags, scaleway.TagImage)
-		})
-		if err != nil {
-			return srv, &PhaseError{Phase: PhaseImaging, Err: fmt.Errorf("dropping the image tag before writing: %w", err)}
-		}
-		srv = updated
+	srv, err := i.dropImageTag(ctx, srv)
+	if err != nil {
+		return srv, err
 	}
 	i.progress(job, PhaseImaging, "writing the Talos image")
-	lastPct := -1
 	rep, err := rescue.RunImager(pctx, sess, rescue.ImagerArgs{
 		Binary: i.Imager, ImageURL: img.URL, SHA256: img.SHA256, Format: img.Format,
 		Disk: img.Disk, RawSize: img.RawSize, VerifyReadback: img.VerifyReadback, WipeOtherDisks: img.WipeOtherDisks,
-	}, func(p report.Progress) {
-		if p.TotalIn <= 0 {
-			return
-		}
-		pct := int(100 * p.BytesIn / p.TotalIn)
-		if step, ok := ImagingStepReached(lastPct, pct); ok && job.Imaging != nil {
-			job.Imaging(step)
-		}
-		if pct/25 != lastPct/25 { // an event every quarter, not every second
-			i.progress(job, PhaseImaging, fmt.Sprintf("imaging %d%% (%.0f MB/s raw)", pct, p.RawMBps))
-		}
-		lastPct = pct
-	})
+	}, i.imagingProgress(job))
 	if err != nil {
 		return srv, i.imagerError(ctx, pctx, "em-imager", err)
 	}
@@ -439,29 +432,84 @@ func (i *Installer) writeImage(ctx, pctx context.Context, log logr.Logger, job *
 	if uplink == "" {
 		return srv, &PhaseError{Phase: PhaseImaging, Release: true, Err: ErrNoLink}
 	}
-	disks, err := EncodeDisks(rep)
-	if err != nil {
-		return srv, &PhaseError{Phase: PhaseImaging, Release: true, Err: err}
+	if err := recordDisks(pctx, job, rep); err != nil {
+		return srv, err
 	}
-	// The record goes first: tags that say "imaged" always come with it.
-	if job.RecordDisks != nil {
-		if err := job.RecordDisks(pctx, disks); err != nil {
-			return srv, &PhaseError{Phase: PhaseImaging, Err: fmt.Errorf("recording the disk list: %w", err)}
-		}
-	}
-	job.disks = disks
-	written := img.SHA256
-	if rep.Image != nil && rep.Image.RawSHA256 != "" {
-		written = rep.Image.RawSHA256
-	}
+	written := writtenDigest(rep, img)
 	hw := func(tags []string) []string {
 		return withHardware(tags, uplink, rep.Disk.Path, rep.Disk.Serial, written)
 	}
 	i.progress(job, PhaseImaging, fmt.Sprintf("image verified on %s", rep.Disk.Path))
+	return i.tagHardware(ctx, job, srv, hw)
+}
+
+// dropImageTag removes srv's image tag before a write: em-imager wipes the
+// partition table first, so until the new write is verified no tag may say
+// the disk holds an image (a failed or stopped rewrite of a spare would
+// leave it "pre-imaged" on a wiped disk).
+func (i *Installer) dropImageTag(ctx context.Context, srv *baremetal.Server) (*baremetal.Server, error) {
+	if v, _ := scaleway.TagValue(srv.Tags, scaleway.TagImage); v == "" {
+		return srv, nil
+	}
+	updated, err := i.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
+		return scaleway.RemoveTagIn(tags, scaleway.TagImage)
+	})
+	if err != nil {
+		return srv, &PhaseError{Phase: PhaseImaging, Err: fmt.Errorf("dropping the image tag before writing: %w", err)}
+	}
+	return updated, nil
+}
+
+// imagingProgress reports em-imager's progress: the job's imaging steps as
+// they are reached, and an event every quarter (not every second).
+func (i *Installer) imagingProgress(job *Job) func(report.Progress) {
+	lastPct := -1
+	return func(p report.Progress) {
+		if p.TotalIn <= 0 {
+			return
+		}
+		pct := int(100 * p.BytesIn / p.TotalIn)
+		if step, ok := ImagingStepReached(lastPct, pct); ok && job.Imaging != nil {
+			job.Imaging(step)
+		}
+		if pct/25 != lastPct/25 {
+			i.progress(job, PhaseImaging, fmt.Sprintf("imaging %d%% (%.0f MB/s raw)", pct, p.RawMBps))
+		}
+		lastPct = pct
+	}
+}
+
+// recordDisks records the disk list the write found, on the NodeClaim
+// first: tags that say "imaged" always come with it.
+func recordDisks(pctx context.Context, job *Job, rep *report.Report) error {
+	disks, err := EncodeDisks(rep)
+	if err != nil {
+		return &PhaseError{Phase: PhaseImaging, Release: true, Err: err}
+	}
+	if job.RecordDisks != nil {
+		if err := job.RecordDisks(pctx, disks); err != nil {
+			return &PhaseError{Phase: PhaseImaging, Err: fmt.Errorf("recording the disk list: %w", err)}
+		}
+	}
+	job.disks = disks
+	return nil
+}
+
+// writtenDigest is the digest of the image on the disk: the one em-imager
+// reports, else the one asked for.
+func writtenDigest(rep *report.Report, img Image) string {
+	if rep.Image != nil && rep.Image.RawSHA256 != "" {
+		return rep.Image.RawSHA256
+	}
+	return img.SHA256
+}
+
+// tagHardware writes the hardware and image tags (hw) onto srv. In an install
+// they go with the booting phase, one write instead of two; the config is
+// rendered from the copy returned until then (a restart in between writes
+// the image again).
+func (i *Installer) tagHardware(ctx context.Context, job *Job, srv *baremetal.Server, hw func([]string) []string) (*baremetal.Server, error) {
 	if job.foldImageTags {
-		// An install: the tags go with the booting phase, one write
-		// instead of two; the config is rendered from this copy until
-		// then. A restart in between writes the image again.
 		job.imageTags = hw
 		cp := *srv
 		cp.Tags = hw(slices.Clone(srv.Tags))

@@ -87,28 +87,16 @@ func (c *StatusController) Reconcile(ctx context.Context, nc *v1alpha1.ScalewayE
 	if err := nc.Unreadable(); err != nil {
 		return c.reportUnreadable(ctx, nc, err)
 	}
-	stored := nc.DeepCopy()
-	if nc.Annotations == nil {
-		nc.Annotations = map[string]string{}
-	}
-	nc.Annotations[v1alpha1.AnnotationNodeClassHash] = nc.Hash()
-	nc.Annotations[v1alpha1.AnnotationNodeClassHashVersion] = v1alpha1.NodeClassHashVersion
-	if !equality.Semantic.DeepEqual(stored.Annotations, nc.Annotations) {
-		if err := c.Kube.Patch(ctx, nc, client.MergeFrom(stored)); err != nil {
-			return reconcile.Result{}, client.IgnoreNotFound(err)
-		}
-		stored = nc.DeepCopy()
+	stored, stop, err := c.stampHash(ctx, nc)
+	if stop {
+		return reconcile.Result{}, err
 	}
 	c.restampClaims(ctx, nc, nc.Annotations[v1alpha1.AnnotationNodeClassHash])
 
 	conds := nc.StatusConditions()
 	nc.Status.Zones = nc.ZonesOr(c.DefaultZone)
 
-	var projectErr error
-	if p := nc.Spec.ProjectID; p != "" && c.ProjectID != "" && p != c.ProjectID {
-		projectErr = fmt.Errorf("spec.projectID %s is not the controller's project %s (SCW_DEFAULT_PROJECT_ID): one controller serves one project; leave spec.projectID empty or run a controller per project", p, c.ProjectID)
-	}
-	setCondition(conds, v1alpha1.ConditionTypeProjectReady, ReasonProjectMismatch, projectErr)
+	setCondition(conds, v1alpha1.ConditionTypeProjectReady, ReasonProjectMismatch, projectMismatch(nc.Spec.ProjectID, c.ProjectID))
 
 	zones := make([]scw.Zone, len(nc.Status.Zones))
 	for i, z := range nc.Status.Zones {
@@ -117,29 +105,13 @@ func (c *StatusController) Reconcile(ctx context.Context, nc *v1alpha1.ScalewayE
 	credErr := c.Credentials.CheckCredentials(ctx, zones)
 	setCondition(conds, v1alpha1.ConditionTypeCredentialsReady, ReasonScalewayAPIUnavailable, credErr)
 
-	img, imgErr := c.Images.Resolve(ctx, ImageSettings(nc))
-	if imgErr == nil {
-		nc.Status.Image = &v1alpha1.ResolvedImage{
-			SchematicID: img.SchematicID, TalosVersion: img.TalosVersion, Architecture: img.Arch,
-			Format: img.Format, RawSHA256: img.RawSHA256, RawSize: img.RawSize,
-		}
-		if nc.Spec.Talos.DiskConfigDelivery() {
-			// Booted without talos.config=metal-iso, the node would ignore
-			// the config on its disk (reason ImageLacksMetalISO).
-			imgErr = img.DiskConfigDelivery()
-		}
-	}
+	imgErr := c.resolveImage(ctx, nc)
 	setCondition(conds, v1alpha1.ConditionTypeImageReady, string(imagesource.ReasonOf(imgErr)), imgErr)
 
 	joinErr := c.checkJoinConfig(ctx, nc)
 	setCondition(conds, v1alpha1.ConditionTypeJoinConfigReady, joinReason(joinErr), joinErr)
 
-	var breakerChange time.Time
-	if c.Installs == nil {
-		conds.SetTrue(v1alpha1.ConditionTypeInstallsHealthy)
-	} else if at := c.Installs.Sync(ctx, nc); at != 0 {
-		breakerChange = time.Unix(0, at)
-	}
+	breakerChange := c.syncInstalls(ctx, nc, conds)
 	c.setIdentityCondition(conds)
 
 	if !equality.Semantic.DeepEqual(stored.Status, nc.Status) {
@@ -150,6 +122,72 @@ func (c *StatusController) Reconcile(ctx context.Context, nc *v1alpha1.ScalewayE
 		// reconcile, which would announce the same change twice.
 		c.publishTransitions(stored, nc)
 	}
+	return reconcile.Result{RequeueAfter: c.requeueAfter(ctx, nc, conds, breakerChange)}, nil
+}
+
+// stampHash writes the NodeClass's hash annotations when they changed and
+// returns the object as stored; stop says the reconcile ends here (the
+// patch failed, err, or the NodeClass is gone, nil).
+func (c *StatusController) stampHash(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass) (stored *v1alpha1.ScalewayElasticMetalNodeClass, stop bool, err error) {
+	stored = nc.DeepCopy()
+	if nc.Annotations == nil {
+		nc.Annotations = map[string]string{}
+	}
+	nc.Annotations[v1alpha1.AnnotationNodeClassHash] = nc.Hash()
+	nc.Annotations[v1alpha1.AnnotationNodeClassHashVersion] = v1alpha1.NodeClassHashVersion
+	if equality.Semantic.DeepEqual(stored.Annotations, nc.Annotations) {
+		return stored, false, nil
+	}
+	if err := c.Kube.Patch(ctx, nc, client.MergeFrom(stored)); err != nil {
+		return nil, true, client.IgnoreNotFound(err)
+	}
+	return nc.DeepCopy(), false, nil
+}
+
+// projectMismatch refuses a spec.projectID that is not the controller's:
+// one controller serves one project.
+func projectMismatch(spec, controller string) error {
+	if spec == "" || controller == "" || spec == controller {
+		return nil
+	}
+	return fmt.Errorf("spec.projectID %s is not the controller's project %s (SCW_DEFAULT_PROJECT_ID): one controller serves one project; leave spec.projectID empty or run a controller per project", spec, controller)
+}
+
+// resolveImage resolves the NodeClass's image into its status; the error is
+// ImageReady's.
+func (c *StatusController) resolveImage(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass) error {
+	img, err := c.Images.Resolve(ctx, ImageSettings(nc))
+	if err != nil {
+		return err
+	}
+	nc.Status.Image = &v1alpha1.ResolvedImage{
+		SchematicID: img.SchematicID, TalosVersion: img.TalosVersion, Architecture: img.Arch,
+		Format: img.Format, RawSHA256: img.RawSHA256, RawSize: img.RawSize,
+	}
+	if nc.Spec.Talos.DiskConfigDelivery() {
+		// Booted without talos.config=metal-iso, the node would ignore
+		// the config on its disk (reason ImageLacksMetalISO).
+		return img.DiskConfigDelivery()
+	}
+	return nil
+}
+
+// syncInstalls brings InstallsHealthy up to date and returns when the
+// install-failure breaker changes next (zero: not scheduled).
+func (c *StatusController) syncInstalls(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass, conds status.ConditionSet) time.Time {
+	if c.Installs == nil {
+		conds.SetTrue(v1alpha1.ConditionTypeInstallsHealthy)
+		return time.Time{}
+	}
+	if at := c.Installs.Sync(ctx, nc); at != 0 {
+		return time.Unix(0, at)
+	}
+	return time.Time{}
+}
+
+// requeueAfter is when to look again: Interval (5 minutes by default), at
+// most 30s while not Ready, and just after the breaker's next change.
+func (c *StatusController) requeueAfter(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass, conds status.ConditionSet, breakerChange time.Time) time.Duration {
 	interval := c.Interval
 	if interval == 0 {
 		interval = 5 * time.Minute
@@ -162,7 +200,7 @@ func (c *StatusController) Reconcile(ctx context.Context, nc *v1alpha1.ScalewayE
 		// The end of a backoff turns InstallsHealthy True for the probe.
 		interval = max(min(interval, time.Until(breakerChange)+time.Second), time.Second)
 	}
-	return reconcile.Result{RequeueAfter: interval}, nil
+	return interval
 }
 
 // restampClaims moves the NodeClass's NodeClaims stamped by an older way of

@@ -158,11 +158,27 @@ func (c *Controller) Deleted(ctx context.Context, claim *karpv1.NodeClaim) {
 	if c.Breaker == nil || claim.Status.ProviderID == "" || claim.StatusConditions().Get(karpv1.ConditionTypeRegistered).IsTrue() {
 		return
 	}
+	srv, log, ok := c.serverMidInstall(ctx, claim)
+	if !ok {
+		return
+	}
+	phase := install.PhaseOf(srv)
+	if c.nodePoolEnding(ctx, claim) {
+		log.Info("nodeclaim deleted with its nodepool before its install joined; not counted as an install failure", "phase", phase)
+		return
+	}
+	c.countDeleted(ctx, claim, srv, log, phase)
+}
+
+// serverMidInstall is the deleted claim's server when it is still the
+// claim's, not being deleted, and in an install phase past the order; ok is
+// false otherwise (or when it cannot be read, which is logged).
+func (c *Controller) serverMidInstall(ctx context.Context, claim *karpv1.NodeClaim) (*baremetal.Server, logr.Logger, bool) {
 	zone, id, err := scaleway.ParseProviderID(claim.Status.ProviderID)
 	if err != nil || c.API.SeenDeleting(zone, id) {
 		// Karpenter calls Delete again every few seconds until the server
 		// is gone: whoever deleted it has counted it already.
-		return
+		return nil, logr.Logger{}, false
 	}
 	log := c.Log.WithValues("nodeclaim", claim.Name, "server", id)
 	srv, err := c.API.GetServer(ctx, zone, id)
@@ -170,17 +186,21 @@ func (c *Controller) Deleted(ctx context.Context, claim *karpv1.NodeClaim) {
 		if !scaleway.IsNotFound(err) {
 			log.Error(err, "reading the server of a deleted nodeclaim; its install is not counted by the breaker")
 		}
-		return
+		return nil, log, false
 	}
 	phase := install.PhaseOf(srv)
 	if srv.Status == baremetal.ServerStatusDeleting || scaleway.ParseTags(srv.Tags)[scaleway.TagNodeClaim] != claim.Name ||
 		!phase.Active() || phase == install.PhaseOrdered {
-		return
+		return nil, log, false
 	}
-	if c.nodePoolEnding(ctx, claim) {
-		log.Info("nodeclaim deleted with its nodepool before its install joined; not counted as an install failure", "phase", phase)
-		return
-	}
+	return srv, log, true
+}
+
+// countDeleted counts the install of a claim deleted before its node joined
+// as a failure (quarantining the server when the phase points at it).
+// Errors are logged, not returned: the server's release must not wait on
+// the breaker's bookkeeping.
+func (c *Controller) countDeleted(ctx context.Context, claim *karpv1.NodeClaim, srv *baremetal.Server, log logr.Logger, phase install.Phase) {
 	cause := &install.PhaseError{Phase: phase, Err: install.ErrDeletedBeforeJoin}
 	if reason := spare.HostFault(cause, ""); reason != "" {
 		if _, err := c.Spares.Quarantine(ctx, srv.Zone, srv.ID, claim.Name, reason); err != nil {
@@ -188,10 +208,8 @@ func (c *Controller) Deleted(ctx context.Context, claim *karpv1.NodeClaim) {
 		}
 	}
 	log.Info("nodeclaim deleted before its install joined: counted as an install failure", "phase", phase)
-	err = c.Breaker.Failed(ctx, breaker.Failure{Claim: claim, Server: srv, Billing: spare.Billing(c.Offerings, srv), Err: cause})
+	err := c.Breaker.Failed(ctx, breaker.Failure{Claim: claim, Server: srv, Billing: spare.Billing(c.Offerings, srv), Err: cause})
 	if err != nil && !apierrors.IsNotFound(err) {
-		// Logged, not returned: the server's release must not wait on
-		// the breaker's bookkeeping.
 		log.Error(err, "counting the install failure of a deleted nodeclaim")
 	}
 }

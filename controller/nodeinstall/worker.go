@@ -96,46 +96,18 @@ func (w *worker) run(ctx context.Context) {
 // should be tried again (something could not be read).
 func (w *worker) attempt(ctx context.Context) (done bool, err error) {
 	c := w.c
-	zone, id, err := scaleway.ParseProviderID(w.providerID)
-	if err != nil {
-		return true, nil // not a server of ours
-	}
-	srv, err := c.API.RecentServer(ctx, zone, id) // usually the state the order or the last write returned
-	if scaleway.IsNotFound(err) {
-		w.fail(ctx, nil, errors.New("the server is gone"))
-		return true, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	tags := scaleway.ParseTags(srv.Tags)
-	switch {
-	case tags[scaleway.TagNodeClaim] != w.name:
-		w.fail(ctx, srv, fmt.Errorf("server %s is no longer this nodeclaim's (phase %s)", srv.ID, install.PhaseOf(srv)))
-		return true, nil
-	case srv.Status == baremetal.ServerStatusDeleting:
-		w.fail(ctx, srv, fmt.Errorf("server %s is being released", srv.ID))
-		return true, nil
+	srv, done, err := w.readServer(ctx)
+	if srv == nil {
+		return done, err
 	}
 	w.setState(install.PhaseOf(srv), install.PhaseSince(srv))
 	if install.PhaseOf(srv) == install.PhaseJoined {
 		w.show(phaselabels.State{Phase: install.PhaseJoined})
 		return true, nil // the node is joining; core's registration window decides
 	}
-	claim, err := c.getClaim(ctx, w.name)
-	if apierrors.IsNotFound(err) {
-		return true, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	nc, err := nodeclass.Get(ctx, c.Kube, claim.Spec.NodeClassRef)
-	if apierrors.IsNotFound(err) {
-		w.fail(ctx, srv, fmt.Errorf("nodeclass %s is gone", claim.Spec.NodeClassRef.Name))
-		return true, nil
-	}
-	if err != nil {
-		return false, err
+	claim, nc, done, err := w.claimAndNodeClass(ctx, srv)
+	if nc == nil {
+		return done, err
 	}
 	final, err := c.Installer.Run(ctx, w.job(claim, nc, srv))
 	if ctx.Err() != nil {
@@ -145,14 +117,69 @@ func (w *worker) attempt(ctx context.Context) (done bool, err error) {
 		w.fail(ctx, final, err)
 		return true, nil
 	}
+	w.joined(ctx, claim)
+	return true, nil
+}
+
+// readServer reads the claim's server; nil (with what attempt returns) when
+// there is nothing to install: not a server of ours, gone, another claim's
+// or being released.
+func (w *worker) readServer(ctx context.Context) (srv *baremetal.Server, done bool, err error) {
+	zone, id, err := scaleway.ParseProviderID(w.providerID)
+	if err != nil {
+		return nil, true, nil // not a server of ours
+	}
+	srv, err = w.c.API.RecentServer(ctx, zone, id) // usually the state the order or the last write returned
+	if scaleway.IsNotFound(err) {
+		w.fail(ctx, nil, errors.New("the server is gone"))
+		return nil, true, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	tags := scaleway.ParseTags(srv.Tags)
+	switch {
+	case tags[scaleway.TagNodeClaim] != w.name:
+		w.fail(ctx, srv, fmt.Errorf("server %s is no longer this nodeclaim's (phase %s)", srv.ID, install.PhaseOf(srv)))
+		return nil, true, nil
+	case srv.Status == baremetal.ServerStatusDeleting:
+		w.fail(ctx, srv, fmt.Errorf("server %s is being released", srv.ID))
+		return nil, true, nil
+	}
+	return srv, false, nil
+}
+
+// claimAndNodeClass reads the claim and its NodeClass; nc is nil (with what
+// attempt returns) when either is gone or cannot be read.
+func (w *worker) claimAndNodeClass(ctx context.Context, srv *baremetal.Server) (*karpv1.NodeClaim, *v1alpha1.ScalewayElasticMetalNodeClass, bool, error) {
+	claim, err := w.c.getClaim(ctx, w.name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil, true, nil
+	}
+	if err != nil {
+		return nil, nil, false, err
+	}
+	nc, err := nodeclass.Get(ctx, w.c.Kube, claim.Spec.NodeClassRef)
+	if apierrors.IsNotFound(err) {
+		w.fail(ctx, srv, fmt.Errorf("nodeclass %s is gone", claim.Spec.NodeClassRef.Name))
+		return nil, nil, true, nil
+	}
+	if err != nil {
+		return nil, nil, false, err
+	}
+	return claim, nc, false, nil
+}
+
+// joined records a joined install: its phase label, its metric, and the
+// breaker's close.
+func (w *worker) joined(ctx context.Context, claim *karpv1.NodeClaim) {
 	w.show(phaselabels.State{Phase: install.PhaseJoined})
-	c.Metrics.finished(install.PhaseJoined, "joined")
-	if c.Breaker != nil {
-		if err := c.Breaker.Joined(ctx, claim); err != nil {
+	w.c.Metrics.finished(install.PhaseJoined, "joined")
+	if w.c.Breaker != nil {
+		if err := w.c.Breaker.Joined(ctx, claim); err != nil {
 			w.log.Error(err, "closing the install-failure breaker")
 		}
 	}
-	return true, nil
 }
 
 // countFailure tells the install-failure breaker; a failure to record it is

@@ -182,24 +182,13 @@ func (c *Controller) ImageSpare(ctx context.Context, srv *baremetal.Server) (boo
 		return false, nil
 	}
 	defer end()
-	// Read afresh once held: a take before the hold shows here.
-	srv, err := c.API.GetServer(ctx, srv.Zone, srv.ID)
-	if scaleway.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
+	srv, err := c.freshSpare(ctx, srv)
+	if srv == nil || err != nil {
 		return false, err
 	}
-	if install.PhaseOf(srv) != install.PhaseSpare || srv.Status != baremetal.ServerStatusReady || spare.RescuePending(srv) {
-		return false, nil
-	}
-	nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
-	name, _ := scaleway.TagValue(srv.Tags, scaleway.TagNodeClass)
-	if err := c.Kube.Get(ctx, types.NamespacedName{Name: name}, nc); err != nil {
-		return false, client.IgnoreNotFound(err) // gone: its spares are ended, not imaged
-	}
-	if nc.DeletionTimestamp != nil || nc.Status.Image == nil || nc.Status.Image.RawSHA256 == "" {
-		return false, nil
+	nc, err := c.nodeClassWithImage(ctx, srv)
+	if nc == nil || err != nil {
+		return false, err
 	}
 	if spare.PreImaged(srv, nc.Status.Image.RawSHA256) {
 		return false, c.passed(ctx, srv)
@@ -213,6 +202,42 @@ func (c *Controller) ImageSpare(ctx context.Context, srv *baremetal.Server) (boo
 		// next sweep writes the one it shows.
 		return false, nil
 	}
+	return c.preImage(ctx, srv, nc, img)
+}
+
+// freshSpare reads srv afresh once held (a take before the hold shows
+// here); nil when it is gone or no longer a delivered spare ready to image.
+func (c *Controller) freshSpare(ctx context.Context, srv *baremetal.Server) (*baremetal.Server, error) {
+	srv, err := c.API.GetServer(ctx, srv.Zone, srv.ID)
+	if scaleway.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if install.PhaseOf(srv) != install.PhaseSpare || srv.Status != baremetal.ServerStatusReady || spare.RescuePending(srv) {
+		return nil, nil
+	}
+	return srv, nil
+}
+
+// nodeClassWithImage is the spare's NodeClass when it has a resolved image
+// and is not being deleted; nil otherwise.
+func (c *Controller) nodeClassWithImage(ctx context.Context, srv *baremetal.Server) (*v1alpha1.ScalewayElasticMetalNodeClass, error) {
+	nc := &v1alpha1.ScalewayElasticMetalNodeClass{}
+	name, _ := scaleway.TagValue(srv.Tags, scaleway.TagNodeClass)
+	if err := c.Kube.Get(ctx, types.NamespacedName{Name: name}, nc); err != nil {
+		return nil, client.IgnoreNotFound(err) // gone: its spares are ended, not imaged
+	}
+	if nc.DeletionTimestamp != nil || nc.Status.Image == nil || nc.Status.Image.RawSHA256 == "" {
+		return nil, nil
+	}
+	return nc, nil
+}
+
+// preImage writes img onto spare srv, then clears its failures and its
+// quarantine.
+func (c *Controller) preImage(ctx context.Context, srv *baremetal.Server, nc *v1alpha1.ScalewayElasticMetalNodeClass, img install.Image) (bool, error) {
 	log := c.Log.WithValues("server", srv.ID, "zone", string(srv.Zone), "offer", srv.OfferName, "nodeclass", nc.Name)
 	log.Info("pre-imaging a spare", "image", install.ShortDigest(img.SHA256), "imaged", install.Imaged(srv, img.SHA256))
 	start := c.clock().Now()
@@ -221,12 +246,7 @@ func (c *Controller) ImageSpare(ctx context.Context, srv *baremetal.Server) (boo
 		if ctx.Err() != nil {
 			return false, ctx.Err() // taken, released or stopping: not a failure of the spare
 		}
-		phase := "imaging"
-		var pe *install.PhaseError
-		if errors.As(err, &pe) {
-			phase = string(pe.Phase)
-		}
-		return false, c.failedWith(srv, phase, err)
+		return false, c.failedWith(srv, failedPhase(err), err)
 	}
 	c.mu.Lock()
 	delete(c.failed, srv.ID)
@@ -242,6 +262,16 @@ func (c *Controller) ImageSpare(ctx context.Context, srv *baremetal.Server) (boo
 	c.Metrics.preImaged(c.clock().Since(start))
 	log.Info("spare pre-imaged: a NodeClaim taking it writes its config and boots", "seconds", int(c.clock().Since(start).Seconds()))
 	return true, nil
+}
+
+// failedPhase is the install phase a pre-imaging failed in, "imaging" when
+// the error does not say.
+func failedPhase(err error) string {
+	var pe *install.PhaseError
+	if errors.As(err, &pe) {
+		return string(pe.Phase)
+	}
+	return "imaging"
 }
 
 // passed lifts srv's quarantine, if any: a pre-imaging is the health check

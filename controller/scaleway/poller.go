@@ -289,68 +289,115 @@ func (p *Poller) WaitFor(ctx context.Context, zone scw.Zone, id string, done fun
 	if id == "" {
 		return nil, errors.New("scaleway WaitFor: server id is required")
 	}
-	var w waitSpec
+	var spec waitSpec
 	for _, o := range opts {
-		o(&w)
+		o(&spec)
 	}
 	z := p.zonePoller(zone)
-	since := p.c.clock.Now()
-	var d due
-	if w.key.kind != "" {
-		w.key.zone = zone
-		if w.since.IsZero() {
-			w.since = since
-		}
-		d = p.expect.due(w.key, w.since)
-	}
-	token := z.acquire(time.Time{}, d)
+	w := &wait{p: p, zone: zone, id: id, done: done, spec: spec, since: p.c.clock.Now()}
+	token := z.acquire(time.Time{}, w.expectedDue())
 	defer z.release(token)
-	var seen uint64
-	var last *baremetal.Server
-	var notDone time.Time // start of the latest list that showed it not done yet
-	failed := 0
 	for {
 		snap, updated := z.current()
-		if snap != nil && snap.gen != seen && !snap.started.Before(since) {
-			seen = snap.gen
-			srv, err := p.lookup(ctx, zone, snap, id)
-			switch {
-			case err == nil:
-				failed = 0
-				last = srv
-				ok, perr := done(srv)
-				if perr != nil {
-					return srv, perr
-				}
-				if ok {
-					if w.key.kind != "" && !notDone.IsZero() {
-						// It ended after the last list that showed it not
-						// done: the lower bound, so the dense polling of
-						// the next waits starts early rather than late. Done
-						// on the first list (a restart): nothing learned.
-						p.expect.observe(w.key, notDone.Sub(w.since))
-					}
-					return srv, nil
-				}
-				notDone = snap.started
-			case IsNotFound(err) || !IsRetryable(err) && ctx.Err() == nil:
-				return last, err
-			case ctx.Err() == nil:
-				if failed++; failed >= maxPollFailures {
-					return last, fmt.Errorf("waiting for server %s in %s: %d consecutive polls failed: %w", id, zone, failed, err)
-				}
+		if w.fresh(snap) {
+			if srv, end, err := w.look(ctx, snap); end {
+				return srv, err
 			}
 		}
-		select {
-		case <-updated:
-		case <-ctx.Done():
-			if last != nil {
-				return last, fmt.Errorf("waiting for server %s in %s (last status %s): %w", id, zone, last.Status, ctx.Err())
-			}
-			return nil, fmt.Errorf("waiting for server %s in %s: %w", id, zone, ctx.Err())
-		case <-p.ctx.Done():
-			return last, errors.New("scaleway poller closed")
+		if srv, end, err := w.sleep(ctx, updated); end {
+			return srv, err
 		}
+	}
+}
+
+// wait is one WaitFor call: what it waits for and what the lists it looked
+// at so far showed.
+type wait struct {
+	p     *Poller
+	zone  scw.Zone
+	id    string
+	done  func(*baremetal.Server) (bool, error)
+	spec  waitSpec
+	since time.Time // when WaitFor was called: older lists say nothing
+
+	seen    uint64 // generation of the last list looked at
+	last    *baremetal.Server
+	notDone time.Time // start of the latest list that showed it not done yet
+	failed  int       // list failures in a row
+}
+
+// expectedDue is when the expected transition should end (the zero due
+// without Expecting); it completes the spec's key and start.
+func (w *wait) expectedDue() due {
+	var d due
+	if w.spec.key.kind == "" {
+		return d
+	}
+	w.spec.key.zone = w.zone
+	if w.spec.since.IsZero() {
+		w.spec.since = w.since
+	}
+	return w.p.expect.due(w.spec.key, w.spec.since)
+}
+
+// fresh reports whether snap is a list not looked at yet and taken after
+// WaitFor was called.
+func (w *wait) fresh(snap *snapshot) bool {
+	return snap != nil && snap.gen != w.seen && !snap.started.Before(w.since)
+}
+
+// look evaluates one fresh list; end says the wait is over, with the server
+// and error WaitFor returns.
+func (w *wait) look(ctx context.Context, snap *snapshot) (*baremetal.Server, bool, error) {
+	w.seen = snap.gen
+	srv, err := w.p.lookup(ctx, w.zone, snap, w.id)
+	switch {
+	case err == nil:
+		return w.judge(srv, snap.started)
+	case IsNotFound(err) || !IsRetryable(err) && ctx.Err() == nil:
+		return w.last, true, err
+	case ctx.Err() == nil:
+		if w.failed++; w.failed >= maxPollFailures {
+			return w.last, true, fmt.Errorf("waiting for server %s in %s: %d consecutive polls failed: %w", w.id, w.zone, w.failed, err)
+		}
+	}
+	return nil, false, nil
+}
+
+// judge asks done about the server as a list started at started showed it.
+func (w *wait) judge(srv *baremetal.Server, started time.Time) (*baremetal.Server, bool, error) {
+	w.failed = 0
+	w.last = srv
+	ok, err := w.done(srv)
+	if err != nil {
+		return srv, true, err
+	}
+	if !ok {
+		w.notDone = started
+		return nil, false, nil
+	}
+	if w.spec.key.kind != "" && !w.notDone.IsZero() {
+		// It ended after the last list that showed it not done: the lower
+		// bound, so the dense polling of the next waits starts early rather
+		// than late. Done on the first list (a restart): nothing learned.
+		w.p.expect.observe(w.spec.key, w.notDone.Sub(w.spec.since))
+	}
+	return srv, true, nil
+}
+
+// sleep waits for the next list; end says the caller's context or the
+// poller ended first, with what WaitFor returns then.
+func (w *wait) sleep(ctx context.Context, updated <-chan struct{}) (*baremetal.Server, bool, error) {
+	select {
+	case <-updated:
+		return nil, false, nil
+	case <-ctx.Done():
+		if w.last != nil {
+			return w.last, true, fmt.Errorf("waiting for server %s in %s (last status %s): %w", w.id, w.zone, w.last.Status, ctx.Err())
+		}
+		return nil, true, fmt.Errorf("waiting for server %s in %s: %w", w.id, w.zone, ctx.Err())
+	case <-w.p.ctx.Done():
+		return w.last, true, errors.New("scaleway poller closed")
 	}
 }
 

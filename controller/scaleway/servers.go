@@ -270,41 +270,77 @@ func (c *Client) CreateServer(ctx context.Context, req CreateServerRequest) (*ba
 	unlock := c.createLocks.lock(req.IdempotencyTag)
 	defer unlock()
 	if srv, err := c.findByTag(ctx, zone, req.IdempotencyTag, req.Match); err != nil || srv != nil {
-		// The server of an order whose answer was lost shows at last: this
-		// process bought it (callers count what they ordered), and the
-		// order is no longer in flight.
-		_, ordered := c.orders.get(req.IdempotencyTag)
-		if srv != nil && ordered {
-			c.orders.forget(req.IdempotencyTag)
-			c.log.Info("the server of an order that failed ambiguously shows; adopting it", "zone", string(zone), "id", srv.ID, "tag", req.IdempotencyTag)
-		}
-		return srv, srv != nil && ordered, err
+		return srv, c.adoptShown(zone, req.IdempotencyTag, srv), err
 	}
-	if p, ok := c.orders.get(req.IdempotencyTag); ok {
-		if p.zone != zone {
-			if srv, err := c.findByTag(ctx, p.zone, req.IdempotencyTag, req.Match); err != nil || srv != nil {
-				if srv != nil {
-					c.orders.forget(req.IdempotencyTag)
-				}
-				return srv, srv != nil, err
+	if srv, settled, err := c.settleLostOrder(ctx, zone, req); settled {
+		return srv, srv != nil, err
+	}
+	srv, err := c.order(ctx, zone, req)
+	if err == nil {
+		c.log.Info("ordered server", "zone", string(zone), "id", srv.ID, "name", srv.Name, "offer", req.OfferID, "tag", req.IdempotencyTag)
+		c.seen.observe(srv, c.clock.Now(), true)
+		return srv, true, nil
+	}
+	if !IsAmbiguous(err) {
+		// Only a refusal by the API (out of stock, quota, invalid...) or a
+		// failure that proves nothing was sent (throttled, refused
+		// connection: already retried inside call) says the order was not
+		// taken. Anything else may have bought a server.
+		return nil, false, err
+	}
+	return c.lookForLostOrder(ctx, zone, req, err)
+}
+
+// adoptShown reports whether srv, found by its tag, is the server of this
+// process's order whose answer was lost: this process bought it (callers
+// count what they ordered), and the order is no longer in flight.
+func (c *Client) adoptShown(zone scw.Zone, tag string, srv *baremetal.Server) bool {
+	_, ordered := c.orders.get(tag)
+	if srv == nil || !ordered {
+		return false
+	}
+	c.orders.forget(tag)
+	c.log.Info("the server of an order that failed ambiguously shows; adopting it", "zone", string(zone), "id", srv.ID, "tag", tag)
+	return true
+}
+
+// settleLostOrder deals with an earlier order of this tag whose answer was
+// lost. settled says CreateServer ends here: with its server (found in the
+// zone it was ordered in), or with ErrOrderInFlight while it may still show.
+// Past OrderSettle it is forgotten and a new order may go.
+func (c *Client) settleLostOrder(ctx context.Context, zone scw.Zone, req CreateServerRequest) (srv *baremetal.Server, settled bool, err error) {
+	p, ok := c.orders.get(req.IdempotencyTag)
+	if !ok {
+		return nil, false, nil
+	}
+	if p.zone != zone {
+		if srv, err := c.findByTag(ctx, p.zone, req.IdempotencyTag, req.Match); err != nil || srv != nil {
+			if srv != nil {
+				c.orders.forget(req.IdempotencyTag)
 			}
+			return srv, true, err
 		}
-		if waited := c.clock.Now().Sub(p.since); waited < c.cfg.OrderSettle {
-			// Transient, whatever the lost order's class: this answer says
-			// nothing about the offer now asked for (a lost order that read
-			// "refused" or "out of stock" must not set another one aside),
-			// only that the claim must wait.
-			return nil, false, &Error{Op: OpCreateServer, Zone: p.zone, Ambiguous: true, Class: ClassTransient, redact: c.redact,
-				Err: fmt.Errorf("%w (ordered %s ago in %s, looking for it for up to %s; that order failed with: %v)",
-					ErrOrderInFlight, waited.Round(time.Second), p.zone, c.cfg.OrderSettle, c.redact(p.err.Error()))}
-		}
-		c.log.Info("an order that failed ambiguously never showed in listings; ordering again", "zone", string(zone),
-			"tag", req.IdempotencyTag, "orderedAt", p.since, "settle", c.cfg.OrderSettle)
-		c.orders.forget(req.IdempotencyTag)
 	}
+	if waited := c.clock.Now().Sub(p.since); waited < c.cfg.OrderSettle {
+		// Transient, whatever the lost order's class: this answer says
+		// nothing about the offer now asked for (a lost order that read
+		// "refused" or "out of stock" must not set another one aside),
+		// only that the claim must wait.
+		return nil, true, &Error{Op: OpCreateServer, Zone: p.zone, Ambiguous: true, Class: ClassTransient, redact: c.redact,
+			Err: fmt.Errorf("%w (ordered %s ago in %s, looking for it for up to %s; that order failed with: %v)",
+				ErrOrderInFlight, waited.Round(time.Second), p.zone, c.cfg.OrderSettle, c.redact(p.err.Error()))}
+	}
+	c.log.Info("an order that failed ambiguously never showed in listings; ordering again", "zone", string(zone),
+		"tag", req.IdempotencyTag, "orderedAt", p.since, "settle", c.cfg.OrderSettle)
+	c.orders.forget(req.IdempotencyTag)
+	return nil, false, nil
+}
+
+// order sends the order itself: one HTTP attempt (only 429/refused
+// connections, which prove the order was not taken, are retried inside
+// call).
+func (c *Client) order(ctx context.Context, zone scw.Zone, req CreateServerRequest) (*baremetal.Server, error) {
 	var srv *baremetal.Server
-	// One HTTP attempt (only 429/refused connections, which prove the order
-	// was not taken, are retried inside call).
 	err := c.call(ctx, callSpec{op: OpCreateServer, zone: zone, resource: req.Name}, func(ctx context.Context) error {
 		var err error
 		srv, err = c.bm.CreateServer(&baremetal.CreateServerRequest{
@@ -325,23 +361,16 @@ func (c *Client) CreateServer(ctx context.Context, req CreateServerRequest) (*ba
 		err = &Error{Op: OpCreateServer, Zone: zone, Resource: req.Name, Attempts: 1, Ambiguous: true, Class: ClassServerError,
 			Err: &UndecodableError{StatusCode: http.StatusOK, Err: errors.New("the answer names no server")}, redact: c.redact}
 	}
-	if err == nil {
-		c.log.Info("ordered server", "zone", string(zone), "id", srv.ID, "name", srv.Name, "offer", req.OfferID, "tag", req.IdempotencyTag)
-		c.seen.observe(srv, c.clock.Now(), true)
-		return srv, true, nil
-	}
-	if !IsAmbiguous(err) {
-		// Only a refusal by the API (out of stock, quota, invalid...) or a
-		// failure that proves nothing was sent (throttled, refused
-		// connection: already retried inside call) says the order was not
-		// taken. Anything else may have bought a server.
-		return nil, false, err
-	}
-	// The order may have been taken: from now on only look for it.
+	return srv, err
+}
+
+// lookForLostOrder handles an order that may have been taken (err is
+// ambiguous): from now on only look for its server. A quick look after one
+// backoff finds an order the listing already shows.
+func (c *Client) lookForLostOrder(ctx context.Context, zone scw.Zone, req CreateServerRequest, err error) (*baremetal.Server, bool, error) {
 	c.orders.add(req.IdempotencyTag, pendingOrder{zone: zone, since: c.clock.Now(), err: err})
 	c.log.Info("order failed ambiguously; looking for its server before any new order", "zone", string(zone),
 		"tag", req.IdempotencyTag, "settle", c.cfg.OrderSettle, "error", c.redact(err.Error()))
-	// A quick look after one backoff finds an order the listing already shows.
 	select {
 	case <-ctx.Done():
 		return nil, false, c.markAmbiguous(err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/go-logr/logr"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	"github.com/scaleway/scaleway-sdk-go/scw"
 	corev1 "k8s.io/api/core/v1"
@@ -81,29 +82,10 @@ func (k *Keeper) Settle(ctx context.Context, zone scw.Zone, id string) error {
 // k.mu and the spare (hold).
 func (k *Keeper) settle(ctx context.Context, srv *baremetal.Server) error {
 	log := k.Log.WithValues("server", srv.ID, "zone", string(srv.Zone), "offer", srv.OfferName)
-	value, _ := scaleway.TagValue(srv.Tags, TagRescuePending)
-	was := value
-	if _, err := strconv.ParseInt(value, 10, 64); err != nil {
-		if srv.Status != baremetal.ServerStatusReady {
-			// Mid-reboot (the install's reboot into Talos), stopped,
-			// locked...: the API refuses a reboot now, and the disk's Talos
-			// may come up. The next sweep looks again.
-			log.Info("a kept spare cannot be rebooted into rescue yet; it is not taken until it is", "status", string(srv.Status))
-			return nil
-		}
-		// No SSH key: nothing logs into a spare's rescue (the install that
-		// takes it boots rescue again with the key), so the IAM key is not
-		// registered for the weeks a spare may wait.
-		if _, err := k.Rescue.RebootIntoRescue(ctx, k.API, srv, nil); err != nil {
-			log.Error(err, "rebooting a kept spare into rescue failed; it is not taken until it is in rescue, and the garbage collector tries again")
-			return nil
-		}
-		value = strconv.FormatInt(k.clock().Now().Unix(), 10)
-	} else if srv.Status == baremetal.ServerStatusReady && srv.BootType != baremetal.ServerBootTypeRescue {
-		// Booted normally since the reboot into rescue (nothing of this
-		// controller does that to a spare, but the disk's Talos runs
-		// again): reboot it again.
-		return k.setPending(ctx, srv, rescueDue)
+	was, _ := scaleway.TagValue(srv.Tags, TagRescuePending)
+	value, wait, err := k.rebootIntoRescue(ctx, srv, log, was)
+	if wait || err != nil {
+		return err
 	}
 	// The reboot was accepted: Talos stops and cannot register again. A
 	// Node it registered is stale (a spare has no NodeClaim).
@@ -113,16 +95,60 @@ func (k *Keeper) settle(ctx context.Context, srv *baremetal.Server) error {
 		log.Info("a kept spare's old node is still being deleted; the spare is taken once it is gone", "providerID", providerID)
 	}
 	if err != nil || left > 0 {
-		if value != was {
-			if werr := k.setPending(ctx, srv, value); werr != nil {
-				return werr
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("deleting the node left on spare %s: %w", srv.ID, err)
-		}
-		return nil
+		return k.waitForNodes(ctx, srv, value, was, err)
 	}
+	return k.clearPending(ctx, srv, log)
+}
+
+// rebootIntoRescue is settle's first step. A pending tag without a time
+// means the reboot is still to ask: it is asked once the server is ready,
+// and value is then the time it was accepted. A server booted normally
+// since its reboot is marked due again. wait says settle stops here for now.
+func (k *Keeper) rebootIntoRescue(ctx context.Context, srv *baremetal.Server, log logr.Logger, pending string) (value string, wait bool, err error) {
+	if _, err := strconv.ParseInt(pending, 10, 64); err == nil {
+		if srv.Status == baremetal.ServerStatusReady && srv.BootType != baremetal.ServerBootTypeRescue {
+			// Booted normally since the reboot into rescue (nothing of this
+			// controller does that to a spare, but the disk's Talos runs
+			// again): reboot it again.
+			return pending, true, k.setPending(ctx, srv, rescueDue)
+		}
+		return pending, false, nil
+	}
+	if srv.Status != baremetal.ServerStatusReady {
+		// Mid-reboot (the install's reboot into Talos), stopped,
+		// locked...: the API refuses a reboot now, and the disk's Talos
+		// may come up. The next sweep looks again.
+		log.Info("a kept spare cannot be rebooted into rescue yet; it is not taken until it is", "status", string(srv.Status))
+		return pending, true, nil
+	}
+	// No SSH key: nothing logs into a spare's rescue (the install that
+	// takes it boots rescue again with the key), so the IAM key is not
+	// registered for the weeks a spare may wait.
+	if _, err := k.Rescue.RebootIntoRescue(ctx, k.API, srv, nil); err != nil {
+		log.Error(err, "rebooting a kept spare into rescue failed; it is not taken until it is in rescue, and the garbage collector tries again")
+		return pending, true, nil
+	}
+	return strconv.FormatInt(k.clock().Now().Unix(), 10), false, nil
+}
+
+// waitForNodes records a newly accepted reboot (value differs from the tag
+// as read, was) while the spare's old Node is still there, and reports
+// removeErr, the error deleting it, if any.
+func (k *Keeper) waitForNodes(ctx context.Context, srv *baremetal.Server, value, was string, removeErr error) error {
+	if value != was {
+		if werr := k.setPending(ctx, srv, value); werr != nil {
+			return werr
+		}
+	}
+	if removeErr != nil {
+		return fmt.Errorf("deleting the node left on spare %s: %w", srv.ID, removeErr)
+	}
+	return nil
+}
+
+// clearPending removes the pending tag of a spare that is still one: it is
+// in rescue with no node left, so takeable.
+func (k *Keeper) clearPending(ctx context.Context, srv *baremetal.Server, log logr.Logger) error {
 	cleared := false
 	if _, err := k.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
 		if install.PhaseOf(&baremetal.Server{Tags: tags}) != install.PhaseSpare {

@@ -267,23 +267,9 @@ func (k *Keeper) ReleaseIf(ctx context.Context, zone scw.Zone, id, owner string,
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	defer k.hold(id)()
-	srv, err := k.API.FreshServer(ctx, zone, id)
-	if scaleway.IsNotFound(err) {
-		return Gone, Decision{}, nil
-	}
-	if err != nil {
-		return "", Decision{}, err
-	}
-	srv, mine, err := k.Owner.Check(ctx, srv)
-	if err != nil {
-		return "", Decision{}, err
-	}
-	tags := scaleway.ParseTags(srv.Tags)
-	if !mine || tags[scaleway.TagNodeClaim] != owner {
-		return NotOwned, Decision{}, nil
-	}
-	if srv.Status == baremetal.ServerStatusDeleting {
-		return Released, Decision{Reason: "already being deleted"}, nil
+	srv, outcome, d, err := k.freshOwned(ctx, zone, id, owner)
+	if srv == nil || err != nil {
+		return outcome, d, err
 	}
 	if still != nil {
 		ok, err := still(ctx, srv)
@@ -294,17 +280,53 @@ func (k *Keeper) ReleaseIf(ctx context.Context, zone scw.Zone, id, owner string,
 			return Declined, Decision{}, nil
 		}
 	}
-	d := Decide(k.Offers, srv, nc, k.clock().Now())
+	d = Decide(k.Offers, srv, nc, k.clock().Now())
 	if d.Keep {
-		if install.PhaseOf(srv) == install.PhaseSpare {
-			return Kept, d, nil
-		}
-		if err := k.keep(ctx, srv, owner); err != nil {
-			return "", d, err
-		}
-		k.changed(srv.Zone)
+		return k.keepOwned(ctx, srv, owner, d)
+	}
+	return k.deleteOwned(ctx, srv, owner, d)
+}
+
+// freshOwned reads the server by ID and returns it when it is this
+// process's and still owner's; otherwise srv is nil and the outcome says why
+// (gone, not owned, already being deleted) or err is set.
+func (k *Keeper) freshOwned(ctx context.Context, zone scw.Zone, id, owner string) (srv *baremetal.Server, outcome Outcome, d Decision, err error) {
+	srv, err = k.API.FreshServer(ctx, zone, id)
+	if scaleway.IsNotFound(err) {
+		return nil, Gone, Decision{}, nil
+	}
+	if err != nil {
+		return nil, "", Decision{}, err
+	}
+	srv, mine, err := k.Owner.Check(ctx, srv)
+	if err != nil {
+		return nil, "", Decision{}, err
+	}
+	if !mine || scaleway.ParseTags(srv.Tags)[scaleway.TagNodeClaim] != owner {
+		return nil, NotOwned, Decision{}, nil
+	}
+	if srv.Status == baremetal.ServerStatusDeleting {
+		return nil, Released, Decision{Reason: "already being deleted"}, nil
+	}
+	return srv, "", Decision{}, nil
+}
+
+// keepOwned carries out a keep decision: a server already a spare is left as
+// it is, any other is tagged a spare (keep).
+func (k *Keeper) keepOwned(ctx context.Context, srv *baremetal.Server, owner string, d Decision) (Outcome, Decision, error) {
+	if install.PhaseOf(srv) == install.PhaseSpare {
 		return Kept, d, nil
 	}
+	if err := k.keep(ctx, srv, owner); err != nil {
+		return "", d, err
+	}
+	k.changed(srv.Zone)
+	return Kept, d, nil
+}
+
+// deleteOwned carries out a release decision: the server is deleted (a
+// server already gone counts as that).
+func (k *Keeper) deleteOwned(ctx context.Context, srv *baremetal.Server, owner string, d Decision) (Outcome, Decision, error) {
 	if _, err := k.API.DeleteServer(ctx, srv.Zone, srv.ID); err != nil {
 		if scaleway.IsNotFound(err) {
 			return Gone, d, nil
@@ -314,7 +336,8 @@ func (k *Keeper) ReleaseIf(ctx context.Context, zone scw.Zone, id, owner string,
 	if install.PhaseOf(srv) == install.PhaseSpare {
 		k.changed(srv.Zone)
 	}
-	k.Log.Info("released server", "server", srv.ID, "zone", string(srv.Zone), "offer", srv.OfferName, "nodeclaim", tags[scaleway.TagNodeClaim], "why", d.Reason)
+	// owner is the server's NodeClaim tag: freshOwned checked it.
+	k.Log.Info("released server", "server", srv.ID, "zone", string(srv.Zone), "offer", srv.OfferName, "nodeclaim", owner, "why", d.Reason)
 	return Released, d, nil
 }
 
@@ -476,24 +499,14 @@ func (k *Keeper) TakeReserved(ctx context.Context, zone scw.Zone, offerName stri
 func (k *Keeper) take(ctx context.Context, zone scw.Zone, offerName string, billing catalog.BillingPeriod, nc *v1alpha1.ScalewayElasticMetalNodeClass, claim, nodePool, reservation string) (*baremetal.Server, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	spares, err := k.API.ListServers(ctx, zone, []string{
-		scaleway.Tag(scaleway.TagManagedBy, k.Owner.Name), scaleway.Tag(scaleway.TagPhase, string(install.PhaseSpare)),
-		scaleway.Tag(scaleway.TagNodeClass, nc.Name),
-	})
-	if err == nil {
-		spares, err = k.Owner.Mine(ctx, zone, spares, false)
-	}
+	spares, err := k.listSpares(ctx, zone, nc.Name)
 	if err != nil {
 		return nil, fmt.Errorf("looking for spare servers: %w", err)
 	}
-	now := k.clock().Now()
-	image := ""
-	if nc.Status.Image != nil {
-		image = nc.Status.Image.RawSHA256
-	}
+	want := takeRequest{image: statusImage(nc), claim: claim, nodePool: nodePool, reservation: reservation, now: k.clock().Now()}
 	// Pre-imaged first: reuse costs a config write and one reboot.
 	slices.SortStableFunc(spares, func(a, b *baremetal.Server) int {
-		return cmp.Compare(b2i(PreImaged(b, image)), b2i(PreImaged(a, image)))
+		return cmp.Compare(b2i(PreImaged(b, want.image)), b2i(PreImaged(a, want.image)))
 	})
 	for _, s := range spares {
 		// Billing: an hourly warm-pool server is not a monthly claim's (nor the reverse).
@@ -504,67 +517,117 @@ func (k *Keeper) take(ctx context.Context, zone scw.Zone, offerName string, bill
 			// by ID below decides.
 			continue
 		}
-		unhold := k.hold(s.ID) // a pre-imaging under way ends before the take, and none starts until it is written
-		// The listing's status may be minutes old: a server deleted, broken
-		// or locked since shows there as a ready spare. The read by ID is
-		// the one the tag edit below starts from (no second read).
-		fresh, err := k.API.FreshServer(ctx, s.Zone, s.ID)
-		if scaleway.IsNotFound(err) || (err == nil && !Takeable(fresh)) {
-			unhold()
-			continue
-		}
+		updated, preImaged, err := k.takeOne(ctx, s, want)
 		if err != nil {
-			unhold()
-			return nil, fmt.Errorf("reading spare server %s: %w", s.ID, err)
+			return nil, err
 		}
-		taken, preImaged := false, false
-		// The listing only says where to look: it may show the server as it
-		// was before another process (the leader this one replaced) took it.
-		// EditTags starts from a read by ID (FreshServer), and the edit
-		// below refuses a server that read says is no longer a spare.
-		updated, err := k.API.EditTags(ctx, s.Zone, s.ID, func(tags []string) ([]string, bool) {
-			if install.PhaseOf(&baremetal.Server{Tags: tags}) != install.PhaseSpare {
-				return tags, false // released or taken meanwhile
-			}
-			if _, q := Quarantined(&baremetal.Server{Tags: tags}); q {
-				return tags, false // quarantined since the listing (which may lag)
-			}
-			if ErasePending(&baremetal.Server{Tags: tags}) {
-				return tags, false // kept again since the listing: not erased yet
-			}
-			taken = true
-			// The boot state is the read by ID's; the tags are fresh.
-			preImaged = PreImaged(&baremetal.Server{Tags: tags, Status: fresh.Status, BootType: fresh.BootType}, image)
-			tags, _ = scaleway.SetTagIn(tags, scaleway.TagNodeClaim, claim)
-			tags, _ = scaleway.SetTagIn(tags, scaleway.TagNodePool, nodePool)
-			if reservation != "" {
-				tags, _ = scaleway.SetTagIn(tags, scaleway.TagReservation, reservation)
-			} else {
-				tags, _ = scaleway.RemoveTagIn(tags, scaleway.TagReservation)
-			}
-			drop := append([]string{scaleway.TagWarmPool, scaleway.TagWarmPoolSlot}, install.InstallTags...)
-			if preImaged {
-				drop = nodeTags
-			}
-			for _, key := range drop {
-				tags, _ = scaleway.RemoveTagIn(tags, key)
-			}
-			return install.SetPhaseIn(tags, install.PhaseOrdered, now), true
-		})
-		unhold()
-		if scaleway.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("taking spare server %s: %w", s.ID, err)
-		}
-		if taken {
+		if updated != nil {
 			k.changed(zone)
 			k.Log.Info("took a spare server", "server", s.ID, "zone", string(zone), "offer", offerName, "nodeclaim", claim, "preImaged", preImaged, "reservation", reservation)
 			return updated, nil
 		}
 	}
 	return nil, nil
+}
+
+// listSpares lists this owner's spare servers of a NodeClass in a zone.
+func (k *Keeper) listSpares(ctx context.Context, zone scw.Zone, nodeClass string) ([]*baremetal.Server, error) {
+	spares, err := k.API.ListServers(ctx, zone, []string{
+		scaleway.Tag(scaleway.TagManagedBy, k.Owner.Name), scaleway.Tag(scaleway.TagPhase, string(install.PhaseSpare)),
+		scaleway.Tag(scaleway.TagNodeClass, nodeClass),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return k.Owner.Mine(ctx, zone, spares, false)
+}
+
+// statusImage is the NodeClass's current image digest, or "" before one is known.
+func statusImage(nc *v1alpha1.ScalewayElasticMetalNodeClass) string {
+	if nc.Status.Image == nil {
+		return ""
+	}
+	return nc.Status.Image.RawSHA256
+}
+
+// takeRequest is what a take writes onto the spare it takes.
+type takeRequest struct {
+	image                        string
+	claim, nodePool, reservation string
+	now                          time.Time
+}
+
+// takeOne takes one listed spare if it is still one: it returns the updated
+// server, or nil when the server turned out gone or no longer takeable (the
+// caller tries the next one).
+func (k *Keeper) takeOne(ctx context.Context, s *baremetal.Server, want takeRequest) (updated *baremetal.Server, preImaged bool, err error) {
+	unhold := k.hold(s.ID) // a pre-imaging under way ends before the take, and none starts until it is written
+	defer unhold()
+	// The listing's status may be minutes old: a server deleted, broken
+	// or locked since shows there as a ready spare. The read by ID is
+	// the one the tag edit below starts from (no second read).
+	fresh, err := k.API.FreshServer(ctx, s.Zone, s.ID)
+	if scaleway.IsNotFound(err) || (err == nil && !Takeable(fresh)) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("reading spare server %s: %w", s.ID, err)
+	}
+	taken := false
+	// The listing only says where to look: it may show the server as it
+	// was before another process (the leader this one replaced) took it.
+	// EditTags starts from a read by ID (FreshServer), and the edit
+	// below refuses a server that read says is no longer a spare.
+	updated, err = k.API.EditTags(ctx, s.Zone, s.ID, func(tags []string) ([]string, bool) {
+		out, pre, ok := takenTags(tags, fresh, want)
+		if !ok {
+			return tags, false
+		}
+		taken, preImaged = true, pre
+		return out, true
+	})
+	if scaleway.IsNotFound(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("taking spare server %s: %w", s.ID, err)
+	}
+	if !taken {
+		return nil, false, nil
+	}
+	return updated, preImaged, nil
+}
+
+// takenTags is the tag edit of a take: from a spare's current tags (and the
+// boot state of the read by ID), the tags of a server ordered for the claim.
+// ok is false when the tags say the server is no longer a takeable spare.
+func takenTags(tags []string, fresh *baremetal.Server, want takeRequest) (out []string, preImaged, ok bool) {
+	if install.PhaseOf(&baremetal.Server{Tags: tags}) != install.PhaseSpare {
+		return tags, false, false // released or taken meanwhile
+	}
+	if _, q := Quarantined(&baremetal.Server{Tags: tags}); q {
+		return tags, false, false // quarantined since the listing (which may lag)
+	}
+	if ErasePending(&baremetal.Server{Tags: tags}) {
+		return tags, false, false // kept again since the listing: not erased yet
+	}
+	// The boot state is the read by ID's; the tags are fresh.
+	preImaged = PreImaged(&baremetal.Server{Tags: tags, Status: fresh.Status, BootType: fresh.BootType}, want.image)
+	tags, _ = scaleway.SetTagIn(tags, scaleway.TagNodeClaim, want.claim)
+	tags, _ = scaleway.SetTagIn(tags, scaleway.TagNodePool, want.nodePool)
+	if want.reservation != "" {
+		tags, _ = scaleway.SetTagIn(tags, scaleway.TagReservation, want.reservation)
+	} else {
+		tags, _ = scaleway.RemoveTagIn(tags, scaleway.TagReservation)
+	}
+	drop := append([]string{scaleway.TagWarmPool, scaleway.TagWarmPoolSlot}, install.InstallTags...)
+	if preImaged {
+		drop = nodeTags
+	}
+	for _, key := range drop {
+		tags, _ = scaleway.RemoveTagIn(tags, key)
+	}
+	return install.SetPhaseIn(tags, install.PhaseOrdered, want.now), preImaged, true
 }
 
 func b2i(b bool) int {

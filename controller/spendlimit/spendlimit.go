@@ -140,37 +140,9 @@ func (l *Limiter) Begin(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNo
 		return nil, fmt.Errorf("listing servers for nodeclass %s's spend limits: %w", nc.Name, err)
 	}
 	now := l.clock().Now()
-	listed := make(map[string]bool, len(all))
-	tags := map[string]bool{}
-	for _, srv := range all {
-		listed[srv.ID] = true
-		for _, t := range srv.Tags {
-			tags[t] = true
-		}
-	}
+	listed, tags := listedIDsAndTags(all)
 	servers := append([]*baremetal.Server(nil), all...)
-	l.mu.Lock()
-	for id, p := range l.pending {
-		switch {
-		case listed[id] || now.Sub(p.at) > l.pendingFor():
-			delete(l.pending, id)
-		case p.nodeClass == nc.Name:
-			servers = append(servers, p.server)
-		}
-	}
-	for tag, p := range l.inFlight {
-		settled := now.Sub(p.at) > l.pendingFor()
-		if l.OrderInFlight != nil {
-			settled = !l.OrderInFlight(tag)
-		}
-		switch {
-		case tags[tag] || settled:
-			delete(l.inFlight, tag)
-		case p.nodeClass == nc.Name:
-			servers = append(servers, p.server)
-		}
-	}
-	l.mu.Unlock()
+	servers = append(servers, l.unlisted(nc.Name, now, listed, tags)...)
 	recorded, err := l.recorded(ctx, nc.Name, tags)
 	if err != nil {
 		s.unlock()
@@ -180,6 +152,56 @@ func (l *Limiter) Begin(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNo
 	a := spend.Compute(servers, l.Offers, now).NodeClass(nc.Name)
 	s.hourly, s.committed = a.Hourly, a.Commitment
 	return s, nil
+}
+
+// listedIDsAndTags is the set of server IDs of a listing and the set of every
+// tag on them.
+func listedIDsAndTags(all []*baremetal.Server) (listed, tags map[string]bool) {
+	listed = make(map[string]bool, len(all))
+	tags = map[string]bool{}
+	for _, srv := range all {
+		listed[srv.ID] = true
+		for _, t := range srv.Tags {
+			tags[t] = true
+		}
+	}
+	return listed, tags
+}
+
+// unlisted is what nodeClass ordered that the listing does not show yet:
+// servers ordered (by ID) and orders whose answer was lost (by tag). Entries
+// the listing now shows, or that have settled, are forgotten on the way.
+func (l *Limiter) unlisted(nodeClass string, now time.Time, listed, tags map[string]bool) []*baremetal.Server {
+	var out []*baremetal.Server
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for id, p := range l.pending {
+		switch {
+		case listed[id] || now.Sub(p.at) > l.pendingFor():
+			delete(l.pending, id)
+		case p.nodeClass == nodeClass:
+			out = append(out, p.server)
+		}
+	}
+	for tag, p := range l.inFlight {
+		switch {
+		case tags[tag] || l.inFlightSettled(tag, p, now):
+			delete(l.inFlight, tag)
+		case p.nodeClass == nodeClass:
+			out = append(out, p.server)
+		}
+	}
+	return out
+}
+
+// inFlightSettled reports whether a lost-answer order no longer counts: when
+// the client tracks its orders (OrderInFlight), once the client stops
+// looking for it; otherwise after pendingFor.
+func (l *Limiter) inFlightSettled(tag string, p pendingOrder, now time.Time) bool {
+	if l.OrderInFlight != nil {
+		return !l.OrderInFlight(tag)
+	}
+	return now.Sub(p.at) > l.pendingFor()
 }
 
 // Check refuses (an *ExceededError) an order of offer in zone that would

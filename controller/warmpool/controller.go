@@ -88,19 +88,33 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 	if interval == 0 {
 		interval = time.Minute
 	}
-	pools := map[string][]*baremetal.Server{}
-	pooled := false
+	pools, listed, err := c.listPools(ctx, ncs.Items)
+	if err != nil {
+		return reconciler.Result{}, err // never size on a partial view
+	}
+	c.Metrics.reset()
+	var errs []error
 	for i := range ncs.Items {
-		pooled = pooled || len(ncs.Items[i].Spec.WarmPool) > 0
+		errs = append(errs, c.reconcileNodeClass(ctx, &ncs.Items[i], pools, listed)...)
+	}
+	return reconciler.Result{RequeueAfter: interval}, errors.Join(errs...)
+}
+
+// listPools lists the servers (only when some NodeClass has or had a pool)
+// and returns the pool servers by NodeClass and the set of listed IDs.
+func (c *Controller) listPools(ctx context.Context, ncs []v1alpha1.ScalewayElasticMetalNodeClass) (pools map[string][]*baremetal.Server, listed map[string]bool, err error) {
+	pools = map[string][]*baremetal.Server{}
+	pooled := false
+	for i := range ncs {
+		pooled = pooled || len(ncs[i].Spec.WarmPool) > 0
 	}
 	var srvs []*baremetal.Server
 	if pooled || c.Metrics.hadPools() {
-		var err error
 		if srvs, err = c.Servers(ctx); err != nil {
-			return reconciler.Result{}, err // never size on a partial view
+			return nil, nil, err
 		}
 	}
-	listed := map[string]bool{}
+	listed = map[string]bool{}
 	for _, s := range srvs {
 		listed[s.ID] = true
 		if InPool(s) {
@@ -108,28 +122,29 @@ func (c *Controller) Reconcile(ctx context.Context) (reconciler.Result, error) {
 			pools[nc] = append(pools[nc], s)
 		}
 	}
-	c.Metrics.reset()
-	var errs []error
-	for i := range ncs.Items {
-		nc := &ncs.Items[i]
-		if nc.Unreadable() != nil {
-			// Its pool may have lost values: neither order nor release for
-			// it until it is fixed (the NodeClass status controller reports it).
-			continue
-		}
-		if len(nc.Spec.WarmPool) == 0 && len(pools[nc.Name]) == 0 {
-			if nc.StatusConditions().Get(v1alpha1.ConditionTypeWarmPoolReady) != nil {
-				errs = append(errs, c.setCondition(ctx, nc, nil))
-			}
-			// A pool switched off keeps no slot records past their window.
-			errs = append(errs, c.forget(ctx, nc, nil))
-			continue
-		}
-		if err := c.reconcile(ctx, nc, pools[nc.Name], listed); err != nil {
-			errs = append(errs, fmt.Errorf("warm pool of nodeclass %s: %w", nc.Name, err))
-		}
+	return pools, listed, nil
+}
+
+// reconcileNodeClass sizes one NodeClass's pool, or clears what a pool
+// switched off left (its condition, its slot records).
+func (c *Controller) reconcileNodeClass(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass, pools map[string][]*baremetal.Server, listed map[string]bool) []error {
+	if nc.Unreadable() != nil {
+		// Its pool may have lost values: neither order nor release for
+		// it until it is fixed (the NodeClass status controller reports it).
+		return nil
 	}
-	return reconciler.Result{RequeueAfter: interval}, errors.Join(errs...)
+	if len(nc.Spec.WarmPool) == 0 && len(pools[nc.Name]) == 0 {
+		var errs []error
+		if nc.StatusConditions().Get(v1alpha1.ConditionTypeWarmPoolReady) != nil {
+			errs = append(errs, c.setCondition(ctx, nc, nil))
+		}
+		// A pool switched off keeps no slot records past their window.
+		return append(errs, c.forget(ctx, nc, nil))
+	}
+	if err := c.reconcile(ctx, nc, pools[nc.Name], listed); err != nil {
+		return []error{fmt.Errorf("warm pool of nodeclass %s: %w", nc.Name, err)}
+	}
+	return nil
 }
 
 type condition struct {
@@ -183,18 +198,8 @@ func (c *Controller) reconcile(ctx context.Context, nc *v1alpha1.ScalewayElastic
 // order places the missing slots' orders through Create's gates; the
 // condition says why the pool is not full.
 func (c *Controller) order(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass, slots []Slot) condition {
-	if !nc.StatusConditions().Root().IsTrue() {
-		return condition{reason: ReasonOrdersBlocked, message: "no order while the nodeclass is not Ready"}
-	}
-	if st := nc.Status.Installs; st != nil && st.Opened > 0 {
-		// A pool server proves no install: it waits until the probe of a
-		// NodeClaim closes the breaker.
-		return c.blocked(nc, fmt.Errorf("nodeclass %s: the install-failure breaker is open; no warm-pool order until an install joins", nc.Name))
-	}
-	if c.Breaker != nil {
-		if err := c.Breaker.Admit(ctx, nc, "warm-pool"); err != nil {
-			return c.blocked(nc, err)
-		}
+	if blocked := c.orderGate(ctx, nc); blocked != nil {
+		return *blocked
 	}
 	var limits *spendlimit.Session
 	if c.Limits != nil {
@@ -206,54 +211,103 @@ func (c *Controller) order(ctx context.Context, nc *v1alpha1.ScalewayElasticMeta
 	}
 	cond := condition{reason: ReasonFilling, message: fmt.Sprintf("ordering %d warm-pool server(s)", len(slots))}
 	for _, slot := range slots {
-		k := slot.Key
-		offer, ok := c.Catalog.Offer(k.Zone, k.Offer, k.Billing)
-		if !ok {
-			continue // Entries checked it; the catalogue changed since
-		}
-		if reason, unavailable := c.Catalog.Unavailable(k.Zone, k.Offer, k.Billing); unavailable {
-			cond = condition{reason: ReasonOfferingUnavail, message: fmt.Sprintf("%s is set aside (%s); ordering again when it expires", k, reason)}
-			continue
-		}
-		if err := limits.Check(k.Zone, offer); err != nil {
-			c.publish(spendLimitReached(nc, k, err))
-			cond = condition{reason: ReasonOrdersBlocked, message: err.Error()}
-			continue
-		}
-		tag := SlotTag(nc.Name, k, slot.Index)
-		if err := c.recordSlot(ctx, nc, slot); err != nil {
-			return c.blocked(nc, err) // nothing was sent
-		}
-		srv, ordered, err := c.API.CreateServer(ctx, scaleway.CreateServerRequest{
-			Zone:           scw.Zone(k.Zone),
-			OfferID:        offer.ID,
-			Name:           fmt.Sprintf("%s-warm-%s-%d", nc.Name, strings.ToLower(k.Offer), slot.Index),
-			Description:    fmt.Sprintf("Karpenter warm-pool server of cluster %s (nodeclass %s)", c.Spares.Owner.Name, nc.Name),
-			Tags:           ordertags.For(c.Spares.Owner, nc, install.PhaseSpare, c.clock().Now(), k.Billing, scaleway.Tag(scaleway.TagWarmPool, "true"), tag),
-			IdempotencyTag: tag,
-			Match:          ordertags.Match(c.Spares.Owner),
-		})
-		if err != nil {
-			// If it may have been taken, it counts against the spend limits
-			// until it shows or its settle window ends.
-			limits.InFlight(tag, k.Zone, offer)
-			cond = c.orderFailed(nc, k, err)
-			if reason, unavailable := c.Catalog.Unavailable(k.Zone, k.Offer, k.Billing); !unavailable || reason == catalog.ReasonRefused {
-				break // a lost answer, 5xx, 429: the next pass, not the next slot
+		offer, why := c.slotOffer(nc, slot.Key, limits)
+		if offer == nil {
+			if why != nil {
+				cond = *why
 			}
 			continue
 		}
-		c.remember(tag, srv.ID)
-		if c.Saw != nil {
-			c.Saw(k.Zone)
+		failed, stop, err := c.placeSlot(ctx, nc, slot, offer, limits)
+		if err != nil {
+			return c.blocked(nc, err) // nothing was sent
 		}
-		if ordered {
-			limits.Ordered(srv, k.Zone, offer)
-			c.Metrics.ordered(nc.Name, k)
-			c.publish(slotOrdered(nc, k, srv.ID))
+		if failed != nil {
+			cond = *failed
+		}
+		if stop {
+			break // a lost answer, 5xx, 429: the next pass, not the next slot
 		}
 	}
 	return cond
+}
+
+// orderGate is the condition that stops every warm-pool order of nc now, or
+// nil: the NodeClass not Ready, its install-failure breaker open, or the
+// breaker refusing.
+func (c *Controller) orderGate(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass) *condition {
+	if !nc.StatusConditions().Root().IsTrue() {
+		return &condition{reason: ReasonOrdersBlocked, message: "no order while the nodeclass is not Ready"}
+	}
+	if st := nc.Status.Installs; st != nil && st.Opened > 0 {
+		// A pool server proves no install: it waits until the probe of a
+		// NodeClaim closes the breaker.
+		cond := c.blocked(nc, fmt.Errorf("nodeclass %s: the install-failure breaker is open; no warm-pool order until an install joins", nc.Name))
+		return &cond
+	}
+	if c.Breaker != nil {
+		if err := c.Breaker.Admit(ctx, nc, "warm-pool"); err != nil {
+			cond := c.blocked(nc, err)
+			return &cond
+		}
+	}
+	return nil
+}
+
+// slotOffer is the offer to order for key k, or nil when none may be
+// ordered now, with the condition that says why (nil: the catalogue no
+// longer sells it, which Entries reports).
+func (c *Controller) slotOffer(nc *v1alpha1.ScalewayElasticMetalNodeClass, k Key, limits *spendlimit.Session) (*baremetal.Offer, *condition) {
+	offer, ok := c.Catalog.Offer(k.Zone, k.Offer, k.Billing)
+	if !ok {
+		return nil, nil // Entries checked it; the catalogue changed since
+	}
+	if reason, unavailable := c.Catalog.Unavailable(k.Zone, k.Offer, k.Billing); unavailable {
+		return nil, &condition{reason: ReasonOfferingUnavail, message: fmt.Sprintf("%s is set aside (%s); ordering again when it expires", k, reason)}
+	}
+	if err := limits.Check(k.Zone, offer); err != nil {
+		c.publish(spendLimitReached(nc, k, err))
+		return nil, &condition{reason: ReasonOrdersBlocked, message: err.Error()}
+	}
+	return offer, nil
+}
+
+// placeSlot records the slot, then orders its server. err says nothing was
+// sent (the slot could not be recorded); failed is the condition of an order
+// that failed, and stop says the other slots wait for the next pass.
+func (c *Controller) placeSlot(ctx context.Context, nc *v1alpha1.ScalewayElasticMetalNodeClass, slot Slot, offer *baremetal.Offer, limits *spendlimit.Session) (failed *condition, stop bool, err error) {
+	k := slot.Key
+	tag := SlotTag(nc.Name, k, slot.Index)
+	if err := c.recordSlot(ctx, nc, slot); err != nil {
+		return nil, false, err
+	}
+	srv, ordered, err := c.API.CreateServer(ctx, scaleway.CreateServerRequest{
+		Zone:           scw.Zone(k.Zone),
+		OfferID:        offer.ID,
+		Name:           fmt.Sprintf("%s-warm-%s-%d", nc.Name, strings.ToLower(k.Offer), slot.Index),
+		Description:    fmt.Sprintf("Karpenter warm-pool server of cluster %s (nodeclass %s)", c.Spares.Owner.Name, nc.Name),
+		Tags:           ordertags.For(c.Spares.Owner, nc, install.PhaseSpare, c.clock().Now(), k.Billing, scaleway.Tag(scaleway.TagWarmPool, "true"), tag),
+		IdempotencyTag: tag,
+		Match:          ordertags.Match(c.Spares.Owner),
+	})
+	if err != nil {
+		// If it may have been taken, it counts against the spend limits
+		// until it shows or its settle window ends.
+		limits.InFlight(tag, k.Zone, offer)
+		cond := c.orderFailed(nc, k, err)
+		reason, unavailable := c.Catalog.Unavailable(k.Zone, k.Offer, k.Billing)
+		return &cond, !unavailable || reason == catalog.ReasonRefused, nil
+	}
+	c.remember(tag, srv.ID)
+	if c.Saw != nil {
+		c.Saw(k.Zone)
+	}
+	if ordered {
+		limits.Ordered(srv, k.Zone, offer)
+		c.Metrics.ordered(nc.Name, k)
+		c.publish(slotOrdered(nc, k, srv.ID))
+	}
+	return nil, false, nil
 }
 
 func (c *Controller) orderFailed(nc *v1alpha1.ScalewayElasticMetalNodeClass, k Key, err error) condition {

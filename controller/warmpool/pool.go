@@ -49,41 +49,13 @@ func Entries(nc *v1alpha1.ScalewayElasticMetalNodeClass, defaultZone string, off
 	if nc == nil || nc.DeletionTimestamp != nil || len(nc.Spec.WarmPool) == 0 {
 		return nil, nil
 	}
-	zones := nc.Spec.Zones
-	if len(zones) == 0 && defaultZone != "" {
-		zones = []string{defaultZone}
-	}
-	if len(zones) == 0 {
-		zones = nc.Status.Zones
-	}
-	periods := nc.Spec.Billing.Periods
-	if len(periods) == 0 {
-		periods = []string{string(catalog.BillingHourly)}
-	}
-	arch := nc.Spec.Image.Architecture
-	if arch == "" {
-		arch = "amd64"
-	}
+	sc := scopeOf(nc, defaultZone)
 	want := map[Key]int{}
 	var problems []string
 	total := 0
 	for i, e := range nc.Spec.WarmPool {
-		k := Key{Zone: e.Zone, Offer: e.Offer, Billing: catalog.BillingPeriod(e.BillingPeriod)}
-		if k.Zone == "" && len(zones) > 0 {
-			k.Zone = zones[0]
-		}
-		if k.Billing == "" {
-			k.Billing = catalog.BillingHourly
-		}
-		bad := ""
-		switch {
-		case k.Zone == "" || !contains(zones, k.Zone):
-			bad = fmt.Sprintf("zone %q is not one of the nodeclass's zones %v", k.Zone, zones)
-		case !contains(periods, string(k.Billing)):
-			bad = fmt.Sprintf("billing period %s is not allowed by spec.billing.periods %v", k.Billing, periods)
-		case offers != nil:
-			bad = offerProblem(offers, k, arch)
-		}
+		k := sc.key(e)
+		bad := sc.problem(k, offers)
 		if bad == "" && total+int(e.Servers) > v1alpha1.WarmPoolMaxServers {
 			bad = fmt.Sprintf("more than %d servers in all", v1alpha1.WarmPoolMaxServers)
 		}
@@ -95,6 +67,58 @@ func Entries(nc *v1alpha1.ScalewayElasticMetalNodeClass, defaultZone string, off
 		want[k] += int(e.Servers)
 	}
 	return want, problems
+}
+
+// scope is what a NodeClass allows its pool: its zones, billing periods and
+// image architecture, defaults applied.
+type scope struct {
+	zones, periods []string
+	arch           string
+}
+
+// scopeOf reads nc's scope: zones from the spec, else defaultZone, else the
+// zones the status resolved; hourly billing and amd64 by default.
+func scopeOf(nc *v1alpha1.ScalewayElasticMetalNodeClass, defaultZone string) scope {
+	sc := scope{zones: nc.Spec.Zones, periods: nc.Spec.Billing.Periods, arch: nc.Spec.Image.Architecture}
+	if len(sc.zones) == 0 && defaultZone != "" {
+		sc.zones = []string{defaultZone}
+	}
+	if len(sc.zones) == 0 {
+		sc.zones = nc.Status.Zones
+	}
+	if len(sc.periods) == 0 {
+		sc.periods = []string{string(catalog.BillingHourly)}
+	}
+	if sc.arch == "" {
+		sc.arch = "amd64"
+	}
+	return sc
+}
+
+// key is entry e's key: no zone means the first zone, no period hourly.
+func (sc scope) key(e v1alpha1.WarmPoolEntry) Key {
+	k := Key{Zone: e.Zone, Offer: e.Offer, Billing: catalog.BillingPeriod(e.BillingPeriod)}
+	if k.Zone == "" && len(sc.zones) > 0 {
+		k.Zone = sc.zones[0]
+	}
+	if k.Billing == "" {
+		k.Billing = catalog.BillingHourly
+	}
+	return k
+}
+
+// problem says why key k is outside the scope, or "" (offers nil: the offer
+// is not checked).
+func (sc scope) problem(k Key, offers Offers) string {
+	switch {
+	case k.Zone == "" || !contains(sc.zones, k.Zone):
+		return fmt.Sprintf("zone %q is not one of the nodeclass's zones %v", k.Zone, sc.zones)
+	case !contains(sc.periods, string(k.Billing)):
+		return fmt.Sprintf("billing period %s is not allowed by spec.billing.periods %v", k.Billing, sc.periods)
+	case offers != nil:
+		return offerProblem(offers, k, sc.arch)
+	}
+	return ""
 }
 
 // offerProblem says why key k's offer cannot be in the pool, or "": the
@@ -160,24 +184,8 @@ type Plan struct {
 // (InPool) as listed, billing how a server is paid, inFlight the slot tags
 // ordered but not listed yet (they count as there).
 func Decide(want map[Key]int, pool []*baremetal.Server, billing func(*baremetal.Server) catalog.BillingPeriod, inFlight map[string]bool, nodeClass string) Plan {
-	p := Plan{Keep: map[Key][]*baremetal.Server{}}
-	byKey := map[Key][]*baremetal.Server{}
-	used := map[Key]map[int]bool{}
-	for _, s := range pool {
-		if s.Status == baremetal.ServerStatusDeleting {
-			continue
-		}
-		k := Key{Zone: string(s.Zone), Offer: s.OfferName, Billing: billing(s)}
-		if used[k] == nil {
-			used[k] = map[int]bool{}
-		}
-		used[k][slotIndex(s)] = true // a slot tag still listed is never reused
-		if s.Status == baremetal.ServerStatusError || s.Status == baremetal.ServerStatusOutOfStock {
-			p.Release = append(p.Release, s)
-			continue
-		}
-		byKey[k] = append(byKey[k], s)
-	}
+	byKey, used, broken := groupPool(pool, billing)
+	p := Plan{Keep: map[Key][]*baremetal.Server{}, Release: broken}
 	for k, list := range byKey {
 		sort.SliceStable(list, func(i, j int) bool { return slotIndex(list[i]) < slotIndex(list[j]) })
 		n := min(want[k], len(list))
@@ -190,13 +198,46 @@ func Decide(want map[Key]int, pool []*baremetal.Server, billing func(*baremetal.
 			}
 		}
 	}
+	p.Order = missingSlots(want, p.Keep, used, inFlight, nodeClass)
+	return p
+}
+
+// groupPool sorts the listed pool servers by key (servers being deleted are
+// left out), with the slot indexes each key's servers use; servers in error
+// or out of stock are returned apart (broken), to be released.
+func groupPool(pool []*baremetal.Server, billing func(*baremetal.Server) catalog.BillingPeriod) (byKey map[Key][]*baremetal.Server, used map[Key]map[int]bool, broken []*baremetal.Server) {
+	byKey = map[Key][]*baremetal.Server{}
+	used = map[Key]map[int]bool{}
+	for _, s := range pool {
+		if s.Status == baremetal.ServerStatusDeleting {
+			continue
+		}
+		k := Key{Zone: string(s.Zone), Offer: s.OfferName, Billing: billing(s)}
+		if used[k] == nil {
+			used[k] = map[int]bool{}
+		}
+		used[k][slotIndex(s)] = true // a slot tag still listed is never reused
+		if s.Status == baremetal.ServerStatusError || s.Status == baremetal.ServerStatusOutOfStock {
+			broken = append(broken, s)
+			continue
+		}
+		byKey[k] = append(byKey[k], s)
+	}
+	return byKey, used, broken
+}
+
+// missingSlots are the slots to order, by key in a fixed order: for each key
+// as many as want exceeds what is kept and in flight, at the lowest slot
+// indexes no listed server uses.
+func missingSlots(want map[Key]int, keep map[Key][]*baremetal.Server, used map[Key]map[int]bool, inFlight map[string]bool, nodeClass string) []Slot {
 	keys := make([]Key, 0, len(want))
 	for k := range want {
 		keys = append(keys, k)
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	var order []Slot
 	for _, k := range keys {
-		missing := want[k] - len(p.Keep[k])
+		missing := want[k] - len(keep[k])
 		for i := 0; missing > 0; i++ {
 			if used[k][i] {
 				continue
@@ -205,11 +246,11 @@ func Decide(want map[Key]int, pool []*baremetal.Server, billing func(*baremetal.
 				missing-- // ordered, not listed yet
 				continue
 			}
-			p.Order = append(p.Order, Slot{Key: k, Index: i})
+			order = append(order, Slot{Key: k, Index: i})
 			missing--
 		}
 	}
-	return p
+	return order
 }
 
 // Wants reports whether nc's pool holds servers of offer in zone paid by
