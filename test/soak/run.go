@@ -53,8 +53,12 @@ const (
 	limitLag = 5 * time.Second
 	// SettleTimeout bounds the wait, after the schedule, for a quiet world:
 	// every pod bound, every live server accounted for. It covers the
-	// collector's grace and a few sweeps.
-	SettleTimeout = 150 * time.Second
+	// provider's out-of-stock mark (an order refused out of stock hides the
+	// offering that long, as Karpenter's own unavailable-offerings cache
+	// does), then the collector's grace and a few sweeps. Seed 100 ended a
+	// stockout as the settle began, with every other offering over quota:
+	// its pods could bind only after the mark, which outlasted a 150 s settle.
+	SettleTimeout = catalog.DefaultOutOfStockTTL + 90*time.Second
 )
 
 // Options tune a run.
