@@ -40,10 +40,12 @@ func main() {
 
 // defaultFeatureGates are the optional Karpenter features the suite
 // exercises that this provider supports: NodeRepair (its RepairPolicies;
-// the suite's Repair Policy specs need it). StaticCapacity and
-// CapacityBuffer are not turned on until the provider is shown to support
-// them (docs/conformance.md).
-const defaultFeatureGates = "NodeRepair=true"
+// the suite's Repair Policy specs need it), StaticCapacity (static
+// NodePools order servers like any NodeClaim) and CapacityBuffer (core's
+// virtual buffer pods are provisioned like pending pods). Without the last
+// two their specs fail on the suite's 15-minute timeout
+// (docs/conformance.md, "Feature gates").
+const defaultFeatureGates = "NodeRepair=true,StaticCapacity=true,CapacityBuffer=true"
 
 func envOr(k, def string) string {
 	if v, ok := os.LookupEnv(k); ok {
