@@ -457,16 +457,11 @@ func checkManifest(m *manifest.Manifest, n *normalized, where string) error {
 // pickFile is the manifest's file in the first of the preferred formats it
 // lists.
 func pickFile(m *manifest.Manifest, prefs []string, where string) (manifest.File, error) {
-	for _, f := range prefs {
-		if file, found := m.File(f); found {
-			return file, nil
-		}
+	file, err := m.Pick(prefs)
+	if err != nil {
+		return manifest.File{}, &Error{Reason: ReasonFormatUnavailable, Key: where, Err: fmt.Errorf("%w: the NodeClass's image.formats", err)}
 	}
-	var have []string
-	for _, f := range m.Files {
-		have = append(have, f.Format)
-	}
-	return manifest.File{}, &Error{Reason: ReasonFormatUnavailable, Key: where, Err: fmt.Errorf("manifest lists %s, the NodeClass accepts %s", strings.Join(have, ", "), strings.Join(prefs, ", "))}
+	return file, nil
 }
 
 // locate says where file is, next to its manifest, and checks that it is
