@@ -172,59 +172,87 @@ func (x *xzReader) Read(p []byte) (int, error) {
 			if n > 0 && len(x.queue) == 0 {
 				return n, nil // do not block with data in hand
 			}
-			j, ok := <-x.queue
-			if !ok {
-				x.err = io.EOF
-				if n > 0 {
-					return n, nil
-				}
-				return 0, io.EOF
+			j, err := x.nextJob()
+			if errors.Is(err, io.EOF) && n > 0 {
+				return n, nil
 			}
-			if j.done != nil {
-				<-j.done
-				if j.err != nil {
-					return n, x.fail(j.err)
-				}
-				j.pending = j.out
+			if err != nil {
+				return n, err
 			}
 			x.cur = j
 		}
-		j := x.cur
-		switch {
-		case j.isZero:
-			k := int(min(int64(len(p)-n), j.zeros))
-			clear(p[n : n+k])
-			n += k
-			j.zeros -= int64(k)
-			if j.zeros == 0 {
-				x.finish(j)
-			}
-		case j.chunks != nil && len(j.pending) == 0:
-			if j.held != nil {
-				j.free <- j.held
-				j.held = nil
-			}
-			c, ok := <-j.chunks
-			if !ok {
-				if *j.errPtr != nil {
-					return n, x.fail(*j.errPtr)
-				}
-				x.finish(j)
-				continue
-			}
-			j.held, j.pending = c[:cap(c)], c
-		default:
-			k := copy(p[n:], j.pending)
-			j.pending = j.pending[k:]
-			n += k
-			if j.chunks == nil && len(j.pending) == 0 {
-				outBufs.put(j.out)
-				j.out = nil
-				x.finish(j)
-			}
+		k, err := x.readJob(x.cur, p[n:])
+		n += k
+		if err != nil {
+			return n, err
 		}
 	}
 	return n, nil
+}
+
+// nextJob waits for the next block in stream order and, for a block
+// decoded in parallel, for its decoding; io.EOF once the queue is closed.
+func (x *xzReader) nextJob() (*xzJob, error) {
+	j, ok := <-x.queue
+	if !ok {
+		x.err = io.EOF
+		return nil, io.EOF
+	}
+	if j.done != nil {
+		<-j.done
+		if j.err != nil {
+			return nil, x.fail(j.err)
+		}
+		j.pending = j.out
+	}
+	return j, nil
+}
+
+// readJob copies what block j has ready into p: zeros for a run of zeros,
+// the next streamed chunk, or the decoded bytes; it finishes j when j has
+// nothing more.
+func (x *xzReader) readJob(j *xzJob, p []byte) (int, error) {
+	switch {
+	case j.isZero:
+		k := int(min(int64(len(p)), j.zeros))
+		clear(p[:k])
+		j.zeros -= int64(k)
+		if j.zeros == 0 {
+			x.finish(j)
+		}
+		return k, nil
+	case j.chunks != nil && len(j.pending) == 0:
+		return 0, x.nextChunk(j)
+	default:
+		k := copy(p, j.pending)
+		j.pending = j.pending[k:]
+		if j.chunks == nil && len(j.pending) == 0 {
+			outBufs.put(j.out)
+			j.out = nil
+			x.finish(j)
+		}
+		return k, nil
+	}
+}
+
+// nextChunk hands the chunk j's reader was holding back to its decoder and
+// takes the next one; at the end of the block's chunks it finishes j, or
+// fails with the decoder's error.
+func (x *xzReader) nextChunk(j *xzJob) error {
+	if j.held != nil {
+		j.free <- j.held
+		j.held = nil
+	}
+	c, ok := <-j.chunks
+	if !ok {
+		if *j.errPtr != nil {
+			return x.fail(*j.errPtr)
+		}
+		x.finish(j)
+		return nil
+	}
+	j.held, j.pending = c[:cap(c)], c
+	return nil
 }
 
 // finish releases what a fully delivered block still holds.
