@@ -75,21 +75,8 @@ func runWrite(ctx context.Context, args []string, std streams) (*report.Report, 
 	started := time.Now()
 	r := &report.Report{Command: "write", Timings: &report.Timings{StartedAt: started.UTC()}}
 	var w writeFlags
-	if err := parseFlags(newWriteFlagSet(&w), args); err != nil {
-		return fail(r, report.CodeInvalidArgument, "%v", err), nil
-	}
-	if w.image == "" && w.manifest == "" {
-		fail(r, report.CodeInvalidArgument, "--image or --manifest is required (the image's URL, or the manifest em-imager publish wrote)")
-		if w.progress == progressHuman { // not a program reading stderr
-			return r, errNoImage
-		}
-		return r, nil
-	}
-	if w.progress != progressHuman && w.progress != progressJSON && w.progress != progressNone {
-		return fail(r, report.CodeInvalidArgument, "--progress must be human, json or none, got %q", w.progress), nil
-	}
-	if w.concurrency <= 0 {
-		w.concurrency = runtime.GOMAXPROCS(0)
+	if stop, err := parseWriteFlags(&w, args, r); stop {
+		return r, err
 	}
 	prog := newProgress(std.stderr, w.progress, std.stderrTTY, started)
 	// A refused dry run is a dry run too: its report says so, and it
@@ -103,53 +90,9 @@ func runWrite(ctx context.Context, args []string, std streams) (*report.Report, 
 	spec.describe(r, w.concurrency)
 	root := hostroot.Resolve(w.sysroot)
 	r.NICs, r.Warnings = nics(root, r.Warnings)
-
-	// The disk is chosen and checked before anything is downloaded, from
-	// what is known up front (the manifest's size, --image-size), with the
-	// rule inspect uses: how the image is served changes nothing.
-	choice, err := blockdev.Choose(root, blockdev.Request{Disk: w.disk, ImageSize: spec.size, AllowVirtual: w.allowVirtual})
-	r.Disk, r.RejectedDisks = choice.Disk, choice.Rejected
-	hostDisks(root, r)
-	if err != nil {
-		fail(r, diskCode(err), "%v; nothing was written to any disk", err)
+	choice, others, ok := chooseDisks(ctx, root, &w, spec, r)
+	if !ok || !confirmWrite(ctx, std, &w, &spec, choice, r, prog) {
 		return finish(r, prog, started), nil
-	}
-	if ss := spec.sectorSize; ss > 0 && choice.Disk.Transport != "file" && ss != choice.Disk.LogicalSectorSize {
-		fail(r, report.CodeDiskUnsuitable, "%s: the manifest's image is laid out for %d-byte sectors, the disk has %d-byte logical sectors; nothing was written to the disk", diskwrite.ErrSectorSize, ss, choice.Disk.LogicalSectorSize)
-		return finish(r, prog, started), nil
-	}
-	// The other disks are checked before anything is written (a dry run
-	// refuses a busy one as the real run would).
-	var others []blockdev.Info
-	if w.wipeOthers {
-		if others, err = wipePlan(root, choice.Disk, r); err != nil {
-			fail(r, wipeCode(ctx, err), "--wipe-other-disks: %v; nothing was written to any disk", err)
-			return finish(r, prog, started), nil
-		}
-	}
-
-	ask := std.interactive && !w.yes && !w.dryRun
-	if w.dryRun || ask {
-		p, perr := preflight(ctx, &w, &spec, choice, r, prog)
-		if perr != nil {
-			r.Error = perr
-			return finish(r, prog, started), nil
-		}
-		prog.say("%s", p)
-		if w.dryRun {
-			prog.say("Dry run: nothing was written. The real run would start (exit status 0).")
-			r.OK = true
-			return finish(r, prog, started), nil
-		}
-		yes, err := terminal.Confirm(ctx, std.stdin, std.stderr, fmt.Sprintf("Erase %s and write this image onto it? [y/N] ", choice.Disk.Path))
-		switch {
-		case err != nil:
-			fail(r, report.CodeInterrupted, "interrupted at the question; nothing was written to the disk")
-			return finish(r, prog, started), nil
-		case !yes:
-			fail(r, report.CodeNotConfirmed, "%s was not confirmed (answer y to write, or pass --yes); nothing was written to the disk", choice.Disk.Path)
-			return finish(r, prog, started), nil
-		}
 	}
 	stream(ctx, &w, &spec, choice, r, prog)
 	if r.OK {
@@ -158,6 +101,90 @@ func runWrite(ctx context.Context, args []string, std streams) (*report.Report, 
 		}
 	}
 	return finish(r, prog, started), nil
+}
+
+// parseWriteFlags reads write's flags into w; stop says the run ends here
+// with r (refused), and err is what the process exits with.
+func parseWriteFlags(w *writeFlags, args []string, r *report.Report) (stop bool, err error) {
+	if err := parseFlags(newWriteFlagSet(w), args); err != nil {
+		fail(r, report.CodeInvalidArgument, "%v", err)
+		return true, nil
+	}
+	if w.image == "" && w.manifest == "" {
+		fail(r, report.CodeInvalidArgument, "--image or --manifest is required (the image's URL, or the manifest em-imager publish wrote)")
+		if w.progress == progressHuman { // not a program reading stderr
+			return true, errNoImage
+		}
+		return true, nil
+	}
+	if w.progress != progressHuman && w.progress != progressJSON && w.progress != progressNone {
+		fail(r, report.CodeInvalidArgument, "--progress must be human, json or none, got %q", w.progress)
+		return true, nil
+	}
+	if w.concurrency <= 0 {
+		w.concurrency = runtime.GOMAXPROCS(0)
+	}
+	return false, nil
+}
+
+// chooseDisks picks the disk to write and, with --wipe-other-disks, the
+// others to wipe; ok is false when r records why nothing can be written.
+// The disk is chosen and checked before anything is downloaded, from what
+// is known up front (the manifest's size, --image-size), with the rule
+// inspect uses: how the image is served changes nothing. The other disks
+// are checked before anything is written too (a dry run refuses a busy one
+// as the real run would).
+func chooseDisks(ctx context.Context, root hostroot.Root, w *writeFlags, spec imageSpec, r *report.Report) (blockdev.Choice, []blockdev.Info, bool) {
+	choice, err := blockdev.Choose(root, blockdev.Request{Disk: w.disk, ImageSize: spec.size, AllowVirtual: w.allowVirtual})
+	r.Disk, r.RejectedDisks = choice.Disk, choice.Rejected
+	hostDisks(root, r)
+	if err != nil {
+		fail(r, diskCode(err), "%v; nothing was written to any disk", err)
+		return choice, nil, false
+	}
+	if ss := spec.sectorSize; ss > 0 && choice.Disk.Transport != "file" && ss != choice.Disk.LogicalSectorSize {
+		fail(r, report.CodeDiskUnsuitable, "%s: the manifest's image is laid out for %d-byte sectors, the disk has %d-byte logical sectors; nothing was written to the disk", diskwrite.ErrSectorSize, ss, choice.Disk.LogicalSectorSize)
+		return choice, nil, false
+	}
+	if !w.wipeOthers {
+		return choice, nil, true
+	}
+	others, err := wipePlan(root, choice.Disk, r)
+	if err != nil {
+		fail(r, wipeCode(ctx, err), "--wipe-other-disks: %v; nothing was written to any disk", err)
+		return choice, nil, false
+	}
+	return choice, others, true
+}
+
+// confirmWrite prints the dry run's or the question's preflight and asks
+// on a terminal; it says whether to write. A dry run ends here, OK.
+func confirmWrite(ctx context.Context, std streams, w *writeFlags, spec *imageSpec, choice blockdev.Choice, r *report.Report, prog *progress) bool {
+	ask := std.interactive && !w.yes && !w.dryRun
+	if !w.dryRun && !ask {
+		return true
+	}
+	p, perr := preflight(ctx, w, spec, choice, r, prog)
+	if perr != nil {
+		r.Error = perr
+		return false
+	}
+	prog.say("%s", p)
+	if w.dryRun {
+		prog.say("Dry run: nothing was written. The real run would start (exit status 0).")
+		r.OK = true
+		return false
+	}
+	yes, err := terminal.Confirm(ctx, std.stdin, std.stderr, fmt.Sprintf("Erase %s and write this image onto it? [y/N] ", choice.Disk.Path))
+	switch {
+	case err != nil:
+		fail(r, report.CodeInterrupted, "interrupted at the question; nothing was written to the disk")
+		return false
+	case !yes:
+		fail(r, report.CodeNotConfirmed, "%s was not confirmed (answer y to write, or pass --yes); nothing was written to the disk", choice.Disk.Path)
+		return false
+	}
+	return true
 }
 
 // opened is the image, downloading and decoding.
