@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"sync"
 
@@ -498,13 +499,34 @@ func allZero(b []byte) bool {
 // streamBlock decodes a block in order without holding it whole.
 func (x *xzReader) streamBlock(h blockHeader, index int) (record, error) {
 	where := fmt.Sprintf("xz block %d at offset %d", index, h.offset)
+	j, err := x.startStream(h, index, where)
+	if err != nil {
+		return record{}, err
+	}
+	start := x.offset()
+	c := newCheck(h.check)
+	total, err := x.pumpBlock(j, h, c, where)
+	if err != nil {
+		return record{}, x.failStream(j, where, err)
+	}
+	compressed, err := x.endBlock(h, start, total, c, where)
+	if err != nil {
+		return record{}, x.failStream(j, where, err)
+	}
+	close(j.chunks)
+	return record{int64(h.headerSize) + compressed + int64(h.checkSize), total}, nil
+}
+
+// startStream charges the block's dictionary and chunk buffers to the
+// decoding budget and queues its job, in stream order, for the consumer.
+func (x *xzReader) startStream(h blockHeader, index int, where string) (*xzJob, error) {
 	charge := int64(h.dictCap) + streamSlots*streamChunk
 	if charge > decodeBudget {
-		return record{}, fmt.Errorf("%w: %s: an LZMA2 dictionary of %d MiB does not fit em-imager's decoding memory bound of %d MiB",
+		return nil, fmt.Errorf("%w: %s: an LZMA2 dictionary of %d MiB does not fit em-imager's decoding memory bound of %d MiB",
 			ErrUnsupported, where, h.dictCap>>20, decodeBudget>>20)
 	}
 	if err := x.budget.acquire(x.ctx, charge); err != nil {
-		return record{}, err
+		return nil, err
 	}
 	var jobErr error
 	j := &xzJob{index: index, header: h, chunks: make(chan []byte, streamSlots), free: make(chan []byte, streamSlots),
@@ -514,18 +536,25 @@ func (x *xzReader) streamBlock(h blockHeader, index int) (record, error) {
 	}
 	if !x.enqueue(j) {
 		x.budget.release(charge)
-		return record{}, context.Canceled
+		return nil, context.Canceled
 	}
-	fail := func(err error) (record, error) {
-		if x.src.err != nil && !errors.Is(err, x.src.err) {
-			err = fmt.Errorf("xz: reading input in %s: %w", where, x.src.err)
-		}
-		jobErr = err
-		close(j.chunks)
-		// The error is delivered through the job; stop parsing quietly.
-		return record{}, errStop
+	return j, nil
+}
+
+// failStream delivers err through j, naming the input's own error when
+// reading the input is what failed, and stops the parsing quietly.
+func (x *xzReader) failStream(j *xzJob, where string, err error) error {
+	if x.src.err != nil && !errors.Is(err, x.src.err) {
+		err = fmt.Errorf("xz: reading input in %s: %w", where, x.src.err)
 	}
-	start := x.offset()
+	*j.errPtr = err
+	close(j.chunks)
+	return errStop
+}
+
+// pumpBlock decodes the block's LZMA2 data into j's chunks, feeding check c
+// (nil: none), and returns how many bytes it decoded.
+func (x *xzReader) pumpBlock(j *xzJob, h blockHeader, c hash.Hash, where string) (int64, error) {
 	var in io.Reader = x.br
 	if h.compressed > 0 {
 		in = io.LimitReader(x.br, h.compressed)
@@ -533,59 +562,72 @@ func (x *xzReader) streamBlock(h blockHeader, index int) (record, error) {
 	frames := newLZMA2Frames(in)
 	lr, err := lzma.Reader2Config{DictCap: h.dictCap}.NewReader2(frames)
 	if err != nil {
-		return fail(fmt.Errorf("%w: %s: %v", ErrCorrupt, where, err))
+		return 0, fmt.Errorf("%w: %s: %v", ErrCorrupt, where, err)
 	}
-	c := newCheck(h.check)
 	var total int64
-	for {
-		var buf []byte
-		select {
-		case buf = <-j.free:
-		case <-x.ctx.Done():
-			return fail(context.Canceled)
-		}
-		n, err := io.ReadFull(lr, buf)
-		if n > 0 {
-			total += int64(n)
-			if h.uncompressed >= 0 && total > h.uncompressed {
-				return fail(fmt.Errorf("%w: %s: more data than the recorded size", ErrCorrupt, where))
-			}
-			if c != nil {
-				c.Write(buf[:n])
-			}
-			j.chunks <- buf[:n] // never blocks: at most streamSlots buffers exist
-		} else {
-			j.free <- buf
-		}
-		if (err == io.EOF || err == io.ErrUnexpectedEOF) && lr.EOS() {
-			break
-		}
-		if err != nil {
-			if _, perr := x.br.Peek(1); perr == io.EOF {
-				return fail(fmt.Errorf("%w: xz: input ends inside %s", ErrTruncated, where))
-			}
-			return fail(fmt.Errorf("%w: %s: LZMA2 data: %v", ErrCorrupt, where, err))
+	for done := false; !done; {
+		if done, err = x.pumpChunk(j, lr, c, h, &total, where); err != nil {
+			return total, err
 		}
 	}
 	if err := frames.end(total); err != nil {
-		return fail(fmt.Errorf("%w: %s: %v", ErrCorrupt, where, err))
+		return total, fmt.Errorf("%w: %s: %v", ErrCorrupt, where, err)
 	}
+	return total, nil
+}
+
+// pumpChunk decodes into one free buffer of j and hands it on; done at the
+// end of the LZMA2 stream.
+func (x *xzReader) pumpChunk(j *xzJob, lr *lzma.Reader2, c hash.Hash, h blockHeader, total *int64, where string) (done bool, _ error) {
+	var buf []byte
+	select {
+	case buf = <-j.free:
+	case <-x.ctx.Done():
+		return false, context.Canceled
+	}
+	n, err := io.ReadFull(lr, buf)
+	if n > 0 {
+		*total += int64(n)
+		if h.uncompressed >= 0 && *total > h.uncompressed {
+			return false, fmt.Errorf("%w: %s: more data than the recorded size", ErrCorrupt, where)
+		}
+		if c != nil {
+			c.Write(buf[:n])
+		}
+		j.chunks <- buf[:n] // never blocks: at most streamSlots buffers exist
+	} else {
+		j.free <- buf
+	}
+	if (err == io.EOF || err == io.ErrUnexpectedEOF) && lr.EOS() {
+		return true, nil
+	}
+	if err == nil {
+		return false, nil
+	}
+	if _, perr := x.br.Peek(1); perr == io.EOF {
+		return false, fmt.Errorf("%w: xz: input ends inside %s", ErrTruncated, where)
+	}
+	return false, fmt.Errorf("%w: %s: LZMA2 data: %v", ErrCorrupt, where, err)
+}
+
+// endBlock checks the block's sizes against its header, reads its padding
+// and check, and compares the check with c; it returns the compressed size.
+func (x *xzReader) endBlock(h blockHeader, start, total int64, c hash.Hash, where string) (int64, error) {
 	compressed := x.offset() - start
 	if (h.compressed > 0 && compressed != h.compressed) || (h.uncompressed >= 0 && total != h.uncompressed) {
-		return fail(fmt.Errorf("%w: %s: sizes differ from the block header", ErrCorrupt, where))
+		return 0, fmt.Errorf("%w: %s: sizes differ from the block header", ErrCorrupt, where)
 	}
 	tail := make([]byte, padLen(compressed)+int64(h.checkSize))
 	if _, err := io.ReadFull(x.br, tail); err != nil {
-		return fail(truncOr(err, where, x.offset()))
+		return 0, truncOr(err, where, x.offset())
 	}
 	for _, b := range tail[:padLen(compressed)] {
 		if b != 0 {
-			return fail(fmt.Errorf("%w: %s: non-zero block padding", ErrCorrupt, where))
+			return 0, fmt.Errorf("%w: %s: non-zero block padding", ErrCorrupt, where)
 		}
 	}
 	if c != nil && !checkEqual(c, h.check, tail[padLen(compressed):]) {
-		return fail(fmt.Errorf("%w: %s: %s mismatch", ErrCorrupt, where, checkName(h.check)))
+		return 0, fmt.Errorf("%w: %s: %s mismatch", ErrCorrupt, where, checkName(h.check))
 	}
-	close(j.chunks)
-	return record{int64(h.headerSize) + compressed + int64(h.checkSize), total}, nil
+	return compressed, nil
 }
