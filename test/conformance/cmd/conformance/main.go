@@ -43,8 +43,8 @@ func main() {
 // the suite's Repair Policy specs need it), StaticCapacity (static
 // NodePools order servers like any NodeClaim) and CapacityBuffer (core's
 // virtual buffer pods are provisioned like pending pods). Without the last
-// two their specs fail on the suite's 15-minute timeout
-// (docs/conformance.md, "Feature gates").
+// two, core does not act on static NodePools or buffers, so their specs
+// cannot pass (docs/conformance.md, "Feature gates").
 const defaultFeatureGates = "NodeRepair=true,StaticCapacity=true,CapacityBuffer=true"
 
 func envOr(k, def string) string {
