@@ -73,7 +73,7 @@ func TestRestartNeverTrustsARescueHostOnFirstUseFromALaggingListing(t *testing.T
 	}
 
 	// A session that presented another key never replaces the stored pin.
-	_, err = i.recordHostKey(ctx, i.Log, listed[0], newPin)
+	_, err = i.recordHostKey(&scope{run: ctx, phase: ctx, log: i.Log}, listed[0], newPin)
 	var changed *rescue.HostKeyChangedError
 	if !errors.As(err, &changed) {
 		t.Errorf("recording another key over the stored pin: %v, want a HostKeyChangedError", err)

@@ -235,11 +235,6 @@ type Job struct {
 	// rendered from the tags alone (install disk and uplink).
 	RecordDisks func(ctx context.Context, disks string) error
 	Disks       func(ctx context.Context) (string, error)
-	disks       string // what this run's em-imager found (EncodeDisks)
-	// foldImageTags: writeImage leaves the image, disk and uplink tags to
-	// the booting phase's write (imageTags) instead of writing them.
-	foldImageTags bool
-	imageTags     func([]string) []string
 	// Render returns the node's machine config from what em-imager found.
 	Render func(ctx context.Context, hw *report.Report, net talosgen.Network) ([]byte, error)
 	// Progress is told of phase changes and imaging progress, for events.
@@ -258,13 +253,6 @@ type Job struct {
 	// nil or false: always Scaleway's reboot. Read when imaging ends (the
 	// jump's record goes with phase booting's write).
 	Kexec func(ctx context.Context) bool
-	// kexecPending: this process wrote the jump's record with phase
-	// booting and has not run the jump yet (a record found without it may
-	// stand for a jump an earlier process made).
-	kexecPending bool
-	// configSHA is the sha256 of the config this run's write-config put on
-	// the disk ("" after a restart): kexec checks the disk still holds it.
-	configSHA string
 
 	// holder holds the rescue key for this job (Keys.Acquire); "": the
 	// server's ID, as every install does.
@@ -317,7 +305,7 @@ var ErrDeletedBeforeJoin = errors.New("the nodeclaim was deleted before its node
 // seen (callers deciding on its state read it again).
 func (i *Installer) Run(ctx context.Context, job *Job) (*baremetal.Server, error) {
 	srv := job.Server
-	log := i.Log.WithValues("server", srv.ID, "zone", string(srv.Zone), "name", srv.Name)
+	s := &scope{run: ctx, log: i.Log.WithValues("server", srv.ID, "zone", string(srv.Zone), "name", srv.Name), job: job, state: &runState{}}
 	// However the run ends, it no longer logs into this server's rescue.
 	defer i.Keys.Release(srv.ID)
 	for attempt := 0; ; {
@@ -329,7 +317,7 @@ func (i *Installer) Run(ctx context.Context, job *Job) (*baremetal.Server, error
 		if err != nil {
 			return srv, err
 		}
-		next, err := i.runPhase(ctx, log, job, srv, phase, since, deadline)
+		next, err := i.runPhase(s, srv, phase, since, deadline)
 		if err == nil {
 			srv, attempt = next, 0
 			if !PhaseOf(srv).NeedsRescue() {
@@ -342,7 +330,7 @@ func (i *Installer) Run(ctx context.Context, job *Job) (*baremetal.Server, error
 			return srv, terr
 		}
 		attempt++
-		if srv, err = i.retryWait(ctx, log, job, srv, phase, pe, err, attempt); err != nil {
+		if srv, err = i.retryWait(s, srv, phase, pe, err, attempt); err != nil {
 			return srv, err
 		}
 	}
@@ -365,14 +353,16 @@ func (i *Installer) checkPhase(srv *baremetal.Server, phase Phase) (since, deadl
 
 // runPhase runs one attempt of phase within its deadline, reported to the
 // job and measured.
-func (i *Installer) runPhase(ctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, phase Phase, since, deadline time.Time) (*baremetal.Server, error) {
-	if job.Phase != nil {
-		job.Phase(phase, since)
+func (i *Installer) runPhase(s *scope, srv *baremetal.Server, phase Phase, since, deadline time.Time) (*baremetal.Server, error) {
+	if s.job.Phase != nil {
+		s.job.Phase(phase, since)
 	}
 	start := i.clock().Now()
-	log.Info("install phase", "phase", phase, "since", since, "deadline", deadline)
-	pctx, cancel := context.WithDeadline(ctx, deadline)
-	next, err := i.step(ctx, pctx, log, job, srv, phase)
+	s.log.Info("install phase", "phase", phase, "since", since, "deadline", deadline)
+	attempt := *s
+	var cancel context.CancelFunc
+	attempt.phase, cancel = context.WithDeadline(s.run, deadline)
+	next, err := i.step(&attempt, srv, phase)
 	cancel()
 	i.Metrics.observePhase(phase, start, i.clock().Now(), err)
 	return next, err
@@ -401,16 +391,16 @@ func retryable(ctx context.Context, phase Phase, err error) (*PhaseError, error)
 // retryWait waits before the next attempt of phase (a transient failure:
 // the same phase resumes, its deadline does not move) and reads the server
 // again; it ends the run when the server is gone or another claim's.
-func (i *Installer) retryWait(ctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, phase Phase, pe *PhaseError, err error, attempt int) (*baremetal.Server, error) {
+func (i *Installer) retryWait(s *scope, srv *baremetal.Server, phase Phase, pe *PhaseError, err error, attempt int) (*baremetal.Server, error) {
 	wait := min(i.retryInterval()<<min(attempt-1, 5), time.Minute)
-	log.Info("install phase failed, retrying", "phase", phase, "attempt", attempt, "wait", wait, "error", err.Error())
-	i.progress(job, phase, fmt.Sprintf("retrying after: %v", pe.Err))
+	s.log.Info("install phase failed, retrying", "phase", phase, "attempt", attempt, "wait", wait, "error", err.Error())
+	i.progress(s.job, phase, fmt.Sprintf("retrying after: %v", pe.Err))
 	select {
-	case <-ctx.Done():
-		return srv, ctx.Err()
+	case <-s.run.Done():
+		return srv, s.run.Err()
 	case <-i.clock().After(wait):
 	}
-	fresh, gerr := i.API.GetServer(ctx, srv.Zone, srv.ID)
+	fresh, gerr := i.API.GetServer(s.run, srv.Zone, srv.ID)
 	if gerr == nil {
 		if claimOf(fresh.Tags) != claimOf(srv.Tags) {
 			return fresh, fmt.Errorf("install phase %s, server %s: %w", phase, srv.ID, ErrNotOwned)
@@ -423,16 +413,16 @@ func (i *Installer) retryWait(ctx context.Context, log logr.Logger, job *Job, sr
 	return srv, nil
 }
 
-func (i *Installer) step(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, phase Phase) (*baremetal.Server, error) {
+func (i *Installer) step(s *scope, srv *baremetal.Server, phase Phase) (*baremetal.Server, error) {
 	switch phase {
 	case PhaseOrdered:
-		return i.deliver(ctx, pctx, job, srv)
+		return i.deliver(s, srv)
 	case PhaseRescue:
-		return i.rescue(ctx, pctx, job, srv)
+		return i.rescue(s, srv)
 	case PhaseImaging:
-		return i.image(ctx, pctx, log, job, srv)
+		return i.image(s, srv)
 	default:
-		return i.boot(ctx, pctx, log, job, srv)
+		return i.boot(s, srv)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/go-logr/logr"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
@@ -71,8 +70,8 @@ const (
 // mayKexec reports whether the booting phase will try the jump: the job
 // allows it, the config is on the disk (delivery), and srv runs the
 // install's keyed rescue.
-func mayKexec(pctx context.Context, job *Job, srv *baremetal.Server, delivery ConfigDelivery) bool {
-	return job.Kexec != nil && delivery == DeliveryDisk && InKeyedRescue(srv) && job.Kexec(pctx)
+func mayKexec(s *scope, srv *baremetal.Server, delivery ConfigDelivery) bool {
+	return s.job.Kexec != nil && delivery == DeliveryDisk && InKeyedRescue(srv) && s.job.Kexec(s.phase)
 }
 
 // recordKexec sets the jump's record (the Unix time of now) in a tag list.
@@ -88,37 +87,37 @@ func (i *Installer) recordKexec(tags []string) []string {
 // refused, or no node within the grace).
 //
 // The jump's record is normally written with phase booting (one write,
-// see image), and job.kexecPending says this process wrote it and has not
+// see image), and the run's kexecPending says this process wrote it and has not
 // jumped yet. A record found without it was written by an earlier process
 // that may have jumped: nothing jumps again, the node gets the grace.
-func (i *Installer) kexecBoot(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, host string) (joined bool, _ *baremetal.Server, _ error) {
+func (i *Installer) kexecBoot(s *scope, srv *baremetal.Server, host string) (joined bool, _ *baremetal.Server, _ error) {
 	_, ordered := KexecSince(srv)
 	if ordered && srv.BootType != baremetal.ServerBootTypeRescue {
 		// Rebooted through the API since (a fallback whose record outlived
 		// a restart): the boot type says what comes up.
-		job.kexecPending = false
-		return false, i.unmarkKexec(ctx, srv), nil
+		s.state.kexecPending = false
+		return false, i.unmarkKexec(s.run, srv), nil
 	}
-	if !ordered || job.kexecPending {
+	if !ordered || s.state.kexecPending {
 		if !ordered {
 			// Booting entered without the record (written by a version
 			// that recorded the jump on its own): record it first.
-			if !mayKexec(pctx, job, srv, DeliveryOf(srv)) {
+			if !mayKexec(s, srv, DeliveryOf(srv)) {
 				return false, srv, nil
 			}
-			marked, err := i.markKexec(ctx, srv)
+			marked, err := i.markKexec(s.run, srv)
 			if err != nil {
 				return false, srv, err
 			}
 			srv = marked
 		}
-		jumped, next, err := i.jump(ctx, pctx, log, job, srv, host)
+		jumped, next, err := i.jump(s, srv, host)
 		if err != nil || !jumped {
 			return false, next, err
 		}
 		srv = next
 	}
-	return i.awaitKexecNode(ctx, pctx, log, job, srv), srv, nil
+	return i.awaitKexecNode(s, srv), srv, nil
 }
 
 // markKexec records the jump on srv on its own write, when phase booting
@@ -148,18 +147,18 @@ func (i *Installer) markKexec(ctx context.Context, srv *baremetal.Server) (*bare
 // record removed before the caller's reboot through the API (a record
 // with boot type rescue says a jump may have happened), so that it never
 // claims a jump that was refused.
-func (i *Installer) jump(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, host string) (jumped bool, _ *baremetal.Server, _ error) {
+func (i *Installer) jump(s *scope, srv *baremetal.Server, host string) (jumped bool, _ *baremetal.Server, _ error) {
 	disk, _ := scaleway.TagValue(srv.Tags, TagDisk)
-	i.progress(job, PhaseBooting, "booting Talos from rescue with kexec (no firmware reboot)")
-	outcome, err := i.runKexec(pctx, log, job, srv, host, disk)
+	i.progress(s.job, PhaseBooting, "booting Talos from rescue with kexec (no firmware reboot)")
+	outcome, err := i.runKexec(s, srv, host, disk)
 	i.Metrics.observeKexec(outcome)
 	switch outcome {
 	case KexecJumped:
-		job.kexecPending = false
-		log.Info("em-imager jumped into Talos with kexec; Scaleway still shows boot type rescue", "disk", disk)
+		s.state.kexecPending = false
+		s.log.Info("em-imager jumped into Talos with kexec; Scaleway still shows boot type rescue", "disk", disk)
 		// That rescue boot is over: its mark and host key pin say nothing
 		// of whatever answers on the address next.
-		if updated, terr := i.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
+		if updated, terr := i.API.EditTags(s.run, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
 			tags, a := scaleway.RemoveTagIn(tags, TagRescueBoot)
 			tags, b := scaleway.RemoveTagIn(tags, TagRescueHostKey)
 			return tags, a || b
@@ -171,27 +170,27 @@ func (i *Installer) jump(ctx, pctx context.Context, log logr.Logger, job *Job, s
 	case "":
 		// Neither a jump nor a refusal: the disk does not hold what imaging
 		// verified; no boot would make a node of it.
-		job.kexecPending = false
-		return false, i.unmarkKexec(ctx, srv), &PhaseError{Phase: PhaseBooting, Release: true, Err: err}
+		s.state.kexecPending = false
+		return false, i.unmarkKexec(s.run, srv), &PhaseError{Phase: PhaseBooting, Release: true, Err: err}
 	}
-	log.Info("kexec not done; rebooting into Talos through the API", "outcome", outcome, "error", errString(err))
-	i.progress(job, PhaseBooting, fmt.Sprintf("kexec %s (%s): rebooting into Talos through the API", outcome, errString(err)))
-	job.kexecPending = false
-	return false, i.unmarkKexec(ctx, srv), nil
+	s.log.Info("kexec not done; rebooting into Talos through the API", "outcome", outcome, "error", errString(err))
+	i.progress(s.job, PhaseBooting, fmt.Sprintf("kexec %s (%s): rebooting into Talos through the API", outcome, errString(err)))
+	s.state.kexecPending = false
+	return false, i.unmarkKexec(s.run, srv), nil
 }
 
 // runKexec logs into the keyed rescue and runs em-imager kexec; it returns
 // the outcome, or "" with the error of a disk that is not as imaging left
 // it.
-func (i *Installer) runKexec(pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server, host, disk string) (string, error) {
-	if err := i.loadHostKeyPin(pctx, srv, host); err != nil {
+func (i *Installer) runKexec(s *scope, srv *baremetal.Server, host, disk string) (string, error) {
+	if err := i.loadHostKeyPin(s.phase, srv, host); err != nil {
 		return KexecUnreachable, err
 	}
-	sess, err := i.probeRescue(pctx, host, i.Dialer.LoginFor(srv))
+	sess, err := i.probeRescue(s.phase, host, i.Dialer.LoginFor(srv))
 	if err != nil {
 		return KexecUnreachable, err
 	}
-	_, jumped, err := rescue.RunKexec(pctx, sess, rescue.KexecArgs{Binary: i.Imager, Disk: disk, ConfigSHA256: job.configSHA, JumpDelay: i.KexecJumpDelay})
+	_, jumped, err := rescue.RunKexec(s.phase, sess, rescue.KexecArgs{Binary: i.Imager, Disk: disk, ConfigSHA256: s.state.configSHA, JumpDelay: i.KexecJumpDelay})
 	_ = sess.Close()
 	if jumped {
 		return KexecJumped, nil
@@ -207,9 +206,9 @@ func (i *Installer) runKexec(pctx context.Context, log logr.Logger, job *Job, sr
 	}
 	// The session broke without a report saying it jumps: if rescue still
 	// answers, nothing jumped; if not, it may have.
-	log.Info("em-imager kexec ended without a report; checking whether rescue is still there", "error", err.Error())
-	if s, perr := i.probeRescue(pctx, host, i.Dialer.LoginFor(srv)); perr == nil {
-		_ = s.Close()
+	s.log.Info("em-imager kexec ended without a report; checking whether rescue is still there", "error", err.Error())
+	if probe, perr := i.probeRescue(s.phase, host, i.Dialer.LoginFor(srv)); perr == nil {
+		_ = probe.Close()
 		return KexecUnreachable, err
 	}
 	return KexecJumped, nil
@@ -231,24 +230,24 @@ func (i *Installer) unmarkKexec(ctx context.Context, srv *baremetal.Server) *bar
 
 // awaitKexecNode waits for the node of a kexec jump, until the grace
 // counted from the jump's order (or the phase's deadline) has passed.
-func (i *Installer) awaitKexecNode(ctx, pctx context.Context, log logr.Logger, job *Job, srv *baremetal.Server) bool {
+func (i *Installer) awaitKexecNode(s *scope, srv *baremetal.Server) bool {
 	since, _ := KexecSince(srv)
 	deadline := since.Add(i.kexecGrace())
-	i.progress(job, PhaseBooting, "Talos boots from the kexec jump; waiting for the node to register")
+	i.progress(s.job, PhaseBooting, "Talos boots from the kexec jump; waiting for the node to register")
 	for {
-		if i.joined(pctx, job) {
+		if i.joined(s.phase, s.job) {
 			return true
 		}
 		if !i.clock().Now().Before(deadline) {
 			i.Metrics.observeKexec(KexecNoNode)
-			log.Info("no node within the grace after the kexec jump; rebooting into Talos through the API", "grace", i.kexecGrace())
-			i.progress(job, PhaseBooting, fmt.Sprintf("no node within %s of the kexec jump: rebooting into Talos through the API", i.kexecGrace()))
+			s.log.Info("no node within the grace after the kexec jump; rebooting into Talos through the API", "grace", i.kexecGrace())
+			i.progress(s.job, PhaseBooting, fmt.Sprintf("no node within %s of the kexec jump: rebooting into Talos through the API", i.kexecGrace()))
 			return false
 		}
 		select {
-		case <-pctx.Done():
+		case <-s.phase.Done():
 			return false
-		case <-ctx.Done():
+		case <-s.run.Done():
 			return false
 		case <-i.clock().After(i.retryInterval()):
 		}

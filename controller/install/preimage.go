@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/go-logr/logr"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
@@ -34,24 +33,25 @@ func (i *Installer) PreImage(ctx context.Context, srv *baremetal.Server, img Ima
 	log := i.Log.WithValues("server", srv.ID, "zone", string(srv.Zone), "preimage", true)
 	pctx, cancel := context.WithTimeout(ctx, i.Timeouts.Rescue+i.Timeouts.Imaging)
 	defer cancel()
-	srv, pin, err := i.enterRescue(ctx, pctx, job, srv, PhaseRescue)
+	s := &scope{run: ctx, phase: pctx, log: log, job: job, state: &runState{}}
+	srv, pin, err := i.enterRescue(s, srv, PhaseRescue)
 	if err != nil {
 		return srv, err
 	}
 	// Pinned on the server now, as an install's rescue phase does, not after
 	// waiting for an imaging slot: a restart meanwhile must not trust a
 	// second key on first use.
-	if srv, err = i.recordHostKey(ctx, log, srv, pin); err != nil {
+	if srv, err = i.recordHostKey(s, srv, pin); err != nil {
 		return srv, hostKeyError(PhaseRescue, err)
 	}
-	return i.inRescue(ctx, pctx, log, job, srv, func(sess *rescue.Session) (*baremetal.Server, error) {
+	return i.inRescue(s, srv, func(sess *rescue.Session) (*baremetal.Server, error) {
 		if ErasePending(srv) {
 			var err error
-			if srv, err = i.eraseDisks(ctx, log, srv, sess); err != nil {
+			if srv, err = i.eraseDisks(s, srv, sess); err != nil {
 				return srv, err
 			}
 		}
-		return i.writeImage(ctx, pctx, log, job, srv, sess, img)
+		return i.writeImage(s, srv, sess, img)
 	})
 }
 
@@ -66,8 +66,8 @@ const EraseTimeout = 24 * time.Hour
 // replaces the pending tag with TagErased. A failure leaves the tag: the
 // spare stays out of capacity and the pre-imager tries again after its
 // backoff.
-func (i *Installer) eraseDisks(ctx context.Context, log logr.Logger, srv *baremetal.Server, sess *rescue.Session) (*baremetal.Server, error) {
-	ectx, cancel := context.WithTimeout(ctx, EraseTimeout)
+func (i *Installer) eraseDisks(s *scope, srv *baremetal.Server, sess *rescue.Session) (*baremetal.Server, error) {
+	ectx, cancel := context.WithTimeout(s.run, EraseTimeout)
 	defer cancel()
 	started := i.clock().Now()
 	rep, err := rescue.RunErase(ectx, sess, i.Imager)
@@ -75,10 +75,10 @@ func (i *Installer) eraseDisks(ctx context.Context, log logr.Logger, srv *bareme
 		return srv, &PhaseError{Phase: PhaseImaging, Err: fmt.Errorf("erasing the disks of the node this spare ran: %w", err)}
 	}
 	for _, e := range rep.Erased {
-		log.Info("disk erased", "disk", e.Path, "method", e.Method, "bytes", e.Bytes, "seconds", e.Seconds, "verifiedBytes", e.VerifiedBytes)
+		s.log.Info("disk erased", "disk", e.Path, "method", e.Method, "bytes", e.Bytes, "seconds", e.Seconds, "verifiedBytes", e.VerifiedBytes)
 	}
 	now := strconv.FormatInt(i.clock().Now().Unix(), 10)
-	updated, err := i.API.EditTags(ctx, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
+	updated, err := i.API.EditTags(s.run, srv.Zone, srv.ID, func(tags []string) ([]string, bool) {
 		tags, _ = scaleway.RemoveTagIn(tags, TagErasePending)
 		tags, _ = scaleway.SetTagIn(tags, TagErased, now)
 		return tags, true
@@ -86,6 +86,6 @@ func (i *Installer) eraseDisks(ctx context.Context, log logr.Logger, srv *bareme
 	if err != nil {
 		return srv, &PhaseError{Phase: PhaseImaging, Err: fmt.Errorf("recording the erase: %w", err)}
 	}
-	log.Info("spare's disks erased", "disks", len(rep.Erased), "seconds", int(i.clock().Since(started).Seconds()))
+	s.log.Info("spare's disks erased", "disks", len(rep.Erased), "seconds", int(i.clock().Since(started).Seconds()))
 	return updated, nil
 }
