@@ -10,6 +10,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/diskimage"
+	"github.com/scaleway/scaleway-sdk-go/scw"
 )
 
 // A monthly node's server is kept as a spare: its disk holds that node's
@@ -59,7 +60,30 @@ func TestEraseKeptSpareHoldsNoSecretOfItsNode(t *testing.T) {
 		t.Fatalf("kept spare: erase pending %v, takeable %v (tags %v)", spare.ErasePending(srv), spare.Takeable(srv), srv.Tags)
 	}
 
+	// The reserved offerings are told the moment the erase is recorded
+	// (the spare is takeable from then on), not after the image write
+	// that follows it.
+	writes := e.imagerRuns(id, "write")
+	type told struct {
+		erased bool
+		writes int
+	}
+	var first *told
+	changed := e.p.Spares.Changed
+	e.p.Spares.Changed = func(z scw.Zone) {
+		if first == nil {
+			v, _ := scaleway.TagValue(e.server(id).Tags, install.TagErased)
+			first = &told{erased: v != "", writes: e.imagerRuns(id, "write")}
+		}
+		changed(z)
+	}
 	e.preImage(e.ctx)
+	switch {
+	case first == nil:
+		t.Fatal("the reserved offerings were never told the spare became takeable")
+	case !first.erased || first.writes != writes:
+		t.Fatalf("the reserved offerings were first told with the erase recorded %v and %d image writes since, want the erase recorded and none (told before the image write)", first.erased, first.writes-writes)
+	}
 	srv := e.server(id)
 	if spare.ErasePending(srv) || !spare.Takeable(srv) || !spare.PreImaged(srv, e.currentImage()) {
 		t.Fatalf("after pre-imaging: erase pending %v, takeable %v (tags %v)", spare.ErasePending(srv), spare.Takeable(srv), srv.Tags)

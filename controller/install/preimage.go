@@ -27,7 +27,12 @@ func PreImageHolder(id string) string { return "preimage/" + id }
 // not touched. The rescue key is held from the reboot until the write ends
 // (the rescue boot keeps the key it booted with; IAM need not). Bounded
 // by the rescue and imaging timeouts and by the imaging slots installs use.
-func (i *Installer) PreImage(ctx context.Context, srv *baremetal.Server, img Image) (*baremetal.Server, error) {
+//
+// A spare that ran a node has its disks erased first; erased, when not nil,
+// is told as soon as that is recorded on the server: the spare may be taken
+// from then on, while the image is still being written (a take stops the
+// write), so the reserved offerings must count it then, not after the write.
+func (i *Installer) PreImage(ctx context.Context, srv *baremetal.Server, img Image, erased func(*baremetal.Server)) (*baremetal.Server, error) {
 	job := &Job{Server: srv, holder: PreImageHolder(srv.ID)}
 	defer i.Keys.Release(job.holder)
 	log := i.Log.WithValues("server", srv.ID, "zone", string(srv.Zone), "preimage", true)
@@ -49,6 +54,9 @@ func (i *Installer) PreImage(ctx context.Context, srv *baremetal.Server, img Ima
 			var err error
 			if srv, err = i.eraseDisks(s, srv, sess); err != nil {
 				return srv, err
+			}
+			if erased != nil {
+				erased(srv)
 			}
 		}
 		return i.writeImage(s, srv, sess, img)

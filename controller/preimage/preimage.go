@@ -45,7 +45,7 @@ import (
 
 // Imager writes an image onto a spare (*install.Installer).
 type Imager interface {
-	PreImage(ctx context.Context, srv *baremetal.Server, img install.Image) (*baremetal.Server, error)
+	PreImage(ctx context.Context, srv *baremetal.Server, img install.Image, erased func(*baremetal.Server)) (*baremetal.Server, error)
 }
 
 // API reads one server afresh (*scaleway.Client).
@@ -237,12 +237,22 @@ func (c *Controller) nodeClassWithImage(ctx context.Context, srv *baremetal.Serv
 
 // preImage writes img onto spare srv, then clears its failures and its
 // quarantine.
+// erased is told by the pre-imaging that srv's disks are erased and
+// recorded so: the spare is takeable from then on, so the reserved
+// offerings' cache counts it at once instead of at its next refresh (not
+// after the image write that follows: pods that came meanwhile would be
+// given new servers' offerings, seen in TestMonthlyNodePoolReusesSparesAsReservedCapacity).
+func (c *Controller) erased(srv *baremetal.Server) {
+	if c.Spares.Changed != nil {
+		c.Spares.Changed(srv.Zone)
+	}
+}
+
 func (c *Controller) preImage(ctx context.Context, srv *baremetal.Server, nc *v1alpha1.ScalewayElasticMetalNodeClass, img install.Image) (bool, error) {
 	log := c.Log.WithValues("server", srv.ID, "zone", string(srv.Zone), "offer", srv.OfferName, "nodeclass", nc.Name)
 	log.Info("pre-imaging a spare", "image", install.ShortDigest(img.SHA256), "imaged", install.Imaged(srv, img.SHA256))
 	start := c.clock().Now()
-	erasing := spare.ErasePending(srv)
-	if _, err := c.Imager.PreImage(ctx, srv, img); err != nil {
+	if _, err := c.Imager.PreImage(ctx, srv, img, c.erased); err != nil {
 		if ctx.Err() != nil {
 			return false, ctx.Err() // taken, released or stopping: not a failure of the spare
 		}
@@ -251,11 +261,6 @@ func (c *Controller) preImage(ctx context.Context, srv *baremetal.Server, nc *v1
 	c.mu.Lock()
 	delete(c.failed, srv.ID)
 	c.mu.Unlock()
-	if erasing && c.Spares.Changed != nil {
-		// Erased, the spare is takeable now: the reserved offerings'
-		// cache counts it at once instead of at its next refresh.
-		c.Spares.Changed(srv.Zone)
-	}
 	if err := c.passed(ctx, srv); err != nil {
 		return true, err
 	}

@@ -31,10 +31,14 @@ func (f fixedImages) Resolve(context.Context, imagesource.Settings) (*imagesourc
 	return &imagesource.Image{URL: "https://images.example/raw.zst", Format: "zstd", RawSHA256: f.sha}, nil
 }
 
-// imager stands for the install's pre-imaging: it fails with err, or passes.
+// imager stands for the install's pre-imaging: it fails with err, or
+// passes, telling erased first when the spare's erase was pending.
 type imager struct{ err error }
 
-func (i *imager) PreImage(_ context.Context, srv *baremetal.Server, _ install.Image) (*baremetal.Server, error) {
+func (i *imager) PreImage(_ context.Context, srv *baremetal.Server, _ install.Image, erased func(*baremetal.Server)) (*baremetal.Server, error) {
+	if i.err == nil && install.ErasePending(srv) && erased != nil {
+		erased(srv)
+	}
 	return srv, i.err
 }
 
