@@ -135,25 +135,29 @@ test-fast: ## unit tests of the packages that start no world, API server, S3 ser
 # make test's schedule: three go test runs side by side, so the wall time is the longest of them rather than the sum.
 # - test/e2e/slowdelivery waits 16 minutes by design (a delivery that outlasts Karpenter's registration timeout on
 #   the real clock), alone;
-# - test/e2e, TEST_E2E_PARALLEL worlds at a time, each with a controller process;
-# - the rest, TEST_P packages at a time, the longest first (go test starts them in the order given), each with up
-#   to TEST_PARALLEL of its parallel tests at once.
+# - test/e2e, TEST_E2E_PARALLEL worlds at a time, each with a controller process; then every fuzz target for a few
+#   seconds (make fuzz), while the other two runs finish;
+# - the rest, TEST_P packages at a time, the longest first (go test starts them in the order given: TEST_LONGEST is
+#   ordered by the wall time each took in a full run), each with up to TEST_PARALLEL of its parallel tests at once.
 # A world test mostly waits on simulated delays (a cloudprovider test uses about a quarter of a core), so a 2-core
-# machine runs more of them than it has cores. The two side runs print their output when the rest is done.
+# machine runs more of them than it has cores. The side runs print their output when the rest is done.
 TEST_BESIDE := test/e2e/slowdelivery test/e2e
-TEST_LONGEST := controller/cloudprovider build/ociimage test/soak imager/cli test/docs
-TEST_P ?= 2
+TEST_LONGEST := controller/cloudprovider build/ociimage test/soak imager/cli test/chart test/docs test/e2e/canary \
+	test/conformance/cmd/conformance test/testenv test/monitoring test/sim/machine test/sim/talosapi imager/publish \
+	controller/breaker controller/spare controller/scaleway controller/nodeclass test/sim/scwsim test/world/cmd/world
+TEST_P ?= 3
 TEST_PARALLEL ?= 4
-TEST_E2E_PARALLEL ?= 2
+TEST_E2E_PARALLEL ?= 3
 TEST_REST = $(GO) list -f '{{.Dir}}' ./... | sed 's|^$(ROOT)/||' | grep -v -x -E '$(subst $(space),|,$(TEST_LONGEST) $(TEST_BESIDE))' | sed 's|^|./|'
-test: deps fmt-check vet build tools ## unit, integration and end-to-end suites (what CI runs), then every fuzz target for a few seconds
+test: deps fmt-check vet build tools ## unit, integration and end-to-end suites (what CI runs), and every fuzz target for a few seconds
 	@$(GO) test $(GOTEST_FLAGS) ./test/e2e/slowdelivery/ > $(BIN)/test-slowdelivery.log 2>&1 & slow=$$!; \
-	$(GO) test $(GOTEST_FLAGS) -parallel $(TEST_E2E_PARALLEL) ./test/e2e/ > $(BIN)/test-e2e.log 2>&1 & e2e=$$!; \
-	trap 'kill $$slow $$e2e 2>/dev/null' INT TERM; \
+	{ $(GO) test $(GOTEST_FLAGS) -parallel $(TEST_E2E_PARALLEL) ./test/e2e/ > $(BIN)/test-e2e.log 2>&1; echo $$? > $(BIN)/test-e2e.rc; \
+	  $(MAKE) --no-print-directory fuzz FUZZTIME=3s > $(BIN)/test-fuzz.log 2>&1; } & side=$$!; \
+	trap 'kill $$slow $$side 2>/dev/null' INT TERM; \
 	$(GO) test $(GOTEST_FLAGS) -p $(TEST_P) -parallel $(TEST_PARALLEL) $(addprefix ./,$(TEST_LONGEST)) $$($(TEST_REST)); rest=$$?; \
-	wait $$e2e; e2erc=$$?; cat $(BIN)/test-e2e.log; wait $$slow; slowrc=$$?; cat $(BIN)/test-slowdelivery.log; \
-	[ $$rest -eq 0 ] && [ $$e2erc -eq 0 ] && [ $$slowrc -eq 0 ]
-	@$(MAKE) --no-print-directory fuzz FUZZTIME=3s
+	wait $$side; fuzzrc=$$?; e2erc=$$(cat $(BIN)/test-e2e.rc); cat $(BIN)/test-e2e.log $(BIN)/test-fuzz.log; \
+	wait $$slow; slowrc=$$?; cat $(BIN)/test-slowdelivery.log; \
+	[ $$rest -eq 0 ] && [ $$e2erc -eq 0 ] && [ $$fuzzrc -eq 0 ] && [ $$slowrc -eq 0 ]
 
 # Every Go fuzz target (func FuzzX in a _test.go file) fuzzed for FUZZTIME, one
 # after the other; `go test ./...` already runs their seed corpora. A crash
