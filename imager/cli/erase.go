@@ -178,7 +178,8 @@ func eraseAll(ctx context.Context, std streams, e eraseFlags, targets []eraseTar
 	r.Erased = make([]report.Erase, len(targets))
 	errs := make([]error, len(targets))
 	var wg sync.WaitGroup
-	var logMu sync.Mutex
+	// One logger for all the goroutines: its handler serialises the appends.
+	log := lineLogger(func(line string) { r.Warnings = append(r.Warnings, line) })
 	for i, t := range targets {
 		r.Erased[i] = report.Erase{Path: t.disk.Path, Name: t.disk.Name, SizeBytes: t.disk.SizeBytes, Rotational: t.disk.Rotational}
 		wg.Add(1)
@@ -187,11 +188,7 @@ func eraseAll(ctx context.Context, std streams, e eraseFlags, targets []eraseTar
 			fmt.Fprintf(std.stderr, "em-imager: erasing %s (%s, method %s)…\n", t.disk.Path, units.Bytes(t.disk.SizeBytes), e.method)
 			res, err := erase.Disk(ctx, t.open, t.disk.SizeBytes, erase.Options{
 				Method: e.method, Full: e.full, SectorSize: t.disk.LogicalSectorSize,
-				Log: func(format string, args ...any) {
-					logMu.Lock()
-					defer logMu.Unlock()
-					r.Warnings = append(r.Warnings, fmt.Sprintf(format, args...))
-				},
+				Log: log,
 			})
 			x := &r.Erased[i]
 			x.Method, x.Fallback, x.Bytes, x.Seconds = res.Method, res.Fallback, res.Bytes, res.Seconds

@@ -215,7 +215,7 @@ func open(ctx context.Context, w *writeFlags, spec *imageSpec, disk *report.Disk
 		HeaderTimeout:  w.stallTimeout,
 		Timeout:        w.timeout,
 		MaxAttempts:    w.retries + 1,
-		Log:            prog.message,
+		Log:            lineLogger(func(line string) { prog.message("%s", line) }),
 	})
 	if err != nil {
 		srcCancel()
@@ -378,11 +378,10 @@ func stream(ctx context.Context, w *writeFlags, spec *imageSpec, choice blockdev
 	prog.start()
 	opts := diskOptions(w, spec, choice, o.rawSize)
 	opts.Counters = counters
-	opts.Log = func(format string, args ...any) {
-		msg := fmt.Sprintf(format, args...)
-		r.Warnings = append(r.Warnings, msg)
-		prog.message("%s", msg)
-	}
+	opts.Log = lineLogger(func(line string) {
+		r.Warnings = append(r.Warnings, line)
+		prog.message("%s", line)
+	})
 	opts.Abort = o.cancel
 	res, err := diskwrite.Write(ctx, o.dec, opts)
 	r.Image.CompressedBytes = o.src.Offset()

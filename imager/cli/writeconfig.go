@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"time"
 
@@ -72,7 +71,7 @@ func runWriteConfig(ctx context.Context, args []string, stdin io.Reader) *report
 	}
 	res, err := configpart.Write(ctx, choice.OpenPath, config, configpart.Options{
 		SectorSize: sectorSize,
-		Log:        func(format string, args ...any) { r.Warnings = append(r.Warnings, fmt.Sprintf(format, args...)) },
+		Log:        lineLogger(func(line string) { r.Warnings = append(r.Warnings, line) }),
 	})
 	if res.SHA256 != "" {
 		r.Config = &report.Config{

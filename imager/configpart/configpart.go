@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 
@@ -87,8 +88,8 @@ type Options struct {
 	// SectorSize is the disk's logical sector size; 0 reads it from the
 	// device (block devices) or from where the GPT header is (files).
 	SectorSize int
-	// Log receives warnings that do not fail the write.
-	Log func(format string, args ...any)
+	// Log receives warnings that do not fail the write; nil discards them.
+	Log *slog.Logger
 }
 
 // Result says what Write did. It never holds the config itself.
@@ -109,7 +110,7 @@ type Result struct {
 // Write puts config into the metal-iso partition of the disk at path.
 func Write(ctx context.Context, path string, config []byte, o Options) (res Result, err error) {
 	if o.Log == nil {
-		o.Log = func(string, ...any) {}
+		o.Log = slog.New(slog.DiscardHandler)
 	}
 	if err := CheckConfig(config); err != nil {
 		return res, err
@@ -238,7 +239,7 @@ func (d *partitionDisk) fill(start, size int64, config []byte) error {
 // commit writes the table (the commit point: go-diskfs writes and syncs the backup, then the
 // primary GPT), wipes the image's stale backup, reads the table back and asks the kernel to
 // re-read it.
-func (d *partitionDisk) commit(t *gpt.Table, oldBackupLBA uint64, log func(string, ...any)) error {
+func (d *partitionDisk) commit(t *gpt.Table, oldBackupLBA uint64, log *slog.Logger) error {
 	w, err := d.Backend.Writable()
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrWrite, err)
@@ -256,7 +257,7 @@ func (d *partitionDisk) commit(t *gpt.Table, oldBackupLBA uint64, log func(strin
 		return fmt.Errorf("%w: reading the partition table back: %v", ErrWrite, err)
 	}
 	if err := d.ReReadPartitionTable(); err != nil {
-		log("warning: the kernel did not re-read the partition table (%v); Talos reads the disk at boot", err)
+		log.Warn("the kernel did not re-read the partition table; Talos reads the disk at boot", "error", err)
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"log/slog"
 	"math"
 	"os"
 	"sync/atomic"
@@ -69,8 +70,8 @@ type Options struct {
 	Buffers   int
 	// Progress counters, updated while writing (may be nil).
 	Counters *Counters
-	// Log receives warnings that do not fail the write.
-	Log func(format string, args ...any)
+	// Log receives warnings that do not fail the write; nil discards them.
+	Log *slog.Logger
 	// Abort, when set, is called as soon as writing fails, to unblock a
 	// read of r that waits on the network (cancel the source).
 	Abort func()
@@ -109,7 +110,7 @@ type target struct {
 	punchOK   bool // fallocate punch still worth trying
 	zeros     []byte
 	capacity  int64
-	log       func(string, ...any)
+	log       *slog.Logger
 	maxOffset int64
 	oldGPT    [][2]int64 // an earlier layout's backup GPT headers, wiped with the ends of the disk
 }
@@ -165,7 +166,7 @@ func (o Options) withDefaults() Options {
 		o.Counters = &Counters{}
 	}
 	if o.Log == nil {
-		o.Log = func(string, ...any) {}
+		o.Log = slog.New(slog.DiscardHandler)
 	}
 	return o
 }
@@ -293,7 +294,7 @@ func finish(ctx context.Context, t *target, head, sum, want []byte, total int64,
 	res.SyncSeconds = time.Since(syncStart).Seconds()
 	if t.blockDev {
 		if err := RereadPartitions(t.fd); err != nil {
-			o.Log("warning: BLKRRPART: %v (the kernel sees the new partitions after a reboot)", err)
+			o.Log.Warn("BLKRRPART failed; the kernel sees the new partitions after a reboot", "error", err)
 		}
 	}
 	if o.Readback {
@@ -371,7 +372,7 @@ func (t *target) open(path string) (*os.File, error) {
 		t.direct = true
 	} else if errors.Is(err, unix.EINVAL) {
 		// tmpfs and a few others refuse O_DIRECT: fall back to buffered IO.
-		t.log("warning: %s does not support O_DIRECT; writing through the page cache", path)
+		t.log.Warn("target does not support O_DIRECT; writing through the page cache", "path", path)
 		t.fellBack = true
 		f, err = os.OpenFile(path, flags, 0)
 	}
@@ -433,7 +434,7 @@ func (t *target) pwriteAll(p []byte, off int64) error {
 		}
 		if err == unix.EINVAL && t.direct {
 			// Some filesystems accept O_DIRECT at open and refuse the write.
-			t.log("warning: O_DIRECT write refused (%v); writing through the page cache", err)
+			t.log.Warn("O_DIRECT write refused; writing through the page cache", "error", err)
 			t.fellBack = true
 			if err := t.setDirect(false); err != nil {
 				return err
@@ -482,7 +483,7 @@ func (t *target) zeroRange(off, n int64) (punched bool, err error) {
 			return true, nil
 		}
 		t.punchOK = false
-		t.log("note: cannot punch holes (%v); writing zeros instead", err)
+		t.log.Info("cannot punch holes; writing zeros instead", "error", err)
 	}
 	return false, t.writeZeros(off, n)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 )
@@ -75,7 +76,7 @@ func TestNextRun(t *testing.T) {
 // data is written where it belongs.
 func TestImageWriterJoinsZeroRuns(t *testing.T) {
 	disk := newDisk(t, 4<<20, 0xAA)
-	tg, err := openTarget(Options{Path: disk, Capacity: 4 << 20, SectorSize: 512, Log: func(string, ...any) {}})
+	tg, err := openTarget(Options{Path: disk, Capacity: 4 << 20, SectorSize: 512, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ func TestImageWriterJoinsZeroRuns(t *testing.T) {
 // error, the verify stage closes its output, and Abort is called.
 func TestStagesStopOnFailure(t *testing.T) {
 	disk := newDisk(t, 8<<20, 0)
-	tg, err := openTarget(Options{Path: disk, Capacity: 8 << 20, SectorSize: 512, Log: func(string, ...any) {}})
+	tg, err := openTarget(Options{Path: disk, Capacity: 8 << 20, SectorSize: 512, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

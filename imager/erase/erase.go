@@ -29,6 +29,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -83,8 +84,9 @@ type Options struct {
 	// Samples is how many blocks spread over the erased ranges are read
 	// back besides the table areas (1024 when 0).
 	Samples int
-	// Log receives notices (fallback reasons, O_DIRECT refused).
-	Log func(format string, args ...any)
+	// Log receives notices (fallback reasons at Info, O_DIRECT refused at
+	// Warn); nil discards them.
+	Log *slog.Logger
 
 	// discard replaces the device's discard in tests (a device that
 	// accepts discard and keeps its data).
@@ -146,7 +148,7 @@ func Disk(ctx context.Context, path string, size int64, o Options) (res Result, 
 			return res, err
 		}
 		res.Fallback = err.Error()
-		o.Log("%s: %v; overwriting instead", path, err)
+		o.Log.Info("discard failed; overwriting instead", "path", path, "error", err)
 	}
 	err = d.overwrite(ctx, &o, &res)
 	return res, err
@@ -167,7 +169,7 @@ func (o Options) withDefaults() Options {
 		o.Samples = 1024
 	}
 	if o.Log == nil {
-		o.Log = func(string, ...any) {}
+		o.Log = slog.New(slog.DiscardHandler)
 	}
 	if o.discard == nil {
 		o.discard = discard
@@ -391,7 +393,7 @@ func newWriter(d *disk, o *Options) (*writer, error) {
 		if f, err := os.OpenFile(d.path, os.O_WRONLY|unix.O_CLOEXEC|unix.O_DIRECT, 0); err == nil {
 			w.f, w.direct = f, true
 		} else {
-			o.Log("warning: %s refuses O_DIRECT (%v); writing through the page cache", d.path, err)
+			o.Log.Warn("disk refuses O_DIRECT; writing through the page cache", "path", d.path, "error", err)
 		}
 	}
 	return w, nil

@@ -65,7 +65,7 @@ func openInput(ctx context.Context, in string, client *http.Client, log *slog.Lo
 	}
 	r, err := source.Open(ctx, in, source.Options{
 		Client: client,
-		Log:    func(format string, args ...any) { log.Warn(fmt.Sprintf(format, args...)) },
+		Log:    log,
 	})
 	if err != nil {
 		if ctx.Err() != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -42,8 +43,9 @@ type Options struct {
 	BackoffMax     time.Duration // cap of the retry delay (default 15s)
 	// Client overrides the HTTP client (its Timeout must be 0: the body is long).
 	Client *http.Client
-	// Log, when set, receives one line per retry (never URLs with queries).
-	Log func(format string, args ...any)
+	// Log receives one Info record per retry (never URLs with queries);
+	// nil discards them.
+	Log *slog.Logger
 }
 
 func (o *Options) fill() {
@@ -61,7 +63,7 @@ func (o *Options) fill() {
 		o.MaxAttempts = 8
 	}
 	if o.Log == nil {
-		o.Log = func(string, ...any) {}
+		o.Log = slog.New(slog.DiscardHandler)
 	}
 }
 
@@ -240,7 +242,7 @@ func (r *Reader) connect() error {
 		if ae.final {
 			return ae.err
 		}
-		r.opts.Log("download attempt %d failed: %v", r.attempts, ae.err)
+		r.opts.Log.Info("download attempt failed", "attempt", r.attempts, "error", ae.err)
 		r.last = ae
 	}
 }
@@ -509,7 +511,7 @@ func (r *Reader) interrupted(err error) {
 	if r.stalled.Load() {
 		why = fmt.Errorf("no data for %v", r.opts.StallTimeout)
 	}
-	r.opts.Log("download interrupted at byte %d: %v; resuming", r.offset, why)
+	r.opts.Log.Info("download interrupted; resuming", "byte", r.offset, "error", why)
 	r.last = &attemptError{err: why, stalled: r.stalled.Load()}
 	r.closeBody()
 	if r.offset > r.bodyAt {
