@@ -19,6 +19,8 @@ export TEST_ASSET_ETCD := $(BIN)/etcd
 export TEST_ASSET_KUBE_SCHEDULER := $(BIN)/kube-scheduler
 export TEST_ASSET_VERSITYGW := $(BIN)/versitygw
 export TEST_ASSET_EM_IMAGER := $(BIN)/em-imager
+# A world test that fails keeps its controller's whole log here (test/world: StartController).
+export TEST_FAILURE_LOGS ?= $(BIN)/test-failures
 
 .PHONY: all help build imager-binaries image image-push test test-fast fuzz bench bench-nodes demo world conformance soak e2e tools lint deps image-deps vet fmt-check tidy-check clean chart-crds chart-package docs dashboards catalog-snapshot licenses smoke-live
 
@@ -147,7 +149,7 @@ TEST_LONGEST := controller/cloudprovider build/ociimage test/soak imager/cli tes
 	controller/breaker controller/spare controller/scaleway controller/nodeclass test/sim/scwsim test/world/cmd/world
 TEST_P ?= 3
 TEST_PARALLEL ?= 4
-TEST_E2E_PARALLEL ?= 3
+TEST_E2E_PARALLEL ?= 2
 TEST_REST = $(GO) list -f '{{.Dir}}' ./... | sed 's|^$(ROOT)/||' | grep -v -x -E '$(subst $(space),|,$(TEST_LONGEST) $(TEST_BESIDE))' | sed 's|^|./|'
 test: deps fmt-check vet build tools ## unit, integration and end-to-end suites (what CI runs), and every fuzz target for a few seconds
 	@$(GO) test $(GOTEST_FLAGS) ./test/e2e/slowdelivery/ > $(BIN)/test-slowdelivery.log 2>&1 & slow=$$!; \

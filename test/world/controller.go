@@ -292,8 +292,36 @@ func StartController(t testing.TB, w *World, opts ControllerOptions) *Controller
 			t.Logf("controller log tail (%s):\n%s", c.LogPath, c.LogTail(80))
 		}
 		_ = c.Stop()
+		if t.Failed() {
+			keepLog(t, c.LogPath)
+		}
 	})
 	return c
+}
+
+// keepLog copies a failed test's controller log into $TEST_FAILURE_LOGS
+// (make test sets bin/test-failures), since the tail above often ends
+// before the decision that went wrong and the world's directory goes with
+// the test.
+func keepLog(t testing.TB, path string) {
+	dir := os.Getenv("TEST_FAILURE_LOGS")
+	if dir == "" {
+		return
+	}
+	b, err := os.ReadFile(path)
+	if err == nil {
+		name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
+		dst := filepath.Join(dir, fmt.Sprintf("%s-%d-controller.log", name, time.Now().Unix()))
+		if err = os.MkdirAll(dir, 0o755); err == nil {
+			err = os.WriteFile(dst, b, 0o600)
+		}
+		if err == nil {
+			t.Logf("the whole controller log: %s", dst)
+		}
+	}
+	if err != nil {
+		t.Logf("keeping the controller log: %v", err)
+	}
 }
 
 func (c *Controller) start() error {
