@@ -34,15 +34,18 @@ func monthlySetup() harness.Setup {
 	}
 }
 
-// spares are the live servers in phase spare.
 // spares are the servers kept as spares and back in rescue without their
-// old Node (no rescue-pending tag): what is offered as reserved capacity.
+// old Node (no rescue-pending tag), erased and not quarantined: what is
+// offered as reserved capacity (spare.Takeable).
 func spares(e *harness.Env) []string {
 	var out []string
 	for _, s := range e.W.Sim.Servers() {
-		// Offered only back in rescue and erased (no secret of the node it ran).
+		// Offered only back in rescue, erased (no secret of the node it ran)
+		// and out of quarantine: a NodeClaim deleted during its install
+		// quarantines its server until a pre-imaging passes, which lifts it
+		// after the erase and the image write.
 		if world.TagValue(s.Tags, world.TagPhase) == "spare" && world.TagValue(s.Tags, spare.TagRescuePending) == "" &&
-			world.TagValue(s.Tags, install.TagErasePending) == "" &&
+			world.TagValue(s.Tags, install.TagErasePending) == "" && world.TagValue(s.Tags, spare.TagQuarantine) == "" &&
 			s.Status != string(baremetal.ServerStatusDeleting) {
 			out = append(out, s.ID)
 		}
