@@ -223,7 +223,7 @@ func TestFailureWipesEveryGPTAndReports(t *testing.T) {
 	root = host(t)
 	r = write(t, root, "--image", srv.url("xz"), "--sha256", rawSHA, "--disk", "/dev/nvme0n1")
 	wantCode(t, r, "")
-	at := regexp.MustCompile(`download interrupted; resuming byte=(\d+)`)
+	at := regexp.MustCompile(`download interrupted; resuming" byte=(\d+)`)
 	found := false
 	for _, line := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
 		var p report.Progress

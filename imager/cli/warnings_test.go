@@ -13,9 +13,9 @@ func TestLineLogger(t *testing.T) {
 	log.Info("download interrupted; resuming", "byte", 42, "error", "stalled")
 	log.With("disk", "sdb").WithGroup("g").Info("empty", "v", "")
 	want := []string{
-		`warning: disk refuses O_DIRECT; writing through the page cache path=/dev/sda error="invalid argument"`,
-		`download interrupted; resuming byte=42 error=stalled`,
-		`empty disk=sdb g.v=""`,
+		`level=WARN msg="disk refuses O_DIRECT; writing through the page cache" path=/dev/sda error="invalid argument"`,
+		`level=INFO msg="download interrupted; resuming" byte=42 error=stalled`,
+		`level=INFO msg=empty disk=sdb g.v=""`,
 	}
 	if len(lines) != len(want) {
 		t.Fatalf("lines %q, want %q", lines, want)
