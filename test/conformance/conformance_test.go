@@ -154,3 +154,43 @@ func TestNodeClassMatchesTheWorld(t *testing.T) {
 		t.Errorf("nodepool.yaml's nodeClassRef %+v does not name nodeclass.yaml's NodeClass", ref)
 	}
 }
+
+// TestCapacityBufferFilesDifferOnlyBySize: the CapacityBuffer NodeClass and
+// NodePool are copies of the default ones (the conformance command takes
+// whole files) that differ only in what sizes a node like the suite's
+// 2-CPU ones: the kubelet's CPU reservation and the instance types.
+func TestCapacityBufferFilesDifferOnlyBySize(t *testing.T) {
+	var base, small v1alpha1.ScalewayElasticMetalNodeClass
+	readStrict(t, "nodeclass.yaml", &base)
+	readStrict(t, "nodeclass-capacitybuffer.yaml", &small)
+	if small.Spec.Kubelet == nil || small.Spec.Kubelet.KubeReserved["cpu"] == "" {
+		t.Fatal("nodeclass-capacitybuffer.yaml reserves no kubelet CPU")
+	}
+	small.Spec.Kubelet = base.Spec.Kubelet
+	if small.ObjectMeta.Name != base.ObjectMeta.Name || !equality.Semantic.DeepEqual(small.Spec, base.Spec) {
+		t.Errorf("nodeclass-capacitybuffer.yaml differs from nodeclass.yaml beyond spec.kubelet:\n%+v\n%+v", small.Spec, base.Spec)
+	}
+
+	var basePool, smallPool karpv1.NodePool
+	readStrict(t, "nodepool.yaml", &basePool)
+	readStrict(t, "nodepool-capacitybuffer.yaml", &smallPool)
+	reqs := smallPool.Spec.Template.Spec.Requirements
+	if len(reqs) == 0 || reqs[len(reqs)-1].Key != "node.kubernetes.io/instance-type" {
+		t.Fatalf("nodepool-capacitybuffer.yaml's last requirement is not the instance types: %+v", reqs)
+	}
+	smallPool.Spec.Template.Spec.Requirements = reqs[:len(reqs)-1]
+	if !equality.Semantic.DeepEqual(smallPool, basePool) {
+		t.Errorf("nodepool-capacitybuffer.yaml differs from nodepool.yaml beyond the instance-type requirement:\n%+v\n%+v", smallPool, basePool)
+	}
+}
+
+func readStrict(t *testing.T, path string, into any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(b, into); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
