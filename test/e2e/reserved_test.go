@@ -17,7 +17,6 @@ import (
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
-	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/e2e/harness"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/world"
@@ -40,13 +39,13 @@ func monthlySetup() harness.Setup {
 func spares(e *harness.Env) []string {
 	var out []string
 	for _, s := range e.W.Sim.Servers() {
-		// Offered only back in rescue, erased (no secret of the node it ran)
-		// and out of quarantine: a NodeClaim deleted during its install
-		// quarantines its server until a pre-imaging passes, which lifts it
-		// after the erase and the image write.
-		if world.TagValue(s.Tags, world.TagPhase) == "spare" && world.TagValue(s.Tags, spare.TagRescuePending) == "" &&
-			world.TagValue(s.Tags, install.TagErasePending) == "" && world.TagValue(s.Tags, spare.TagQuarantine) == "" &&
-			s.Status != string(baremetal.ServerStatusDeleting) {
+		// spare.Takeable, as the reserved offerings count: back in rescue,
+		// erased (no secret of the node it ran) and out of quarantine (a
+		// NodeClaim deleted during its install quarantines its server until
+		// a pre-imaging passes, which lifts it after the erase and the
+		// image write).
+		if world.TagValue(s.Tags, world.TagPhase) == "spare" &&
+			spare.Takeable(&baremetal.Server{Tags: s.Tags, Status: baremetal.ServerStatus(s.Status)}) {
 			out = append(out, s.ID)
 		}
 	}
