@@ -5,9 +5,10 @@
 //
 // This package holds what the runner decides on its own: which specs are not
 // applicable to this provider (skip.txt, one line per spec with its reason),
-// the Ginkgo skip expression built from them, and the one-line summary read
-// from the suite's Ginkgo JSON report. The default NodeClass and NodePool
-// the suite copies for every spec are nodeclass.yaml and nodepool.yaml here.
+// which specs run in which pass with which NodeClass and NodePool (Plan:
+// nodeclass.yaml and nodepool.yaml for most, a sizing's own files for the
+// specs the suite sizes for smaller nodes), and the one-line summary summed
+// from each pass's Ginkgo JSON report.
 package conformance
 
 import (
@@ -77,21 +78,6 @@ func ReadSkipFile(path string) ([]Skip, error) {
 	return skips, nil
 }
 
-// SkipExpression is the --ginkgo.skip regular expression that skips exactly
-// the specs the skips name: their texts are matched literally, so a spec name
-// with parentheses or dots needs no escaping in skip.txt. Empty when there is
-// nothing to skip (Ginkgo then skips nothing).
-func SkipExpression(skips []Skip) string {
-	if len(skips) == 0 {
-		return ""
-	}
-	parts := make([]string, len(skips))
-	for i, s := range skips {
-		parts[i] = regexp.QuoteMeta(s.Spec)
-	}
-	return strings.Join(parts, "|")
-}
-
 // Match returns the skip that names the spec with this full text, if any.
 func Match(skips []Skip, fullText string) (Skip, bool) {
 	for _, s := range skips {
@@ -130,6 +116,18 @@ func (s Summary) Line() string {
 		len(s.Passed), len(s.Failed), len(s.NotApplicable), s.Total())
 }
 
+// Add counts another pass's specs in s.
+func (s *Summary) Add(o Summary) {
+	s.Passed = append(s.Passed, o.Passed...)
+	s.Failed = append(s.Failed, o.Failed...)
+	s.NotApplicable = append(s.NotApplicable, o.NotApplicable...)
+	s.OutsideFocus += o.OutsideFocus
+	s.RunTime += o.RunTime
+	for _, l := range [][]Spec{s.Passed, s.Failed, s.NotApplicable} {
+		sort.SliceStable(l, func(i, j int) bool { return l[i].Text < l[j].Text })
+	}
+}
+
 // ReadReport decodes a Ginkgo JSON report (--ginkgo.json-report): one
 // report per suite.
 func ReadReport(r io.Reader) ([]types.Report, error) {
@@ -140,15 +138,110 @@ func ReadReport(r io.Reader) ([]types.Report, error) {
 	return reports, nil
 }
 
-// Summarize counts the specs (It and table entries; the suite's setup nodes
-// are not specs) of the reports. A skipped spec is not applicable when a
-// skip names it or the spec skipped itself at run time, and outside the
-// focus otherwise; a pending spec is outside
-// the focus too, as Ginkgo never runs it. A failure in a suite-level node
-// (BeforeSuite, AfterSuite) counts as a failed spec of its own, so a run
-// whose setup broke never ends with 0 failed.
-func Summarize(reports []types.Report, skips []Skip) Summary {
+// Sizing names the specs the suite sizes for nodes other than the default
+// NodeClass and NodePool make here, and the files (in test/conformance)
+// that make such nodes; those specs run in a pass of their own.
+type Sizing struct {
+	Spec                string
+	NodeClass, NodePool string
+}
+
+// Sizings lists the specs sized for other nodes. The suite sizes its
+// CapacityBuffer specs for 2-CPU nodes (its BeforeEach, for KWOK:
+// "Constrain to small instances (2 CPU) so buffer pods force multiple
+// nodes"); the smallest offers with 2200m reserved for the kubelet are the
+// nearest here (docs/conformance.md, "CapacityBuffer").
+var Sizings = []Sizing{{Spec: "CapacityBuffer", NodeClass: "nodeclass-capacitybuffer.yaml", NodePool: "nodepool-capacitybuffer.yaml"}}
+
+// Pass is one run of the suite on a world of its own: the full texts of the
+// specs it runs and the NodeClass and NodePool they run with.
+type Pass struct {
+	Name                string
+	NodeClass, NodePool string
+	Specs               []string
+}
+
+// Plan is what a run does with each spec of the suite: it runs it in exactly
+// one pass, counts it not applicable (skip.txt), or leaves it outside the
+// focus.
+type Plan struct {
+	// Description is the suite's, which Ginkgo puts before a spec's text
+	// when it matches a focus.
+	Description   string
+	Passes        []Pass
+	NotApplicable []Spec
+	OutsideFocus  int
+}
+
+// Specs are the full texts of the specs (It and table entries, not pending)
+// in a report, such as the one of a --ginkgo.dry-run, and the suite's
+// description.
+func Specs(reports []types.Report) (description string, specs []string) {
+	for _, r := range reports {
+		description = r.SuiteDescription
+		for _, sr := range r.SpecReports {
+			if sr.LeafNodeType == types.NodeTypeIt && sr.State != types.SpecStatePending {
+				specs = append(specs, sr.FullText())
+			}
+		}
+	}
+	return description, specs
+}
+
+// MakePlan splits the specs: outside the focus (nil focuses on all; matched
+// as Ginkgo does, against the suite's description and the spec's text),
+// not applicable when a skip names it, in the pass of the first sizing that
+// names it, and in the default pass otherwise. Passes without a spec are
+// left out.
+func MakePlan(description string, specs []string, focus *regexp.Regexp, skips []Skip, def Pass, sized []Pass, sizings []Sizing) Plan {
+	p := Plan{Description: description}
+	passes := append([]Pass{def}, sized...)
+	for _, text := range specs {
+		if focus != nil && !focus.MatchString(description+" "+text) {
+			p.OutsideFocus++
+			continue
+		}
+		if k, ok := Match(skips, text); ok {
+			p.NotApplicable = append(p.NotApplicable, Spec{Text: text, Reason: k.Reason})
+			continue
+		}
+		i := 0
+		for j, z := range sizings {
+			if strings.Contains(text, z.Spec) {
+				i = j + 1
+				break
+			}
+		}
+		passes[i].Specs = append(passes[i].Specs, text)
+	}
+	for _, ps := range passes {
+		if len(ps.Specs) > 0 {
+			p.Passes = append(p.Passes, ps)
+		}
+	}
+	return p
+}
+
+// Focus is the --ginkgo.focus expression that selects exactly the pass's
+// specs: each whole text, literally.
+func (p Plan) Focus(ps Pass) string {
+	parts := make([]string, len(ps.Specs))
+	for i, t := range ps.Specs {
+		parts[i] = regexp.QuoteMeta(p.Description + " " + t)
+	}
+	return "^(?:" + strings.Join(parts, "|") + ")$"
+}
+
+// Outcome counts a pass's report against the specs it planned. A spec the
+// suite skipped itself at run time (say, for a Kubernetes version) is not
+// applicable, with the suite's reason. A planned spec the report does not
+// show passed, failed or skipped by the suite failed: the run stopped
+// before it. A failure in a suite-level node (BeforeSuite, AfterSuite)
+// counts as a failed spec of its own, so a run whose setup broke never ends
+// with 0 failed.
+func (ps Pass) Outcome(reports []types.Report) Summary {
 	var s Summary
+	seen := map[string]bool{}
 	for _, r := range reports {
 		s.RunTime += r.RunTime
 		for _, sr := range r.SpecReports {
@@ -164,21 +257,20 @@ func Summarize(reports []types.Report, skips []Skip) Summary {
 				s.Passed = append(s.Passed, Spec{Text: text, RunTime: sr.RunTime})
 			case sr.Failed():
 				s.Failed = append(s.Failed, Spec{Text: text, RunTime: sr.RunTime, Failure: failure(sr)})
+			case sr.State == types.SpecStateSkipped && sr.Failure.Message != "":
+				s.NotApplicable = append(s.NotApplicable, Spec{Text: text, Reason: "skipped by the suite: " + sr.Failure.Message})
 			default:
-				if k, ok := Match(skips, text); ok {
-					s.NotApplicable = append(s.NotApplicable, Spec{Text: text, Reason: k.Reason})
-				} else if sr.State == types.SpecStateSkipped && sr.Failure.Message != "" {
-					// The spec ran and called Skip itself (say, for a Kubernetes version): the suite's own reason.
-					s.NotApplicable = append(s.NotApplicable, Spec{Text: text, Reason: "skipped by the suite: " + sr.Failure.Message})
-				} else {
-					s.OutsideFocus++
-				}
+				continue
 			}
+			seen[text] = true
 		}
 	}
-	for _, l := range [][]Spec{s.Passed, s.Failed, s.NotApplicable} {
-		sort.SliceStable(l, func(i, j int) bool { return l[i].Text < l[j].Text })
+	for _, t := range ps.Specs {
+		if !seen[t] {
+			s.Failed = append(s.Failed, Spec{Text: t, Failure: "not run: the " + ps.Name + " pass stopped before it"})
+		}
 	}
+	s.Add(Summary{})
 	return s
 }
 

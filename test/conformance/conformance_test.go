@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"os"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -51,30 +52,86 @@ Chaos should not produce a runaway scale-up :: the suite restarts kube-system/ka
 	}
 }
 
-// TestSkipExpressionIsLiteral: spec texts hold parentheses, dots and
-// brackets, which the expression must match as written and nothing more.
-func TestSkipExpressionIsLiteral(t *testing.T) {
-	skips := []Skip{{Spec: "should drift (Static)"}, {Spec: "host ports [x].y"}}
-	re := regexp.MustCompile(SkipExpression(skips))
+// TestFocusIsLiteral: spec texts hold parentheses, dots and brackets; a
+// pass's focus must select its specs as written, whole, and nothing more.
+func TestFocusIsLiteral(t *testing.T) {
+	p := Plan{Description: "Regression"}
+	re := regexp.MustCompile(p.Focus(Pass{Specs: []string{"Drift should drift (Static)", "Integration host ports [x].y"}}))
 	for text, want := range map[string]bool{
-		"Drift should drift (Static) on image change": true,
-		"Drift should drift Static":                   false,
-		"Integration host ports [x].y of pods":        true,
-		"Integration host ports x-y":                  false,
+		"Regression Drift should drift (Static)":               true,
+		"Regression Drift should drift Static":                 false,
+		"Regression Drift should drift (Static) on image edit": false,
+		"Regression Integration host ports [x].y":              true,
+		"Regression Integration host ports x-y":                false,
+		"Drift should drift (Static)":                          false,
 	} {
 		if got := re.MatchString(text); got != want {
 			t.Errorf("%q: matched %v, want %v", text, got, want)
 		}
 	}
-	if SkipExpression(nil) != "" {
-		t.Error("no skips should give an empty expression")
+}
+
+// TestMakePlan: every spec lands in exactly one place (a pass, not
+// applicable, outside the focus); a sized spec in its sizing's pass with
+// its files; an empty pass is left out; a skip outside the focus is not
+// counted.
+func TestMakePlan(t *testing.T) {
+	specs := []string{
+		"Integration Validation NodePool should error on a bad label",
+		"Integration DaemonSet host ports arm64",
+		"CapacityBuffer Lifecycle should scale down",
+		"CapacityBuffer NodePool Limits should not go beyond",
+		"Drift Budgets should respect budgets",
+		"StaticCapacity Provisioning should create static NodeClaim",
+	}
+	skips := []Skip{{Spec: "host ports arm64", Reason: "no arm64"}, {Spec: "CapacityBuffer NodePool Limits", Reason: "4 CPUs"}}
+	def := Pass{Name: "default", NodeClass: "nc.yaml", NodePool: "np.yaml"}
+	sized := []Pass{{Name: "capacitybuffer", NodeClass: "nc-cb.yaml", NodePool: "np-cb.yaml"}}
+	sizings := []Sizing{{Spec: "CapacityBuffer"}}
+
+	p := MakePlan("Regression", specs, nil, skips, def, sized, sizings)
+	if len(p.Passes) != 2 || p.Passes[0].Name != "default" || p.Passes[1].NodeClass != "nc-cb.yaml" {
+		t.Fatalf("passes %+v", p.Passes)
+	}
+	if got, want := p.Passes[1].Specs, []string{"CapacityBuffer Lifecycle should scale down"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("capacitybuffer pass %q, want %q", got, want)
+	}
+	if got := len(p.Passes[0].Specs); got != 3 {
+		t.Errorf("default pass %q, want the 3 other applicable specs", p.Passes[0].Specs)
+	}
+	if len(p.NotApplicable) != 2 || p.OutsideFocus != 0 {
+		t.Errorf("n/a %+v, outside %d", p.NotApplicable, p.OutsideFocus)
+	}
+	if n := planned(p); n != len(specs) {
+		t.Errorf("%d of %d specs planned", n, len(specs))
+	}
+
+	// Ginkgo matches a focus against the suite's description and the text.
+	p = MakePlan("Regression", specs, regexp.MustCompile(`^Regression (Drift|Integration Validation)`), skips, def, sized, sizings)
+	if len(p.Passes) != 1 || len(p.Passes[0].Specs) != 2 || len(p.NotApplicable) != 0 || p.OutsideFocus != 4 {
+		t.Errorf("focused plan: %+v", p)
+	}
+	if n := planned(p); n != len(specs) {
+		t.Errorf("focused: %d of %d specs planned", n, len(specs))
+	}
+	p = MakePlan("Regression", specs, regexp.MustCompile(`CapacityBuffer`), skips, def, sized, sizings)
+	if len(p.Passes) != 1 || p.Passes[0].Name != "capacitybuffer" || len(p.NotApplicable) != 1 {
+		t.Errorf("CapacityBuffer focus: %+v", p)
 	}
 }
 
-// TestSummarize counts a report with every outcome: passed, failed, skipped
-// by skip.txt, skipped by the spec itself, outside the focus, and a failed
-// BeforeSuite, which must count as a failure.
-func TestSummarize(t *testing.T) {
+func planned(p Plan) int {
+	n := len(p.NotApplicable) + p.OutsideFocus
+	for _, ps := range p.Passes {
+		n += len(ps.Specs)
+	}
+	return n
+}
+
+// TestOutcome counts a pass's report with every outcome: passed, failed,
+// timed out, skipped by the spec itself, not reached, a planned spec missing
+// from the report, and a failed AfterSuite, which must count as a failure.
+func TestOutcome(t *testing.T) {
 	it := func(leaf string, state types.SpecState, msg string) types.SpecReport {
 		return types.SpecReport{ContainerHierarchyTexts: []string{"NodeClaim", "Standalone"}, LeafNodeText: leaf,
 			LeafNodeType: types.NodeTypeIt, State: state, RunTime: time.Second, Failure: types.Failure{Message: msg}}
@@ -83,30 +140,46 @@ func TestSummarize(t *testing.T) {
 		it("creates", types.SpecStatePassed, ""),
 		it("deletes", types.SpecStateFailed, "expected\n  1 node"),
 		it("times out", types.SpecStateTimedout, "timeout"),
-		it("restarts karpenter", types.SpecStateSkipped, ""),
 		it("needs k8s 1.28", types.SpecStateSkipped, "only valid for K8s >= 1.28"),
-		it("unfocused", types.SpecStateSkipped, ""),
-		it("pending", types.SpecStatePending, ""),
+		it("not reached", types.SpecStateSkipped, ""),
 		{LeafNodeType: types.NodeTypeBeforeSuite, State: types.SpecStatePassed},
 		{LeafNodeType: types.NodeTypeAfterSuite, State: types.SpecStateFailed, Failure: types.Failure{Message: "cleanup"}},
 	}}}
-	s := Summarize(reports, []Skip{{Spec: "restarts karpenter", Reason: "no Deployment"}})
-	if len(s.Passed) != 1 || len(s.Failed) != 3 || len(s.NotApplicable) != 2 || s.OutsideFocus != 2 {
-		t.Fatalf("got %d passed, %d failed, %d n/a, %d outside focus; want 1, 3, 2, 2: %+v",
-			len(s.Passed), len(s.Failed), len(s.NotApplicable), s.OutsideFocus, s)
+	var ps Pass
+	ps.Name = "default"
+	for _, l := range []string{"creates", "deletes", "times out", "needs k8s 1.28", "not reached", "lost"} {
+		ps.Specs = append(ps.Specs, "NodeClaim Standalone "+l)
 	}
-	if got, want := s.Line(), "conformance: 1 passed, 3 failed, 2 not applicable (total 6)"; got != want {
-		t.Errorf("line %q, want %q", got, want)
+	s := ps.Outcome(reports)
+	if len(s.Passed) != 1 || len(s.Failed) != 5 || len(s.NotApplicable) != 1 {
+		t.Fatalf("got %d passed, %d failed, %d n/a; want 1, 5, 1: %+v", len(s.Passed), len(s.Failed), len(s.NotApplicable), s)
 	}
-	if s.NotApplicable[1].Reason != "no Deployment" || !strings.Contains(s.NotApplicable[0].Reason, "1.28") {
+	if !strings.Contains(s.NotApplicable[0].Reason, "1.28") {
 		t.Errorf("reasons: %+v", s.NotApplicable)
 	}
-	if !strings.Contains(s.Failed[0].Failure, "expected 1 node") {
-		t.Errorf("failure message not on one line: %q", s.Failed[0].Failure)
+	var notRun []string
+	for _, f := range s.Failed {
+		if strings.HasPrefix(f.Failure, "not run") {
+			notRun = append(notRun, f.Text)
+		}
+		if f.Text == "NodeClaim Standalone deletes" && !strings.Contains(f.Failure, "expected 1 node") {
+			t.Errorf("failure message not on one line: %q", f.Failure)
+		}
+	}
+	if want := []string{"NodeClaim Standalone lost", "NodeClaim Standalone not reached"}; !reflect.DeepEqual(notRun, want) {
+		t.Errorf("not run %q, want %q", notRun, want)
+	}
+
+	// Passes add up into the one line, with the plan's not applicable.
+	sum := Summary{NotApplicable: []Spec{{Text: "arm64", Reason: "no arm64"}}}
+	sum.Add(s)
+	sum.Add(Pass{Name: "capacitybuffer", Specs: []string{"CapacityBuffer a"}}.Outcome(nil))
+	if got, want := sum.Line(), "conformance: 1 passed, 6 failed, 2 not applicable (total 9)"; got != want {
+		t.Errorf("line %q, want %q", got, want)
 	}
 	var b strings.Builder
-	s.Report(&b)
-	if !strings.HasSuffix(b.String(), s.Line()+"\n") {
+	sum.Report(&b)
+	if !strings.HasSuffix(b.String(), sum.Line()+"\n") {
 		t.Errorf("report does not end with the summary line:\n%s", b.String())
 	}
 }

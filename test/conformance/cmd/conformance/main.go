@@ -1,10 +1,11 @@
 // Command conformance runs Karpenter's regression suite against the
-// simulated world (`make conformance`): it starts bin/run-world without its
-// default NodeClass and NodePool, runs the suite's test binary (built from
-// the pinned sigs.k8s.io/karpenter module by `go test -c`) with this
-// provider's default NodeClass and NodePool and the skip expression of
-// test/conformance/skip.txt, then stops the world and prints one line per
-// spec and, last,
+// simulated world (`make conformance`). It lists the suite's specs (a Ginkgo
+// dry run of the test binary built from the pinned sigs.k8s.io/karpenter
+// module by `go test -c`), plans them (conformance.MakePlan: the focus,
+// test/conformance/skip.txt, and a pass per sizing with its own NodeClass and
+// NodePool), and runs each pass against a bin/run-world of its own, started
+// without its default NodeClass and NodePool. It prints one line per spec
+// and, last, the passes summed:
 //
 //	conformance: P passed, F failed, N not applicable (total T)
 //
@@ -14,6 +15,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -23,6 +25,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -58,6 +61,7 @@ func envOr(k, def string) string {
 type options struct {
 	dir, worldBin, suiteBin       string
 	skipFile, nodeClass, nodePool string
+	sizingDir                     string
 	focus, profile, featureGates  string
 	timeout                       time.Duration
 	keep                          bool
@@ -71,12 +75,13 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("conformance", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
-	fs.StringVar(&o.dir, "dir", filepath.Join(root, "bin", "conformance-run"), "where the world (world/), the suite's log and its Ginkgo JSON report go")
+	fs.StringVar(&o.dir, "dir", filepath.Join(root, "bin", "conformance-run"), "where each pass's directory (<pass>/: the world, world.log, suite.log, report.json) goes")
 	fs.StringVar(&o.worldBin, "world", filepath.Join(root, "bin", "run-world"), "the world's binary (make world builds it)")
 	fs.StringVar(&o.suiteBin, "suite", filepath.Join(root, "bin", "regression.test"), "the regression suite's test binary (go test -c sigs.k8s.io/karpenter/test/suites/regression)")
 	fs.StringVar(&o.skipFile, "skip-file", filepath.Join(root, "test", "conformance", "skip.txt"), "specs not applicable to this provider, with reasons")
-	fs.StringVar(&o.nodeClass, "nodeclass", filepath.Join(root, "test", "conformance", "nodeclass.yaml"), "the suite's --default-nodeclass")
-	fs.StringVar(&o.nodePool, "nodepool", filepath.Join(root, "test", "conformance", "nodepool.yaml"), "the suite's --default-nodepool")
+	fs.StringVar(&o.nodeClass, "nodeclass", filepath.Join(root, "test", "conformance", "nodeclass.yaml"), "the suite's --default-nodeclass in the default pass")
+	fs.StringVar(&o.nodePool, "nodepool", filepath.Join(root, "test", "conformance", "nodepool.yaml"), "the suite's --default-nodepool in the default pass")
+	fs.StringVar(&o.sizingDir, "sizing-dir", filepath.Join(root, "test", "conformance"), "where the NodeClass and NodePool files of conformance.Sizings are")
 	fs.StringVar(&o.focus, "focus", os.Getenv("FOCUS"), "Ginkgo focus expression ($FOCUS); empty runs every spec")
 	fs.StringVar(&o.profile, "profile", "fast", "the world's delay profile")
 	fs.StringVar(&o.featureGates, "feature-gates", envOr("CONFORMANCE_FEATURE_GATES", defaultFeatureGates), "the controller's FEATURE_GATES for the run ($CONFORMANCE_FEATURE_GATES); empty keeps the controller's defaults")
@@ -85,7 +90,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
-	for _, p := range []*string{&o.dir, &o.worldBin, &o.suiteBin, &o.skipFile, &o.nodeClass, &o.nodePool} {
+	for _, p := range []*string{&o.dir, &o.worldBin, &o.suiteBin, &o.skipFile, &o.nodeClass, &o.nodePool, &o.sizingDir} {
 		if *p, err = filepath.Abs(*p); err != nil {
 			return o, err
 		}
@@ -113,10 +118,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "conformance:", err)
 		return 1
 	}
-	sum, err := runWorldAndSuite(ctx, o, s, stdout)
+	plan, err := planRun(o, s)
 	if err != nil {
-		fmt.Fprintln(stderr, "conformance: FAILED:", err)
+		fmt.Fprintln(stderr, "conformance:", err)
 		return 1
+	}
+	sum := conformance.Summary{NotApplicable: plan.NotApplicable, OutsideFocus: plan.OutsideFocus}
+	for _, ps := range plan.Passes {
+		fmt.Fprintf(stdout, "conformance: %s pass: %d specs with %s and %s\n", ps.Name, len(ps.Specs), ps.NodeClass, ps.NodePool)
+	}
+	for _, ps := range plan.Passes {
+		got, err := runPass(ctx, o, plan, ps, stdout)
+		if err != nil {
+			fmt.Fprintf(stderr, "conformance: %s pass: %v\n", ps.Name, err)
+			got = ps.Outcome(nil)
+		}
+		sum.Add(got)
 	}
 	sum.Report(stdout)
 	if len(sum.Failed) > 0 {
@@ -125,23 +142,69 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// runWorldAndSuite starts the world, runs the suite against it and stops
-// the world, also when the suite or the caller's context ended the run.
-func runWorldAndSuite(ctx context.Context, o options, skips []conformance.Skip, stdout io.Writer) (sum conformance.Summary, err error) {
+// planRun lists the suite's specs with a Ginkgo dry run (no cluster needed)
+// and plans them.
+func planRun(o options, skips []conformance.Skip) (conformance.Plan, error) {
+	var focus *regexp.Regexp
+	if o.focus != "" {
+		var err error
+		if focus, err = regexp.Compile(o.focus); err != nil {
+			return conformance.Plan{}, fmt.Errorf("focus: %w", err)
+		}
+	}
+	report := filepath.Join(o.dir, "specs.json")
+	cmd := exec.Command(o.suiteBin, "-ginkgo.dry-run", "-ginkgo.no-color", "-ginkgo.json-report", report,
+		"-default-nodeclass", o.nodeClass, "-default-nodepool", o.nodePool)
+	cmd.Dir = o.dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return conformance.Plan{}, fmt.Errorf("listing the suite's specs: %w\n%s", err, out)
+	}
+	b, err := os.ReadFile(report)
+	if err != nil {
+		return conformance.Plan{}, err
+	}
+	reports, err := conformance.ReadReport(bytes.NewReader(b))
+	if err != nil {
+		return conformance.Plan{}, err
+	}
+	desc, specs := conformance.Specs(reports)
+	if len(specs) == 0 {
+		return conformance.Plan{}, fmt.Errorf("the suite's dry run (%s) lists no spec", report)
+	}
+	def := conformance.Pass{Name: "default", NodeClass: o.nodeClass, NodePool: o.nodePool}
+	var sized []conformance.Pass
+	for _, z := range conformance.Sizings {
+		sized = append(sized, conformance.Pass{Name: strings.ToLower(z.Spec),
+			NodeClass: filepath.Join(o.sizingDir, z.NodeClass), NodePool: filepath.Join(o.sizingDir, z.NodePool)})
+	}
+	return conformance.MakePlan(desc, specs, focus, skips, def, sized, conformance.Sizings), nil
+}
+
+// runPass starts a world in <dir>/<pass>, runs the pass's specs against it
+// and stops the world, also when the suite or the caller's context ended
+// the run.
+func runPass(ctx context.Context, o options, plan conformance.Plan, ps conformance.Pass, stdout io.Writer) (sum conformance.Summary, err error) {
+	if err := ctx.Err(); err != nil {
+		return sum, err
+	}
+	dir := filepath.Join(o.dir, ps.Name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return sum, err
+	}
 	t0 := time.Now()
-	w, err := startWorld(ctx, o)
+	w, err := startWorld(ctx, o, dir)
 	if err != nil {
 		return sum, err
 	}
 	defer func() { err = errors.Join(err, w.stop()) }()
-	fmt.Fprintf(stdout, "conformance: world ready after %s (log %s)\n", time.Since(t0).Round(100*time.Millisecond), w.logPath)
+	fmt.Fprintf(stdout, "conformance: %s pass: world ready after %s (log %s)\n", ps.Name, time.Since(t0).Round(100*time.Millisecond), w.logPath)
 
-	report := filepath.Join(o.dir, "report.json")
+	report := filepath.Join(dir, "report.json")
 	_ = os.Remove(report)
 	t1 := time.Now()
-	suiteErr := runSuite(ctx, o, skips, w.kubeconfig, report, stdout)
-	fmt.Fprintf(stdout, "conformance: suite process ended after %s (%v); log %s, report %s\n",
-		time.Since(t1).Round(time.Second), suiteErr, filepath.Join(o.dir, "suite.log"), report)
+	suiteErr := runSuite(ctx, o, dir, plan.Focus(ps), ps, w.kubeconfig, report, stdout)
+	fmt.Fprintf(stdout, "conformance: %s pass: suite process ended after %s (%v); log %s, report %s\n",
+		ps.Name, time.Since(t1).Round(time.Second), suiteErr, filepath.Join(dir, "suite.log"), report)
 	f, err := os.Open(report)
 	if err != nil {
 		return sum, fmt.Errorf("no report from the suite: %w", errors.Join(err, suiteErr))
@@ -151,7 +214,7 @@ func runWorldAndSuite(ctx context.Context, o options, skips []conformance.Skip, 
 	if err != nil {
 		return sum, err
 	}
-	return conformance.Summarize(reports, skips), nil
+	return ps.Outcome(reports), nil
 }
 
 // world is a running bin/run-world.
@@ -162,15 +225,15 @@ type world struct {
 	kubeconfig string
 }
 
-// startWorld runs bin/run-world in the background with its output in
-// <dir>/world.log and waits until it printed its kubeconfig.
-func startWorld(ctx context.Context, o options) (*world, error) {
-	logPath := filepath.Join(o.dir, "world.log")
+// startWorld runs bin/run-world in the background in dir, with its output
+// in <dir>/world.log, and waits until it printed its kubeconfig.
+func startWorld(ctx context.Context, o options, dir string) (*world, error) {
+	logPath := filepath.Join(dir, "world.log")
 	log, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"-dir", filepath.Join(o.dir, "world"), "-profile", o.profile, "-defaults=false"}
+	args := []string{"-dir", filepath.Join(dir, "world"), "-profile", o.profile, "-defaults=false"}
 	if o.keep {
 		args = append(args, "-keep")
 	}
@@ -231,12 +294,13 @@ func (w *world) stop() error {
 	}
 }
 
-// runSuite runs the regression suite's test binary against the world, its
-// output in <dir>/suite.log and on stdout, and its Ginkgo JSON report in
-// report. Interrupted (ctx), it gets SIGINT, as Ginkgo then still writes the
-// report of the specs that ran.
-func runSuite(ctx context.Context, o options, skips []conformance.Skip, kubeconfig, report string, stdout io.Writer) error {
-	log, err := os.Create(filepath.Join(o.dir, "suite.log"))
+// runSuite runs the regression suite's test binary on the specs of focus
+// against the world, with the pass's NodeClass and NodePool, its output in
+// <dir>/suite.log and on stdout, and its Ginkgo JSON report in report.
+// Interrupted (ctx), it gets SIGINT, as Ginkgo then still writes the report
+// of the specs that ran.
+func runSuite(ctx context.Context, o options, dir, focus string, ps conformance.Pass, kubeconfig, report string, stdout io.Writer) error {
+	log, err := os.Create(filepath.Join(dir, "suite.log"))
 	if err != nil {
 		return err
 	}
@@ -246,24 +310,19 @@ func runSuite(ctx context.Context, o options, skips []conformance.Skip, kubeconf
 		"-ginkgo.timeout", o.timeout.String(),
 		"-ginkgo.no-color",
 		"-ginkgo.json-report", report,
-		"-default-nodeclass", o.nodeClass,
-		"-default-nodepool", o.nodePool,
-	}
-	if e := conformance.SkipExpression(skips); e != "" {
-		args = append(args, "-ginkgo.skip", e)
-	}
-	if o.focus != "" {
-		args = append(args, "-ginkgo.focus", o.focus)
+		"-default-nodeclass", ps.NodeClass,
+		"-default-nodepool", ps.NodePool,
+		"-ginkgo.focus", focus,
 	}
 	cmd := exec.Command(o.suiteBin, args...)
 	// The suite leaves its timing tables in OUTPUT_DIR; the directory holds
 	// them rather than a new one in /tmp per run.
-	out := filepath.Join(o.dir, "output")
+	out := filepath.Join(dir, "output")
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "OUTPUT_DIR="+out)
-	cmd.Dir = o.dir
+	cmd.Dir = dir
 	cmd.Stdout = io.MultiWriter(log, stdout)
 	cmd.Stderr = cmd.Stdout
 	if err := cmd.Start(); err != nil {
