@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -230,6 +231,31 @@ func (p Plan) Focus(ps Pass) string {
 		parts[i] = regexp.QuoteMeta(p.Description + " " + t)
 	}
 	return "^(?:" + strings.Join(parts, "|") + ")$"
+}
+
+// Shard splits every pass into up to n passes of its own (named
+// <pass>-<i>), dealing its specs in turn so that each shard gets a part of
+// every group of specs; the worlds of a run with n at once then finish at
+// about the same time.
+func (p Plan) Shard(n int) Plan {
+	if n <= 1 {
+		return p
+	}
+	var passes []Pass
+	for _, ps := range p.Passes {
+		k := min(n, len(ps.Specs))
+		shards := make([]Pass, k)
+		for i := range shards {
+			shards[i] = Pass{Name: fmt.Sprintf("%s-%d", ps.Name, i+1), NodeClass: ps.NodeClass, NodePool: ps.NodePool}
+		}
+		specs := slices.Sorted(slices.Values(ps.Specs))
+		for i, t := range specs {
+			shards[i%k].Specs = append(shards[i%k].Specs, t)
+		}
+		passes = append(passes, shards...)
+	}
+	p.Passes = passes
+	return p
 }
 
 // Outcome counts a pass's report against the specs it planned. A spec the

@@ -120,6 +120,30 @@ func TestMakePlan(t *testing.T) {
 	}
 }
 
+// TestShard: shards keep every spec of a pass exactly once, with the pass's
+// files, and deal each group of specs across them.
+func TestShard(t *testing.T) {
+	p := Plan{Passes: []Pass{
+		{Name: "default", NodeClass: "nc.yaml", Specs: []string{"B 1", "A 1", "A 2", "B 2", "A 3"}},
+		{Name: "capacitybuffer", NodeClass: "nc-cb.yaml", Specs: []string{"C 1"}},
+	}}
+	if got := p.Shard(1); !reflect.DeepEqual(got, p) {
+		t.Errorf("Shard(1) changed the plan: %+v", got)
+	}
+	got := p.Shard(2)
+	want := []Pass{
+		{Name: "default-1", NodeClass: "nc.yaml", Specs: []string{"A 1", "A 3", "B 2"}},
+		{Name: "default-2", NodeClass: "nc.yaml", Specs: []string{"A 2", "B 1"}},
+		{Name: "capacitybuffer-1", NodeClass: "nc-cb.yaml", Specs: []string{"C 1"}},
+	}
+	if !reflect.DeepEqual(got.Passes, want) {
+		t.Errorf("Shard(2):\n%+v\nwant\n%+v", got.Passes, want)
+	}
+	if len(p.Passes[0].Specs) != 5 || p.Passes[0].Specs[0] != "B 1" {
+		t.Errorf("Shard changed the plan it was given: %+v", p.Passes[0])
+	}
+}
+
 func planned(p Plan) int {
 	n := len(p.NotApplicable) + p.OutsideFocus
 	for _, ps := range p.Passes {

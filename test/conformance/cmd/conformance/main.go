@@ -27,6 +27,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -64,6 +65,7 @@ type options struct {
 	sizingDir                     string
 	focus, profile, featureGates  string
 	timeout                       time.Duration
+	parallel                      int
 	keep                          bool
 }
 
@@ -86,6 +88,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.profile, "profile", "fast", "the world's delay profile")
 	fs.StringVar(&o.featureGates, "feature-gates", envOr("CONFORMANCE_FEATURE_GATES", defaultFeatureGates), "the controller's FEATURE_GATES for the run ($CONFORMANCE_FEATURE_GATES); empty keeps the controller's defaults")
 	fs.DurationVar(&o.timeout, "timeout", 3*time.Hour, "the whole suite's timeout (--ginkgo.timeout)")
+	fs.IntVar(&o.parallel, "parallel", 1, "worlds at once: each pass is split into this many shards, each on a world of its own")
 	fs.BoolVar(&o.keep, "keep", false, "keep the world's logs in <dir>/world/run after the stop")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -123,23 +126,66 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "conformance:", err)
 		return 1
 	}
-	sum := conformance.Summary{NotApplicable: plan.NotApplicable, OutsideFocus: plan.OutsideFocus}
+	plan = plan.Shard(o.parallel)
 	for _, ps := range plan.Passes {
 		fmt.Fprintf(stdout, "conformance: %s pass: %d specs with %s and %s\n", ps.Name, len(ps.Specs), ps.NodeClass, ps.NodePool)
 	}
-	for _, ps := range plan.Passes {
-		got, err := runPass(ctx, o, plan, ps, stdout)
-		if err != nil {
-			fmt.Fprintf(stderr, "conformance: %s pass: %v\n", ps.Name, err)
-			got = ps.Outcome(nil)
-		}
-		sum.Add(got)
-	}
+	sum := runPasses(ctx, o, plan, stdout, stderr)
 	sum.Report(stdout)
 	if len(sum.Failed) > 0 {
 		return 1
 	}
 	return 0
+}
+
+// runPasses runs the plan's passes, o.parallel at a time, and sums their
+// outcomes with the plan's specs not applicable. With more than one at a
+// time, each suite's output goes only to its pass's suite.log.
+func runPasses(ctx context.Context, o options, plan conformance.Plan, stdout, stderr io.Writer) conformance.Summary {
+	sum := conformance.Summary{NotApplicable: plan.NotApplicable, OutsideFocus: plan.OutsideFocus}
+	var mu sync.Mutex
+	status := &lockedWriter{mu: &mu, w: stdout}
+	suiteOut := io.Writer(status)
+	if o.parallel > 1 {
+		suiteOut = io.Discard
+	}
+	next := make(chan conformance.Pass)
+	var wg sync.WaitGroup
+	for range max(o.parallel, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ps := range next {
+				got, err := runPass(ctx, o, plan, ps, status, suiteOut)
+				if err != nil {
+					fmt.Fprintf(&lockedWriter{mu: &mu, w: stderr}, "conformance: %s pass: %v\n", ps.Name, err)
+					got = ps.Outcome(nil)
+				}
+				fmt.Fprintf(status, "conformance: %s pass: %d passed, %d failed\n", ps.Name, len(got.Passed), len(got.Failed))
+				mu.Lock()
+				sum.Add(got)
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, ps := range plan.Passes {
+		next <- ps
+	}
+	close(next)
+	wg.Wait()
+	return sum
+}
+
+// lockedWriter serializes the writes of concurrent passes.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // planRun lists the suite's specs with a Ginkgo dry run (no cluster needed)
@@ -183,7 +229,7 @@ func planRun(o options, skips []conformance.Skip) (conformance.Plan, error) {
 // runPass starts a world in <dir>/<pass>, runs the pass's specs against it
 // and stops the world, also when the suite or the caller's context ended
 // the run.
-func runPass(ctx context.Context, o options, plan conformance.Plan, ps conformance.Pass, stdout io.Writer) (sum conformance.Summary, err error) {
+func runPass(ctx context.Context, o options, plan conformance.Plan, ps conformance.Pass, status, suiteOut io.Writer) (sum conformance.Summary, err error) {
 	if err := ctx.Err(); err != nil {
 		return sum, err
 	}
@@ -197,13 +243,13 @@ func runPass(ctx context.Context, o options, plan conformance.Plan, ps conforman
 		return sum, err
 	}
 	defer func() { err = errors.Join(err, w.stop()) }()
-	fmt.Fprintf(stdout, "conformance: %s pass: world ready after %s (log %s)\n", ps.Name, time.Since(t0).Round(100*time.Millisecond), w.logPath)
+	fmt.Fprintf(status, "conformance: %s pass: world ready after %s (log %s)\n", ps.Name, time.Since(t0).Round(100*time.Millisecond), w.logPath)
 
 	report := filepath.Join(dir, "report.json")
 	_ = os.Remove(report)
 	t1 := time.Now()
-	suiteErr := runSuite(ctx, o, dir, plan.Focus(ps), ps, w.kubeconfig, report, stdout)
-	fmt.Fprintf(stdout, "conformance: %s pass: suite process ended after %s (%v); log %s, report %s\n",
+	suiteErr := runSuite(ctx, o, dir, plan.Focus(ps), ps, w.kubeconfig, report, suiteOut)
+	fmt.Fprintf(status, "conformance: %s pass: suite process ended after %s (%v); log %s, report %s\n",
 		ps.Name, time.Since(t1).Round(time.Second), suiteErr, filepath.Join(dir, "suite.log"), report)
 	f, err := os.Open(report)
 	if err != nil {
