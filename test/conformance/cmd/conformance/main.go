@@ -159,7 +159,7 @@ func runPasses(ctx context.Context, o options, plan conformance.Plan, stdout, st
 				got, err := runPass(ctx, o, plan, ps, status, suiteOut)
 				if err != nil {
 					fmt.Fprintf(&lockedWriter{mu: &mu, w: stderr}, "conformance: %s pass: %v\n", ps.Name, err)
-					got = ps.Outcome(nil)
+					got.Add(ps.Outcome(nil))
 				}
 				fmt.Fprintf(status, "conformance: %s pass: %d passed, %d failed\n", ps.Name, len(got.Passed), len(got.Failed))
 				mu.Lock()
@@ -242,7 +242,18 @@ func runPass(ctx context.Context, o options, plan conformance.Plan, ps conforman
 	if err != nil {
 		return sum, err
 	}
-	defer func() { err = errors.Join(err, w.stop()) }()
+	// The world checks the money invariants over its ledger when it stops
+	// and exits non-zero when one broke: the pass then has a failure of its
+	// own, beside its specs' outcomes.
+	defer func() {
+		if serr := w.stop(); serr != nil {
+			msg := serr.Error()
+			if b, err := os.ReadFile(filepath.Join(dir, "world", "money.txt")); err == nil {
+				msg += "; " + strings.SplitN(string(b), "\n", 2)[0]
+			}
+			sum.Failed = append(sum.Failed, conformance.Spec{Text: "[world] " + ps.Name + " pass", Failure: msg})
+		}
+	}()
 	fmt.Fprintf(status, "conformance: %s pass: world ready after %s (log %s)\n", ps.Name, time.Since(t0).Round(100*time.Millisecond), w.logPath)
 
 	report := filepath.Join(dir, "report.json")

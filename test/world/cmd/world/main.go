@@ -35,6 +35,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/invariants"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testenv"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/world"
 )
@@ -54,6 +56,8 @@ const (
 	nodeClassFile    = "nodeclass.yaml"
 	nodePoolFile     = "nodepool.yaml"
 	pidFile          = "pid"
+	// moneyFile holds the money check of the world's last run (checkMoney).
+	moneyFile = "money.txt"
 )
 
 // options of one run.
@@ -177,7 +181,35 @@ func (s *server) serve(ctx context.Context) (err error) {
 	fmt.Fprintf(s.out, "stop it with Ctrl-C or: kill %d\n", os.Getpid())
 	s.mu.Unlock()
 
-	watch(ctx, w, s.printf)
+	claims := world.NewClaimLog()
+	watch(ctx, w, claims, s.printf)
+	return s.checkMoney(w, claims, dir)
+}
+
+// checkMoney checks the money invariants over the simulated Scaleway's
+// ledger of this world's whole life (world.CheckMoney: no NodeClaim with two
+// servers, none taken from a live NodeClaim, none billed without an owner
+// beyond the GC grace and a sweep), writes them to <dir>/money.txt and fails
+// the world's exit when one broke: whatever drove the world (kubectl,
+// Karpenter's regression suite) had servers leaked or doubled.
+func (s *server) checkMoney(w *world.World, claims *world.ClaimLog, dir string) error {
+	vs := w.CheckMoney(claims.Claims(), time.Now())
+	orders := 0
+	for _, e := range w.Sim.Ledger() {
+		if e.Kind == scwsim.LedgerOrder {
+			orders++
+		}
+	}
+	report := fmt.Sprintf("money invariants (I1, I2, I4) over %d servers ordered and %d NodeClaims: %d broken\n%s",
+		orders, len(claims.Claims()), len(vs), invariants.Report(vs))
+	path := filepath.Join(dir, moneyFile)
+	if err := os.WriteFile(path, []byte(report), 0o644); err != nil {
+		return err
+	}
+	s.printf("%s", strings.TrimSpace(report))
+	if len(vs) > 0 {
+		return fmt.Errorf("%d money invariants broken (see %s)", len(vs), path)
+	}
 	return nil
 }
 
@@ -194,8 +226,10 @@ func claimDir(dir string) error {
 			return fmt.Errorf("a world already runs in %s (pid %d): stop it, or give another -dir", dir, p)
 		}
 	}
-	if err := os.RemoveAll(filepath.Join(dir, "run")); err != nil {
-		return err
+	for _, stale := range []string{"run", moneyFile} {
+		if err := os.RemoveAll(filepath.Join(dir, stale)); err != nil {
+			return err
+		}
 	}
 	return os.WriteFile(pid, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600)
 }

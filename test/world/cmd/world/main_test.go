@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -122,6 +123,15 @@ func TestWorldRunsADeploymentOnAProviderNode(t *testing.T) {
 	}
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Errorf("kubeconfig %s still there after the stop (err %v): it points at a stopped API server", path, err)
+	}
+	// The world checked the money invariants over its ledger at the stop.
+	money, err := os.ReadFile(filepath.Join(dir, moneyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`over (\d+) servers ordered and (\d+) NodeClaims: 0 broken`).FindSubmatch(money)
+	if m == nil || string(m[1]) == "0" || string(m[2]) == "0" {
+		t.Errorf("%s: %s; want 0 broken over the servers and NodeClaims of the Deployment", moneyFile, money)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 // change.
 type watcher struct {
 	w        *world.World
+	log      *world.ClaimLog
 	printf   func(string, ...any)
 	claims   map[string]bool
 	ready    map[string]bool
@@ -25,9 +26,10 @@ type watcher struct {
 }
 
 // watch prints what happens to NodeClaims, nodes and pods until ctx ends:
-// a look every half second (a world for exploring, not a benchmark).
-func watch(ctx context.Context, w *world.World, printf func(string, ...any)) {
-	wa := &watcher{w: w, printf: printf, claims: map[string]bool{}, ready: map[string]bool{}}
+// a look every half second (a world for exploring, not a benchmark). Every
+// listing of the NodeClaims goes into log, for the money check at the end.
+func watch(ctx context.Context, w *world.World, log *world.ClaimLog, printf func(string, ...any)) {
+	wa := &watcher{w: w, log: log, printf: printf, claims: map[string]bool{}, ready: map[string]bool{}}
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -47,6 +49,7 @@ func (wa *watcher) look(ctx context.Context) error {
 	if err := wa.w.Kube.Client.List(ctx, &claims); err != nil {
 		return err
 	}
+	wa.log.Saw(claims.Items, time.Now())
 	var nodes corev1.NodeList
 	if err := wa.w.Kube.Client.List(ctx, &nodes); err != nil {
 		return err

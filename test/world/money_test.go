@@ -1,0 +1,84 @@
+package world
+
+import (
+	"testing"
+	"time"
+
+	"github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
+)
+
+// A claim seen deleting keeps its deletion timestamp; one that was deleted
+// and gone between two listings counts as deleting from the last listing
+// that held it, never as live and not deleting until it vanished.
+func TestClaimLogDeletionBetweenListings(t *testing.T) {
+	cw := NewClaimLog()
+	t0 := time.Date(2026, 11, 28, 18, 0, 0, 0, time.UTC)
+	created := metav1.NewTime(t0.Add(-time.Minute))
+	deleting := metav1.NewTime(t0.Add(time.Second))
+	a := karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "a", CreationTimestamp: created}}
+	b := karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "b", CreationTimestamp: created}}
+	cw.Saw([]karpv1.NodeClaim{a, b}, t0)
+	b.DeletionTimestamp = &deleting
+	cw.Saw([]karpv1.NodeClaim{a, b}, t0.Add(2*time.Second))
+	cw.Saw(nil, t0.Add(5*time.Second))
+	got := cw.Claims()
+	lastListed := t0.Add(2 * time.Second)
+	if c := got["a"]; !c.Deleting.Equal(lastListed) || !c.Gone.Equal(t0.Add(5*time.Second)) {
+		t.Errorf("a, gone between polls: deleting %s gone %s, want %s and %s", c.Deleting, c.Gone, lastListed, t0.Add(5*time.Second))
+	}
+	if c := got["b"]; !c.Deleting.Equal(deleting.Time) || !c.Gone.Equal(t0.Add(5*time.Second)) {
+		t.Errorf("b, seen deleting: deleting %s gone %s, want %s", c.Deleting, c.Gone, deleting.Time)
+	}
+}
+
+// TestCheckMoneyFindsADoubleOrderAndALeak orders servers through the SDK
+// against a simulated Scaleway of its own: two for one NodeClaim (I1) and
+// one for a NodeClaim the cluster never had, still billed an hour later
+// (I4). A server of a live NodeClaim breaks nothing.
+func TestCheckMoneyFindsADoubleOrderAndALeak(t *testing.T) {
+	sim := scwsim.New(scwsim.Options{})
+	url, err := sim.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	w := &World{Sim: sim, SimURL: url, ClusterName: "money", Opts: Options{Profile: "fast"}}
+	client, err := w.SDKClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bm := baremetal.NewAPI(client)
+	offerID, _ := sim.OfferID("fr-par-2", "EM-A116X-SSD", "hourly")
+	order := func(claim string) {
+		t.Helper()
+		if _, err := bm.CreateServer(&baremetal.CreateServerRequest{OfferID: offerID, Name: claim,
+			Tags: []string{TagManagedBy + "=money", TagNodeClaim + "=" + claim}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claims := NewClaimLog()
+	created := metav1.NewTime(time.Now().Add(-time.Minute))
+	claims.Saw([]karpv1.NodeClaim{
+		{ObjectMeta: metav1.ObjectMeta{Name: "live", CreationTimestamp: created}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "doubled", CreationTimestamp: created}},
+	}, time.Now())
+
+	order("live")
+	if vs := w.CheckMoney(claims.Claims(), time.Now().Add(time.Hour)); len(vs) != 0 {
+		t.Fatalf("a live NodeClaim's server broke %v", vs)
+	}
+	order("doubled")
+	order("doubled")
+	order("ghost")
+	got := map[string]int{}
+	for _, v := range w.CheckMoney(claims.Claims(), time.Now().Add(time.Hour)) {
+		got[v.Invariant]++
+	}
+	if got["I1"] != 1 || got["I4"] != 1 || len(got) != 2 {
+		t.Errorf("violations by invariant %v, want one I1 (doubled) and one I4 (ghost)", got)
+	}
+}
