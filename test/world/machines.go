@@ -20,7 +20,8 @@ type HostOptions struct {
 	// DiskDivisor shrinks the offers' disks (sparse files) to keep tests
 	// small; default 1000 (a 1.92 TB NVMe becomes 1.92 GB).
 	DiskDivisor int64
-	// HeartbeatInterval of the simulated kubelets (default 2s).
+	// HeartbeatInterval of the simulated kubelets: their Lease renewals and
+	// looks at the node's status (default 10s, a kubelet's).
 	HeartbeatInterval time.Duration
 	// NotReadyAfter: once a machine stops, its Node turns Unknown after
 	// this grace, as the node lifecycle controller does (machine.Options;
@@ -52,7 +53,7 @@ func newMachines(w *World, join Join, opts HostOptions, sudo machine.SudoPolicy,
 		opts.DiskDivisor = 1000
 	}
 	if opts.HeartbeatInterval == 0 {
-		opts.HeartbeatInterval = 2 * time.Second
+		opts.HeartbeatInterval = 10 * time.Second
 	}
 	dir := filepath.Join(w.Dir, "machines")
 	f, err := os.OpenFile(filepath.Join(dir, "machines.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)

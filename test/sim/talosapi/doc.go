@@ -46,7 +46,10 @@
 //   - addresses (IPv4 and IPv6 InternalIP, Hostname), nodeInfo (kubelet
 //     version from the kubelet image tag, OS image "Talos (<version>)", arch);
 //   - Ready=True (or False "KubeletNotReady" with NeverReady), then a Lease in
-//     kube-node-lease and the Ready heartbeat every HeartbeatInterval;
+//     kube-node-lease renewed every HeartbeatInterval, and the node's status
+//     written again only when it changed (another writer's Ready=False is
+//     undone, their own conditions kept) or every StatusReportInterval, as
+//     kubelet does since node leases;
 //   - the annotation AnnotationKubelet, by which the world's KWOK knows the
 //     nodes whose pods it plays (it never writes the Node itself).
 //

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -70,9 +72,16 @@ type KubeletOptions struct {
 	Join     JoinPolicy
 	// NeverReady registers the Node but keeps it NotReady (CNI never comes up).
 	NeverReady bool
-	// HeartbeatInterval between Lease renewals and Ready heartbeats; 5s if 0.
+	// HeartbeatInterval between Lease renewals, each also a look at the
+	// node's status; 5s if 0 (a kubelet's is 10s: a quarter of its 40s
+	// Lease).
 	HeartbeatInterval time.Duration
-	Logger            *slog.Logger
+	// StatusReportInterval: the node's status is written when it changed
+	// (another writer's Ready=False, capacity) or when the last write is
+	// this old, as kubelet's nodeStatusReportFrequency; 5m if 0, kubelet's
+	// default.
+	StatusReportInterval time.Duration
+	Logger               *slog.Logger
 }
 
 // Kubelet registers a Node from an applied Talos config, as kubelet would,
@@ -85,6 +94,10 @@ type Kubelet struct {
 	done     chan struct{}
 	mu       sync.Mutex
 	err      error
+	// lease is the Lease as last written, renewed without a read until a
+	// write fails; reported is when the node's status was last written.
+	lease    *coordinationv1.Lease
+	reported time.Time
 }
 
 // NodeName is the name of the Node the kubelet registers.
@@ -122,6 +135,9 @@ func StartKubelet(ctx context.Context, cfg config.Provider, opts KubeletOptions)
 	}
 	if opts.HeartbeatInterval <= 0 {
 		opts.HeartbeatInterval = 5 * time.Second
+	}
+	if opts.StatusReportInterval <= 0 {
+		opts.StatusReportInterval = 5 * time.Minute
 	}
 	log := opts.Logger
 	if log == nil {
@@ -617,7 +633,10 @@ func (k *Kubelet) register(ctx context.Context, want *corev1.Node) error {
 
 var unreachableTaints = map[string]bool{corev1.TaintNodeUnreachable: true, corev1.TaintNodeNotReady: true}
 
-// heartbeat renews the Lease and posts the node status.
+// heartbeat renews the Lease and writes the node's status when it changed
+// or the last write is StatusReportInterval old, as kubelet does since
+// node leases (KEP-589): a write per node and interval, not four, so that
+// a world of a hundred nodes loads its API server as a cluster would.
 func (k *Kubelet) heartbeat(ctx context.Context, cfg config.Provider) error {
 	nodes := k.opts.Client.CoreV1().Nodes()
 	now := metav1.NewTime(time.Now())
@@ -646,8 +665,14 @@ func (k *Kubelet) heartbeat(ctx context.Context, cfg config.Provider) error {
 				return err
 			}
 		}
-		n.Status = k.status(n.Status, cfg, capa, alloc, now)
-		_, err = nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		st := k.status(n.Status, cfg, capa, alloc, now)
+		if !statusChanged(n.Status, st) && time.Since(k.reported) < k.opts.StatusReportInterval {
+			return nil
+		}
+		n.Status = st
+		if _, err = nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{}); err == nil {
+			k.reported = time.Now()
+		}
 		return err
 	})
 	if err != nil {
@@ -716,16 +741,48 @@ func (k *Kubelet) status(old corev1.NodeStatus, cfg config.Provider, capa, alloc
 			}
 		}
 	}
+	// Conditions other writers own (a node problem detector's, a test's)
+	// stay, as kubelet patches only its own.
+	for _, o := range old.Conditions {
+		if !slices.ContainsFunc(conds, func(c corev1.NodeCondition) bool { return c.Type == o.Type }) {
+			conds = append(conds, o)
+		}
+	}
 	st.Conditions = conds
 	return st
 }
 
+// statusChanged says whether the status kubelet would write differs from
+// the node's beyond the heartbeat times it refreshes on every write.
+func statusChanged(old, st corev1.NodeStatus) bool {
+	strip := func(s corev1.NodeStatus) corev1.NodeStatus {
+		s = *s.DeepCopy()
+		for i := range s.Conditions {
+			s.Conditions[i].LastHeartbeatTime = metav1.Time{}
+		}
+		s.Images, s.VolumesInUse, s.VolumesAttached = nil, nil, nil
+		return s
+	}
+	return !equality.Semantic.DeepEqual(strip(old), strip(st))
+}
+
+// renewLease writes the Lease with the renew time now: from the copy last
+// written, reading it again only when there is none or that write failed
+// (a conflict, a deleted Lease), as kubelet's lease controller does.
 func (k *Kubelet) renewLease(ctx context.Context, nodeUID string, now metav1.Time) error {
 	leases := k.opts.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
 	micro := metav1.NewMicroTime(now.Time)
+	if l := k.lease; l != nil {
+		l.Spec.RenewTime = &micro
+		if up, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err == nil {
+			k.lease = up
+			return nil
+		}
+		k.lease = nil
+	}
 	l, err := leases.Get(ctx, k.nodeName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		_, err = leases.Create(ctx, &coordinationv1.Lease{
+		l, err = leases.Create(ctx, &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{
 				Name: k.nodeName, Namespace: corev1.NamespaceNodeLease,
 				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: k.nodeName, UID: types.UID(nodeUID)}},
@@ -734,6 +791,7 @@ func (k *Kubelet) renewLease(ctx context.Context, nodeUID string, now metav1.Tim
 				HolderIdentity: ptr.To(k.nodeName), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &micro,
 			},
 		}, metav1.CreateOptions{})
+		k.lease = l
 		return err
 	}
 	if err != nil {
@@ -741,7 +799,7 @@ func (k *Kubelet) renewLease(ctx context.Context, nodeUID string, now metav1.Tim
 	}
 	l.Spec.RenewTime = &micro
 	l.Spec.HolderIdentity = ptr.To(k.nodeName)
-	_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+	k.lease, err = leases.Update(ctx, l, metav1.UpdateOptions{})
 	return err
 }
 

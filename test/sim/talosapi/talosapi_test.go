@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -511,6 +512,59 @@ func TestHeartbeatStopUnknownAndReregister(t *testing.T) {
 		return err != nil && strings.Contains(err.Error(), "exists with providerID"), err
 	})
 	k3.Stop()
+}
+
+// TestStatusWrittenOnlyWhenChanged: as kubelet since node leases, the
+// kubelet renews its Lease every interval but writes the node's status
+// only when it changed (another writer's Ready=False is undone, their own
+// conditions kept) or when the last write is StatusReportInterval old.
+func TestStatusWrittenOnlyWhenChanged(t *testing.T) {
+	ctx := context.Background()
+	kube := startKube(t)
+	cfg := loadConfig(t, workerConfig(t, nil, nodePatch("quiet-node", "scaleway-em://fr-par-2/quiet")))
+	opts := KubeletOptions{Client: kube, Hardware: hw, HeartbeatInterval: 100 * time.Millisecond, StatusReportInterval: time.Hour}
+	k, err := StartKubelet(ctx, cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+	waitFor(t, "quiet-node Ready", getNode(ctx, kube, "quiet-node"))
+	_, n := readyCondition(t, kube, "quiet-node")
+	lease := leaseRenewTime(t, kube, "quiet-node")
+	time.Sleep(10 * opts.HeartbeatInterval)
+	if _, again := readyCondition(t, kube, "quiet-node"); again.ResourceVersion != n.ResourceVersion {
+		t.Errorf("node written again (resourceVersion %s -> %s) with nothing changed", n.ResourceVersion, again.ResourceVersion)
+	}
+	if got := leaseRenewTime(t, kube, "quiet-node"); !got.After(lease) {
+		t.Errorf("lease not renewed in 10 intervals: %v -> %v", lease, got)
+	}
+
+	// Another writer sets Ready=False and a condition of its own.
+	n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: "BadDisk", Status: corev1.ConditionTrue, Reason: "Test"})
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == corev1.NodeReady {
+			n.Status.Conditions[i].Status = corev1.ConditionFalse
+		}
+	}
+	if _, err := kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "Ready again", getNode(ctx, kube, "quiet-node"))
+	_, n = readyCondition(t, kube, "quiet-node")
+	if !slices.ContainsFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == "BadDisk" }) {
+		t.Errorf("the other writer's condition is gone: %+v", n.Status.Conditions)
+	}
+
+	// With a short report interval the status is written again unchanged.
+	k.Stop()
+	opts.StatusReportInterval = 300 * time.Millisecond
+	k, err = StartKubelet(ctx, cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb := func() time.Time { c, _ := readyCondition(t, kube, "quiet-node"); return c.LastHeartbeatTime.Time }
+	first := hb()
+	waitFor(t, "a periodic status report", func() (bool, error) { return hb().After(first.Add(250 * time.Millisecond)), nil })
 }
 
 func TestNeverReady(t *testing.T) {
