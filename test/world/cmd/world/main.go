@@ -42,6 +42,10 @@ import (
 )
 
 func main() {
+	// Whoever reads our output may go first (a closed terminal, `| head`):
+	// a write then fails rather than killing the process before it stopped
+	// the etcd, kube-apiserver and controller it started.
+	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
