@@ -558,10 +558,11 @@ func TestStatusWrittenOnlyWhenChanged(t *testing.T) {
 	// With a short report interval the status is written again unchanged.
 	k.Stop()
 	opts.StatusReportInterval = 300 * time.Millisecond
-	k, err = StartKubelet(ctx, cfg, opts)
+	k2, err := StartKubelet(ctx, cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer k2.Stop()
 	hb := func() time.Time { c, _ := readyCondition(t, kube, "quiet-node"); return c.LastHeartbeatTime.Time }
 	first := hb()
 	waitFor(t, "a periodic status report", func() (bool, error) { return hb().After(first.Add(250 * time.Millisecond)), nil })
