@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/invariants"
@@ -36,17 +37,27 @@ func NewClaimLog() *ClaimLog {
 	return &ClaimLog{claims: map[string]invariants.Claim{}, seen: map[string]time.Time{}}
 }
 
-// Saw records a listing of every NodeClaim made at now.
-func (l *ClaimLog) Saw(items []karpv1.NodeClaim, now time.Time) {
+// Saw records a listing of every NodeClaim and Node made at now. A
+// NodeClaim counts as registered only once its Node is there too (the Node
+// it names, with its providerID): a NodeClaim's Registered condition alone
+// can be written by anyone (Karpenter's regression suite marks a NodeClaim
+// registered with a made-up providerID while the provider still installs
+// the server it ordered for it), and the invariants ask whether a node
+// served from the server.
+func (l *ClaimLog) Saw(items []karpv1.NodeClaim, nodes []corev1.Node, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	providerIDs := make(map[string]string, len(nodes))
+	for _, n := range nodes {
+		providerIDs[n.Name] = n.Spec.ProviderID
+	}
 	present := map[string]bool{}
 	for _, nc := range items {
 		present[nc.Name] = true
 		c := l.claims[nc.Name]
 		c.Name, c.Created = nc.Name, nc.CreationTimestamp.Time
-		if r := nc.StatusConditions().Get(karpv1.ConditionTypeRegistered); r != nil && r.IsTrue() && c.Registered.IsZero() {
-			c.Registered = r.LastTransitionTime.Time
+		if c.Registered.IsZero() {
+			c.Registered = registered(nc, providerIDs)
 		}
 		if nc.DeletionTimestamp != nil && c.Deleting.IsZero() {
 			c.Deleting = nc.DeletionTimestamp.Time
@@ -69,6 +80,17 @@ func (l *ClaimLog) Saw(items []karpv1.NodeClaim, now time.Time) {
 			l.claims[name] = c
 		}
 	}
+}
+
+// registered is when the NodeClaim's Registered condition turned true, if
+// the Node it names is listed with its providerID; zero otherwise.
+func registered(nc karpv1.NodeClaim, providerIDs map[string]string) time.Time {
+	r := nc.StatusConditions().Get(karpv1.ConditionTypeRegistered)
+	node, ok := providerIDs[nc.Status.NodeName]
+	if r == nil || !r.IsTrue() || !ok || node == "" || node != nc.Status.ProviderID {
+		return time.Time{}
+	}
+	return r.LastTransitionTime.Time
 }
 
 // Claims is what was seen so far, by name.

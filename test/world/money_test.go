@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -21,10 +22,10 @@ func TestClaimLogDeletionBetweenListings(t *testing.T) {
 	deleting := metav1.NewTime(t0.Add(time.Second))
 	a := karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "a", CreationTimestamp: created}}
 	b := karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "b", CreationTimestamp: created}}
-	cw.Saw([]karpv1.NodeClaim{a, b}, t0)
+	cw.Saw([]karpv1.NodeClaim{a, b}, nil, t0)
 	b.DeletionTimestamp = &deleting
-	cw.Saw([]karpv1.NodeClaim{a, b}, t0.Add(2*time.Second))
-	cw.Saw(nil, t0.Add(5*time.Second))
+	cw.Saw([]karpv1.NodeClaim{a, b}, nil, t0.Add(2*time.Second))
+	cw.Saw(nil, nil, t0.Add(5*time.Second))
 	got := cw.Claims()
 	lastListed := t0.Add(2 * time.Second)
 	if c := got["a"]; !c.Deleting.Equal(lastListed) || !c.Gone.Equal(t0.Add(5*time.Second)) {
@@ -65,7 +66,7 @@ func TestCheckMoneyFindsADoubleOrderAndALeak(t *testing.T) {
 	claims.Saw([]karpv1.NodeClaim{
 		{ObjectMeta: metav1.ObjectMeta{Name: "live", CreationTimestamp: created}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "doubled", CreationTimestamp: created}},
-	}, time.Now())
+	}, nil, time.Now())
 
 	order("live")
 	if vs := w.CheckMoney(claims.Claims(), time.Now().Add(time.Hour)); len(vs) != 0 {
@@ -80,5 +81,46 @@ func TestCheckMoneyFindsADoubleOrderAndALeak(t *testing.T) {
 	}
 	if got["I1"] != 1 || got["I4"] != 1 || len(got) != 2 {
 		t.Errorf("violations by invariant %v, want one I1 (doubled) and one I4 (ghost)", got)
+	}
+}
+
+// TestClaimLogRegisteredNeedsItsNode: a NodeClaim counts as registered from
+// the time of its Registered condition only once the Node it names is there
+// with its providerID; a condition written with a made-up providerID and no
+// such Node (as the regression suite's garbage-collection spec does) leaves
+// it unregistered.
+func TestClaimLogRegisteredNeedsItsNode(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 2, 0, 0, 0, time.UTC)
+	claim := func(name, node, providerID string) karpv1.NodeClaim {
+		nc := karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(t0.Add(-time.Minute))},
+			Status: karpv1.NodeClaimStatus{NodeName: node, ProviderID: providerID}}
+		nc.StatusConditions().SetTrue(karpv1.ConditionTypeRegistered)
+		return nc
+	}
+	served := claim("real", "node-a", "scaleway-em://fr-par-2/a")
+	forged := claim("forged", "test-node-name", "Provider:///AZ/i-01234567890123456")
+	early := claim("early", "node-b", "scaleway-em://fr-par-2/b")
+	nodes := []corev1.Node{
+		{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Spec: corev1.NodeSpec{ProviderID: "scaleway-em://fr-par-2/a"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "other"}, Spec: corev1.NodeSpec{ProviderID: "Provider:///AZ/i-01234567890123456"}},
+	}
+	l := NewClaimLog()
+	l.Saw([]karpv1.NodeClaim{served, forged, early}, nodes, t0)
+	got := l.Claims()
+	if got["real"].Registered.IsZero() {
+		t.Error("a NodeClaim whose Node is there is not registered")
+	}
+	if !got["forged"].Registered.IsZero() {
+		t.Errorf("a NodeClaim registered by its condition alone, with no Node of its providerID: %v", got["forged"].Registered)
+	}
+	if !got["early"].Registered.IsZero() {
+		t.Error("registered before its Node was listed")
+	}
+	// Its Node comes: registered from the condition's time, which is exact.
+	nodes = append(nodes, corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}, Spec: corev1.NodeSpec{ProviderID: "scaleway-em://fr-par-2/b"}})
+	l.Saw([]karpv1.NodeClaim{served, forged, early}, nodes, t0.Add(time.Second))
+	cond := early.StatusConditions().Get(karpv1.ConditionTypeRegistered)
+	if got := l.Claims()["early"].Registered; !got.Equal(cond.LastTransitionTime.Time) {
+		t.Errorf("registered at %v, want the condition's %v", got, cond.LastTransitionTime.Time)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/invariants"
@@ -29,8 +30,11 @@ func (e *Env) WatchClaims(interval time.Duration) *ClaimWatch {
 		defer t.Stop()
 		for {
 			var l karpv1.NodeClaimList
+			var nodes corev1.NodeList
 			if err := e.W.Kube.Client.List(ctx, &l); err == nil {
-				cw.Saw(l.Items, time.Now())
+				if err := e.W.Kube.Client.List(ctx, &nodes); err == nil {
+					cw.Saw(l.Items, nodes.Items, time.Now())
+				}
 			}
 			select {
 			case <-ctx.Done():

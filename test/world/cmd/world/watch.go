@@ -49,11 +49,11 @@ func (wa *watcher) look(ctx context.Context) error {
 	if err := wa.w.Kube.Client.List(ctx, &claims); err != nil {
 		return err
 	}
-	wa.log.Saw(claims.Items, time.Now())
 	var nodes corev1.NodeList
 	if err := wa.w.Kube.Client.List(ctx, &nodes); err != nil {
 		return err
 	}
+	wa.log.Saw(claims.Items, nodes.Items, time.Now())
 	var pods corev1.PodList
 	if err := wa.w.Kube.Client.List(ctx, &pods); err != nil {
 		return err
