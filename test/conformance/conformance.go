@@ -124,6 +124,11 @@ func (s *Summary) Add(o Summary) {
 	s.NotApplicable = append(s.NotApplicable, o.NotApplicable...)
 	s.OutsideFocus += o.OutsideFocus
 	s.RunTime += o.RunTime
+	s.sort()
+}
+
+// sort orders each outcome's specs by text, as the report prints them.
+func (s *Summary) sort() {
 	for _, l := range [][]Spec{s.Passed, s.Failed, s.NotApplicable} {
 		sort.SliceStable(l, func(i, j int) bool { return l[i].Text < l[j].Text })
 	}
@@ -296,7 +301,7 @@ func (ps Pass) Outcome(reports []types.Report) Summary {
 			s.Failed = append(s.Failed, Spec{Text: t, Failure: "not run: the " + ps.Name + " pass stopped before it"})
 		}
 	}
-	s.Add(Summary{})
+	s.sort()
 	return s
 }
 
