@@ -1,11 +1,13 @@
 package world
 
 import (
+	"context"
 	"maps"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/invariants"
@@ -22,10 +24,12 @@ const (
 // ClaimLog records, for the money invariants over the ledger, when each
 // NodeClaim was created, registered, began its deletion and was gone, from
 // successive listings of the NodeClaims. The first three come from the API
-// server's own timestamps; Gone is when a listing first missed it (at most
-// one listing late, which makes the claim live a little longer: the checks
-// err on the strict side for I2 only while its deletion had not begun, and
-// that start is exact).
+// server's own timestamps; Gone is the start of the first listing that
+// missed it. A listing is stamped with the time its request began, not when
+// it returned: on a loaded API server a listing takes seconds, and what it
+// shows may be as old as its start (stamped at its return, a claim whose
+// deletion began, and whose server went, while the listing was on its way
+// counted as live and not deleting: a false I2).
 type ClaimLog struct {
 	mu     sync.Mutex
 	claims map[string]invariants.Claim
@@ -37,7 +41,23 @@ func NewClaimLog() *ClaimLog {
 	return &ClaimLog{claims: map[string]invariants.Claim{}, seen: map[string]time.Time{}}
 }
 
-// Saw records a listing of every NodeClaim and Node made at now. A
+// Look lists every NodeClaim and Node through c, records the listing (Saw)
+// stamped with the time it began, and returns it.
+func (l *ClaimLog) Look(ctx context.Context, c client.Reader) ([]karpv1.NodeClaim, []corev1.Node, error) {
+	began := time.Now()
+	var claims karpv1.NodeClaimList
+	if err := c.List(ctx, &claims); err != nil {
+		return nil, nil, err
+	}
+	var nodes corev1.NodeList
+	if err := c.List(ctx, &nodes); err != nil {
+		return nil, nil, err
+	}
+	l.Saw(claims.Items, nodes.Items, began)
+	return claims.Items, nodes.Items, nil
+}
+
+// Saw records a listing of every NodeClaim and Node that began at now. A
 // NodeClaim counts as registered only once its Node is there too (the Node
 // it names, with its providerID): a NodeClaim's Registered condition alone
 // can be written by anyone (Karpenter's regression suite marks a NodeClaim

@@ -1,12 +1,17 @@
 package world
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
@@ -33,6 +38,42 @@ func TestClaimLogDeletionBetweenListings(t *testing.T) {
 	}
 	if c := got["b"]; !c.Deleting.Equal(deleting.Time) || !c.Gone.Equal(t0.Add(5*time.Second)) {
 		t.Errorf("b, seen deleting: deleting %s gone %s, want %s", c.Deleting, c.Gone, deleting.Time)
+	}
+}
+
+// A listing shows the cluster as it was when its request began, so that is
+// the time it is stamped with. Here the NodeClaim is deleted, and gone,
+// while the listing that still holds it is on its way back (a loaded API
+// server answers in seconds): the claim's deletion must count from no later
+// than that, or a server released with it looks taken from a live claim.
+func TestClaimLogStampsAListingWithItsStart(t *testing.T) {
+	ctx := context.Background()
+	claim := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "a"}}
+	var deleted time.Time
+	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(claim).
+		WithInterceptorFuncs(interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if err := c.List(ctx, list, opts...); err != nil {
+				return err
+			}
+			if l, ok := list.(*karpv1.NodeClaimList); ok && len(l.Items) > 0 && deleted.IsZero() {
+				if err := c.Delete(ctx, claim); err != nil {
+					return err
+				}
+				deleted = time.Now()
+				time.Sleep(20 * time.Millisecond) // the answer's way back
+			}
+			return nil
+		}}).Build()
+	l := NewClaimLog()
+	for range 2 {
+		if _, _, err := l.Look(ctx, kube); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := l.Claims()["a"]
+	if c.Gone.IsZero() || c.Deleting.After(deleted) {
+		t.Fatalf("claim deleted at %s counts as deleting from %s (gone %s): later than its deletion",
+			deleted.Format(time.StampMicro), c.Deleting.Format(time.StampMicro), c.Gone.Format(time.StampMicro))
 	}
 }
 

@@ -4,9 +4,6 @@ import (
 	"context"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
-
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/invariants"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/world"
 )
@@ -29,13 +26,7 @@ func (e *Env) WatchClaims(interval time.Duration) *ClaimWatch {
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
-			var l karpv1.NodeClaimList
-			var nodes corev1.NodeList
-			if err := e.W.Kube.Client.List(ctx, &l); err == nil {
-				if err := e.W.Kube.Client.List(ctx, &nodes); err == nil {
-					cw.Saw(l.Items, nodes.Items, time.Now())
-				}
-			}
+			_, _, _ = cw.Look(ctx, e.W.Kube.Client) // a listing that fails is the next one's to make
 			select {
 			case <-ctx.Done():
 				return

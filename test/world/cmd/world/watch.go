@@ -45,23 +45,18 @@ func watch(ctx context.Context, w *world.World, log *world.ClaimLog, printf func
 }
 
 func (wa *watcher) look(ctx context.Context) error {
-	var claims karpv1.NodeClaimList
-	if err := wa.w.Kube.Client.List(ctx, &claims); err != nil {
+	claims, nodes, err := wa.log.Look(ctx, wa.w.Kube.Client)
+	if err != nil {
 		return err
 	}
-	var nodes corev1.NodeList
-	if err := wa.w.Kube.Client.List(ctx, &nodes); err != nil {
-		return err
-	}
-	wa.log.Saw(claims.Items, nodes.Items, time.Now())
 	var pods corev1.PodList
 	if err := wa.w.Kube.Client.List(ctx, &pods); err != nil {
 		return err
 	}
-	readyNodes := wa.nodes(claims.Items, nodes.Items)
+	readyNodes := wa.nodes(claims, nodes)
 	readyPods, pending := wa.pods(pods.Items)
 	counts := fmt.Sprintf("nodeclaims %d, nodes %d (%d Ready), pods %d (%d Ready, %d Pending)",
-		len(claims.Items), len(nodes.Items), readyNodes, len(pods.Items), readyPods, pending)
+		len(claims), len(nodes), readyNodes, len(pods.Items), readyPods, pending)
 	if counts != wa.counts {
 		wa.counts = counts
 		wa.printf("%s", counts)
