@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testlog"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
@@ -12,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -96,6 +98,100 @@ func TestFailedInstallDeletesItsNodeClaimBeforeItsServer(t *testing.T) {
 	}
 	if s, _ := sim.Server(srv.ID); s.Status != string(baremetal.ServerStatusDeleting) {
 		t.Fatalf("the hourly server of the failed install is %s, want released (deleting)", s.Status)
+	}
+}
+
+// A failed install whose NodeClaim deletion the API server refuses (a
+// timeout on a loaded cluster) keeps trying, and releases the server only
+// once the claim is deleted: released under a claim that lives and is not
+// being deleted, the server would be taken from it (I2).
+func TestFailedInstallReleasesItsServerOnlyOnceItsNodeClaimIsDeleted(t *testing.T) {
+	const zone = scw.Zone("fr-par-2")
+	ctx := context.Background()
+	sim, api, _ := simapi.StartURL(t, zone)
+	nc := &v1alpha1.ScalewayElasticMetalNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "nc"}}
+	claim := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "claim-t", Finalizers: []string{"karpenter.sh/termination"}},
+		Spec: karpv1.NodeClaimSpec{NodeClassRef: &karpv1.NodeClassReference{Group: v1alpha1.SchemeGroupVersion.Group, Kind: "ScalewayElasticMetalNodeClass", Name: nc.Name}}}
+	var srvID string
+	var refused []string // the server's status at each refused deletion
+	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc, claim).
+		WithInterceptorFuncs(interceptor.Funcs{Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			if _, ok := obj.(*karpv1.NodeClaim); ok && len(refused) < 2 {
+				s, _ := sim.Server(srvID)
+				refused = append(refused, s.Status)
+				return apierrors.NewTimeoutError("the server was unable to return a response in the time allotted", 1)
+			}
+			return c.Delete(ctx, obj, opts...)
+		}}).Build()
+	w, srv := failingInstall(t, api, kube, nc.Name, claim.Name, catalog.BillingHourly)
+	srvID = srv.ID
+	clk := clocktesting.NewFakeClock(time.Now())
+	w.c.Clock = clk
+	stepped := make(chan struct{})
+	go func() { // time passes only while the worker waits to try again
+		for {
+			select {
+			case <-stepped:
+				return
+			default:
+			}
+			if clk.HasWaiters() {
+				clk.Step(time.Minute)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+
+	w.fail(ctx, srv, errors.New("the install failed"))
+	close(stepped)
+	if len(refused) != 2 {
+		t.Fatalf("the nodeclaim's deletion was refused %d times, want 2 (tried again after each)", len(refused))
+	}
+	for i, st := range refused {
+		if st == string(baremetal.ServerStatusDeleting) {
+			t.Fatalf("refused deletion %d: the server was already released (%s) under a claim not being deleted", i+1, st)
+		}
+	}
+	var got karpv1.NodeClaim
+	if err := kube.Get(ctx, client.ObjectKeyFromObject(claim), &got); err != nil || got.DeletionTimestamp == nil {
+		t.Fatalf("the nodeclaim is not being deleted (err %v)", err)
+	}
+	if s, _ := sim.Server(srv.ID); s.Status != string(baremetal.ServerStatusDeleting) {
+		t.Fatalf("the hourly server of the failed install is %s, want released (deleting) once its claim was deleted", s.Status)
+	}
+}
+
+// A failed install stopped (Delete, or the process ending) while its
+// NodeClaim's deletion is refused releases nothing: the server stays the
+// claim's, for Delete.
+func TestFailedInstallStoppedBeforeItsNodeClaimIsDeletedLeavesTheServer(t *testing.T) {
+	const zone = scw.Zone("fr-par-2")
+	ctx, cancel := context.WithCancel(context.Background())
+	sim, api, _ := simapi.StartURL(t, zone)
+	nc := &v1alpha1.ScalewayElasticMetalNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "nc"}}
+	claim := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "claim-s", Finalizers: []string{"karpenter.sh/termination"}},
+		Spec: karpv1.NodeClaimSpec{NodeClassRef: &karpv1.NodeClassReference{Group: v1alpha1.SchemeGroupVersion.Group, Kind: "ScalewayElasticMetalNodeClass", Name: nc.Name}}}
+	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc, claim).
+		WithInterceptorFuncs(interceptor.Funcs{Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			if _, ok := obj.(*karpv1.NodeClaim); ok {
+				return apierrors.NewTimeoutError("the server was unable to return a response in the time allotted", 1)
+			}
+			return c.Delete(ctx, obj, opts...)
+		}}).Build()
+	w, srv := failingInstall(t, api, kube, nc.Name, claim.Name, catalog.BillingHourly)
+	clk := clocktesting.NewFakeClock(time.Now())
+	w.c.Clock = clk
+	go func() { // Delete stops the worker while it waits to try again
+		for !clk.HasWaiters() {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+
+	w.fail(ctx, srv, errors.New("the install failed"))
+	s, _ := sim.Server(srv.ID)
+	if s.Status == string(baremetal.ServerStatusDeleting) || !scaleway.HasTags(s.Tags, scaleway.Tag(scaleway.TagNodeClaim, claim.Name)) {
+		t.Fatalf("a worker stopped before its claim was deleted released the server: %s %v", s.Status, s.Tags)
 	}
 }
 

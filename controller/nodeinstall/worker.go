@@ -374,10 +374,12 @@ func (w *worker) fail(ctx context.Context, srv *baremetal.Server, cause error) {
 			quarantined = w.quarantine(ctx, srv, nc, cause)
 		}
 	}
-	if err := c.Kube.Delete(ctx, claim); client.IgnoreNotFound(err) != nil {
-		w.log.Error(err, "deleting the nodeclaim of a failed install")
-	}
-	if srv != nil {
+	switch {
+	case !w.deleteClaim(ctx, claim):
+		if srv != nil {
+			outcome = fmt.Sprintf("server %s left for Delete to release or keep (stopped before the nodeclaim was deleted)", srv.ID)
+		}
+	case srv != nil:
 		outcome = w.release(ctx, srv, nc, ncErr, quarantined)
 	}
 	var pe *install.PhaseError
@@ -387,6 +389,27 @@ func (w *worker) fail(ctx context.Context, srv *baremetal.Server, cause error) {
 	w.log.Info("install failed for good", "phase", phase, "error", cause.Error(), "server", outcome)
 	c.publish(installFailed(claim, phase, cause, outcome))
 	c.Metrics.finished(phase, "failed")
+}
+
+// deleteClaim deletes the claim of a failed install, trying again while the
+// API server refuses (a timeout on a loaded cluster), since its server may
+// be released only after: released under a claim still live and not being
+// deleted, it is taken from that claim (I2). False when ctx ended first:
+// Delete stopped this worker and acts on the server itself.
+func (w *worker) deleteClaim(ctx context.Context, claim *karpv1.NodeClaim) bool {
+	for try := 0; ; try++ {
+		err := w.c.Kube.Delete(ctx, claim)
+		if client.IgnoreNotFound(err) == nil {
+			return true
+		}
+		wait := min(time.Second<<min(try, 5), 30*time.Second)
+		w.log.Error(err, "deleting the nodeclaim of a failed install; trying again before the server is released", "wait", wait)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-w.c.clock().After(wait):
+		}
+	}
 }
 
 // quarantine tags a server that failed for a reason of its own

@@ -34,6 +34,8 @@ type ClaimLog struct {
 	mu     sync.Mutex
 	claims map[string]invariants.Claim
 	seen   map[string]time.Time // the last listing that held each claim
+	looks  int                  // listings made by Look
+	slow   time.Duration        // the longest of them
 }
 
 // NewClaimLog returns an empty log.
@@ -54,7 +56,19 @@ func (l *ClaimLog) Look(ctx context.Context, c client.Reader) ([]karpv1.NodeClai
 		return nil, nil, err
 	}
 	l.Saw(claims.Items, nodes.Items, began)
+	l.mu.Lock()
+	l.looks++
+	l.slow = max(l.slow, time.Since(began))
+	l.mu.Unlock()
 	return claims.Items, nodes.Items, nil
+}
+
+// Listings is how many listings Look made and how long the slowest took:
+// how far behind the API server fell, for the report of a money check.
+func (l *ClaimLog) Listings() (int, time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.looks, l.slow
 }
 
 // Saw records a listing of every NodeClaim and Node that began at now. A

@@ -204,8 +204,10 @@ func (s *server) checkMoney(w *world.World, claims *world.ClaimLog, dir string) 
 			orders++
 		}
 	}
-	report := fmt.Sprintf("money invariants (I1, I2, I4) over %d servers ordered and %d NodeClaims: %d broken\n%s",
-		orders, len(claims.Claims()), len(vs), invariants.Report(vs))
+	looks, slowest := claims.Listings()
+	report := fmt.Sprintf("money invariants (I1, I2, I4) over %d servers ordered and %d NodeClaims: %d broken"+
+		" (%d listings of the NodeClaims and Nodes, the slowest %s)\n%s",
+		orders, len(claims.Claims()), len(vs), looks, slowest.Round(time.Millisecond), invariants.Report(vs))
 	path := filepath.Join(dir, moneyFile)
 	if err := os.WriteFile(path, []byte(report), 0o644); err != nil {
 		return err

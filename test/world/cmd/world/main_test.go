@@ -133,6 +133,9 @@ func TestWorldRunsADeploymentOnAProviderNode(t *testing.T) {
 	if m == nil || string(m[1]) == "0" || string(m[2]) == "0" {
 		t.Errorf("%s: %s; want 0 broken over the servers and NodeClaims of the Deployment", moneyFile, money)
 	}
+	if m := regexp.MustCompile(`\((\d+) listings of the NodeClaims and Nodes, the slowest `).FindSubmatch(money); m == nil || string(m[1]) == "0" {
+		t.Errorf("%s: %s; want the number of listings the check rests on", moneyFile, money)
+	}
 }
 
 // waitReadyPods waits until n pods in default are Running and Ready.
