@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -197,11 +198,15 @@ func Specs(reports []types.Report) (description string, specs []string) {
 // MakePlan splits the specs: outside the focus (nil focuses on all; matched
 // as Ginkgo does, against the suite's description and the spec's text),
 // not applicable when a skip names it, in the pass of the first sizing that
-// names it, and in the default pass otherwise. Passes without a spec are
-// left out.
-func MakePlan(description string, specs []string, focus *regexp.Regexp, skips []Skip, def Pass, sized []Pass, sizings []Sizing) Plan {
+// names it (named for the sizing's spec, its files in dir), and in the
+// default pass otherwise. Passes without a spec are left out.
+func MakePlan(description string, specs []string, focus *regexp.Regexp, skips []Skip, def Pass, sizings []Sizing, dir string) Plan {
 	p := Plan{Description: description}
-	passes := append([]Pass{def}, sized...)
+	passes := []Pass{def}
+	for _, z := range sizings {
+		passes = append(passes, Pass{Name: strings.ToLower(z.Spec),
+			NodeClass: filepath.Join(dir, z.NodeClass), NodePool: filepath.Join(dir, z.NodePool)})
+	}
 	for _, text := range specs {
 		if focus != nil && !focus.MatchString(description+" "+text) {
 			p.OutsideFocus++

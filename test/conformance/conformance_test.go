@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
@@ -86,11 +87,10 @@ func TestMakePlan(t *testing.T) {
 	}
 	skips := []Skip{{Spec: "host ports arm64", Reason: "no arm64"}, {Spec: "CapacityBuffer NodePool Limits", Reason: "4 CPUs"}}
 	def := Pass{Name: "default", NodeClass: "nc.yaml", NodePool: "np.yaml"}
-	sized := []Pass{{Name: "capacitybuffer", NodeClass: "nc-cb.yaml", NodePool: "np-cb.yaml"}}
-	sizings := []Sizing{{Spec: "CapacityBuffer"}}
+	sizings := []Sizing{{Spec: "CapacityBuffer", NodeClass: "nc-cb.yaml", NodePool: "np-cb.yaml"}}
 
-	p := MakePlan("Regression", specs, nil, skips, def, sized, sizings)
-	if len(p.Passes) != 2 || p.Passes[0].Name != "default" || p.Passes[1].NodeClass != "nc-cb.yaml" {
+	p := MakePlan("Regression", specs, nil, skips, def, sizings, "conformance")
+	if len(p.Passes) != 2 || p.Passes[0].Name != "default" || p.Passes[1].NodeClass != filepath.Join("conformance", "nc-cb.yaml") {
 		t.Fatalf("passes %+v", p.Passes)
 	}
 	if got, want := p.Passes[1].Specs, []string{"CapacityBuffer Lifecycle should scale down"}; !reflect.DeepEqual(got, want) {
@@ -107,14 +107,14 @@ func TestMakePlan(t *testing.T) {
 	}
 
 	// Ginkgo matches a focus against the suite's description and the text.
-	p = MakePlan("Regression", specs, regexp.MustCompile(`^Regression (Drift|Integration Validation)`), skips, def, sized, sizings)
+	p = MakePlan("Regression", specs, regexp.MustCompile(`^Regression (Drift|Integration Validation)`), skips, def, sizings, "conformance")
 	if len(p.Passes) != 1 || len(p.Passes[0].Specs) != 2 || len(p.NotApplicable) != 0 || p.OutsideFocus != 4 {
 		t.Errorf("focused plan: %+v", p)
 	}
 	if n := planned(p); n != len(specs) {
 		t.Errorf("focused: %d of %d specs planned", n, len(specs))
 	}
-	p = MakePlan("Regression", specs, regexp.MustCompile(`CapacityBuffer`), skips, def, sized, sizings)
+	p = MakePlan("Regression", specs, regexp.MustCompile(`CapacityBuffer`), skips, def, sizings, "conformance")
 	if len(p.Passes) != 1 || p.Passes[0].Name != "capacitybuffer" || len(p.NotApplicable) != 1 {
 		t.Errorf("CapacityBuffer focus: %+v", p)
 	}

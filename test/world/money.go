@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/operator/options"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/invariants"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 )
@@ -141,8 +142,8 @@ func (l *ClaimLog) Claims() map[string]invariants.Claim {
 // controller's GC grace period and one sweep (I4), judged up to end.
 func (w *World) CheckMoney(claims map[string]invariants.Claim, end time.Time) []invariants.Violation {
 	grace, sweep := GCGracePeriod, GCInterval
-	if w.Opts.Profile == "realistic" {
-		grace, sweep = 10*time.Minute, 2*time.Minute // the controller's defaults (controller/operator/options)
+	if w.Opts.Profile == "realistic" { // the controller runs with its defaults
+		grace, sweep = options.DefaultGCGracePeriod, options.DefaultGCInterval
 	}
 	ledger := w.Sim.Ledger()
 	f := invariants.Facts{Cluster: w.ClusterName, Claims: claims, End: end, Grace: grace, Sweep: sweep}

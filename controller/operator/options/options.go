@@ -89,8 +89,8 @@ func (o *Options) AddFlags(fs *coreoptions.FlagSet) {
 	fs.DurationVar(&o.BootTimeout, "boot-timeout", env.WithDefaultDuration("BOOT_TIMEOUT", 15*time.Minute), "How long the reboot into Talos and the config apply may take.")
 	fs.DurationVar(&o.RetryInterval, "install-retry-interval", env.WithDefaultDuration("INSTALL_RETRY_INTERVAL", 5*time.Second), "Interval between SSH/Talos API connection attempts.")
 	fs.DurationVar(&o.CatalogRefresh, "catalog-refresh-interval", env.WithDefaultDuration("CATALOG_REFRESH_INTERVAL", 5*time.Minute), "Interval between refreshes of the offer catalogue (stock, prices).")
-	fs.DurationVar(&o.GCGracePeriod, "gc-grace-period", env.WithDefaultDuration("GC_GRACE_PERIOD", 10*time.Minute), "Time since a server last changed hands (its order, or the take of a spare) under which it is never released for want of a NodeClaim (covers an order in flight); at least 30s.")
-	fs.DurationVar(&o.GCInterval, "gc-interval", env.WithDefaultDuration("GC_INTERVAL", 2*time.Minute), "Interval between garbage collection sweeps.")
+	fs.DurationVar(&o.GCGracePeriod, "gc-grace-period", env.WithDefaultDuration("GC_GRACE_PERIOD", DefaultGCGracePeriod), "Time since a server last changed hands (its order, or the take of a spare) under which it is never released for want of a NodeClaim (covers an order in flight); at least 30s.")
+	fs.DurationVar(&o.GCInterval, "gc-interval", env.WithDefaultDuration("GC_INTERVAL", DefaultGCInterval), "Interval between garbage collection sweeps.")
 	fs.DurationVar(&o.RepairToleration, "repair-toleration", env.WithDefaultDuration("REPAIR_TOLERATION", 20*time.Minute), "How long a node may be NotReady/Unknown before Karpenter's node repair (feature gate NodeRepair) replaces it.")
 	fs.DurationVar(&o.RescueBootRepairAfter, "rescue-boot-repair-after", env.WithDefaultDuration("RESCUE_BOOT_REPAIR_AFTER", 2*time.Minute), "How long a node that booted by kexec may have its Ready condition Unknown (the kubelet stopped posting) while Scaleway still shows its server's boot type rescue (a firmware reboot landed in rescue) before the controller reboots it with boot type normal (at most once per server per 30 minutes).")
 	fs.IntVar(&o.MaxConcurrentImaging, "max-concurrent-imaging", env.WithDefaultInt("MAX_CONCURRENT_IMAGING", 8), "Images written at once (each holds an SSH session and uploads em-imager); further installs wait their turn within their phase timeout.")
@@ -113,6 +113,13 @@ func (o *Options) Parse(fs *coreoptions.FlagSet, args ...string) error {
 	}
 	return errors.Join(CheckEnv(fs.FlagSet, os.LookupEnv), o.Validate())
 }
+
+// The defaults of GC_GRACE_PERIOD and GC_INTERVAL, which a money check
+// over a controller run without them must assume too.
+const (
+	DefaultGCGracePeriod = 10 * time.Minute
+	DefaultGCInterval    = 2 * time.Minute
+)
 
 // MinGCGracePeriod is the floor of GC_GRACE_PERIOD: a server younger than
 // the grace period may be an order whose NodeClaim the controller's cache

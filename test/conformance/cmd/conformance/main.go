@@ -222,12 +222,7 @@ func planRun(o options, skips []conformance.Skip) (conformance.Plan, error) {
 		return conformance.Plan{}, fmt.Errorf("the suite's dry run (%s) lists no spec", report)
 	}
 	def := conformance.Pass{Name: "default", NodeClass: o.nodeClass, NodePool: o.nodePool}
-	var sized []conformance.Pass
-	for _, z := range conformance.Sizings {
-		sized = append(sized, conformance.Pass{Name: strings.ToLower(z.Spec),
-			NodeClass: filepath.Join(o.sizingDir, z.NodeClass), NodePool: filepath.Join(o.sizingDir, z.NodePool)})
-	}
-	return conformance.MakePlan(desc, specs, focus, skips, def, sized, conformance.Sizings), nil
+	return conformance.MakePlan(desc, specs, focus, skips, def, conformance.Sizings, o.sizingDir), nil
 }
 
 // runPass starts a world in <dir>/<pass>, runs the pass's specs against it
