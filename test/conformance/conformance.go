@@ -13,6 +13,7 @@ package conformance
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -244,10 +245,14 @@ func (p Plan) Focus(ps Pass) string {
 }
 
 // Shard splits every pass into up to n passes of its own (named
-// <pass>-<i>), dealing its specs in turn so that each shard gets a part of
-// every group of specs; the worlds of a run with n at once then finish at
-// about the same time.
-func (p Plan) Shard(n int) Plan {
+// <pass>-<i>), so that the worlds of a run with n at once finish at about
+// the same time. took holds how long specs took in an earlier run
+// (Durations): the longest spec goes first, each to the shard with the
+// least time so far, a spec not in took counting for the mean of those
+// that are. Without durations every spec counts the same and the specs,
+// sorted by text, are dealt in turn, so that each shard gets a part of
+// every group of specs.
+func (p Plan) Shard(n int, took map[string]time.Duration) Plan {
 	if n <= 1 {
 		return p
 	}
@@ -255,17 +260,70 @@ func (p Plan) Shard(n int) Plan {
 	for _, ps := range p.Passes {
 		k := min(n, len(ps.Specs))
 		shards := make([]Pass, k)
+		load := make([]time.Duration, k)
 		for i := range shards {
 			shards[i] = Pass{Name: fmt.Sprintf("%s-%d", ps.Name, i+1), NodeClass: ps.NodeClass, NodePool: ps.NodePool}
 		}
+		est := estimates(ps.Specs, took)
 		specs := slices.Sorted(slices.Values(ps.Specs))
-		for i, t := range specs {
-			shards[i%k].Specs = append(shards[i%k].Specs, t)
+		slices.SortStableFunc(specs, func(a, b string) int { return cmp.Compare(est[b], est[a]) })
+		for _, t := range specs {
+			i := 0
+			for j := range shards {
+				if load[j] < load[i] || (load[j] == load[i] && len(shards[j].Specs) < len(shards[i].Specs)) {
+					i = j
+				}
+			}
+			shards[i].Specs = append(shards[i].Specs, t)
+			load[i] += est[t]
+		}
+		for i := range shards {
+			shards[i].Specs = slices.Sorted(slices.Values(shards[i].Specs))
 		}
 		passes = append(passes, shards...)
 	}
 	p.Passes = passes
 	return p
+}
+
+// estimates is how long each spec is expected to take: its time in took, or
+// the mean of the specs that have one.
+func estimates(specs []string, took map[string]time.Duration) map[string]time.Duration {
+	var sum time.Duration
+	known := 0
+	for _, t := range specs {
+		if d, ok := took[t]; ok {
+			sum += d
+			known++
+		}
+	}
+	mean := time.Duration(0)
+	if known > 0 {
+		mean = sum / time.Duration(known)
+	}
+	est := make(map[string]time.Duration, len(specs))
+	for _, t := range specs {
+		d, ok := took[t]
+		if !ok {
+			d = mean
+		}
+		est[t] = d
+	}
+	return est
+}
+
+// Durations is how long each spec that ran took, by full text, from the
+// reports of an earlier run (Shard's took).
+func Durations(reports []types.Report) map[string]time.Duration {
+	took := map[string]time.Duration{}
+	for _, r := range reports {
+		for _, sr := range r.SpecReports {
+			if sr.LeafNodeType == types.NodeTypeIt && (sr.State == types.SpecStatePassed || sr.State.Is(types.SpecStateFailureStates)) {
+				took[sr.FullText()] = sr.RunTime
+			}
+		}
+	}
+	return took
 }
 
 // Outcome counts a pass's report against the specs it planned. A spec the

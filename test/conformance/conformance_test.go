@@ -127,10 +127,10 @@ func TestShard(t *testing.T) {
 		{Name: "default", NodeClass: "nc.yaml", Specs: []string{"B 1", "A 1", "A 2", "B 2", "A 3"}},
 		{Name: "capacitybuffer", NodeClass: "nc-cb.yaml", Specs: []string{"C 1"}},
 	}}
-	if got := p.Shard(1); !reflect.DeepEqual(got, p) {
+	if got := p.Shard(1, nil); !reflect.DeepEqual(got, p) {
 		t.Errorf("Shard(1) changed the plan: %+v", got)
 	}
-	got := p.Shard(2)
+	got := p.Shard(2, nil)
 	want := []Pass{
 		{Name: "default-1", NodeClass: "nc.yaml", Specs: []string{"A 1", "A 3", "B 2"}},
 		{Name: "default-2", NodeClass: "nc.yaml", Specs: []string{"A 2", "B 1"}},
@@ -141,6 +141,48 @@ func TestShard(t *testing.T) {
 	}
 	if len(p.Passes[0].Specs) != 5 || p.Passes[0].Specs[0] != "B 1" {
 		t.Errorf("Shard changed the plan it was given: %+v", p.Passes[0])
+	}
+}
+
+// TestShardByDurations: with an earlier run's durations, the longest specs
+// go first, each to the shard with the least time so far, and a spec
+// without a duration counts for the mean; the shards end near the total
+// divided by their number, where dealing in turn leaves one with both long
+// specs.
+func TestShardByDurations(t *testing.T) {
+	p := Plan{Passes: []Pass{{Name: "default", Specs: []string{"A long", "B long", "C", "D", "E", "F new"}}}}
+	took := map[string]time.Duration{"A long": 12 * time.Minute, "B long": 6 * time.Minute,
+		"C": 2 * time.Minute, "D": 3 * time.Minute, "E": time.Minute, "gone": time.Hour}
+	got := p.Shard(2, took)
+	want := []Pass{
+		{Name: "default-1", Specs: []string{"A long", "C"}},               // 14m
+		{Name: "default-2", Specs: []string{"B long", "D", "E", "F new"}}, // 14m48s: F counts for the mean, 4m48s
+	}
+	if !reflect.DeepEqual(got.Passes, want) {
+		t.Errorf("Shard(2) by durations:\n%+v\nwant\n%+v", got.Passes, want)
+	}
+	if rr := p.Shard(2, nil); reflect.DeepEqual(rr.Passes, want) {
+		t.Errorf("without durations the specs are dealt in turn, got the same shards: %+v", rr.Passes)
+	}
+}
+
+// TestDurations reads how long each spec that ran took from a report: a
+// spec skipped or never reached has no duration, a failed one has.
+func TestDurations(t *testing.T) {
+	it := func(leaf string, state types.SpecState, d time.Duration) types.SpecReport {
+		return types.SpecReport{ContainerHierarchyTexts: []string{"Drift"}, LeafNodeText: leaf,
+			LeafNodeType: types.NodeTypeIt, State: state, RunTime: d}
+	}
+	got := Durations([]types.Report{{SpecReports: types.SpecReports{
+		it("passes", types.SpecStatePassed, time.Minute),
+		it("fails", types.SpecStateFailed, 2*time.Minute),
+		it("times out", types.SpecStateTimedout, 3*time.Minute),
+		it("skipped", types.SpecStateSkipped, 0),
+		{LeafNodeType: types.NodeTypeAfterSuite, State: types.SpecStatePassed, RunTime: time.Hour},
+	}}})
+	want := map[string]time.Duration{"Drift passes": time.Minute, "Drift fails": 2 * time.Minute, "Drift times out": 3 * time.Minute}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Durations = %v, want %v", got, want)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -130,7 +131,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "conformance:", err)
 		return 1
 	}
-	plan = plan.Shard(o.parallel)
+	took := lastDurations(o.dir)
+	if o.parallel > 1 && len(took) > 0 {
+		fmt.Fprintf(stdout, "conformance: shards dealt by how long %d specs took in the last run (%s)\n", len(took), filepath.Join(o.dir, "*", "report.json"))
+	}
+	plan = plan.Shard(o.parallel, took)
 	for _, ps := range plan.Passes {
 		fmt.Fprintf(stdout, "conformance: %s pass: %d specs with %s and %s\n", ps.Name, len(ps.Specs), ps.NodeClass, ps.NodePool)
 	}
@@ -140,6 +145,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// lastDurations is how long each spec took in the reports the last run left
+// in dir (none on a first run; an unreadable report is passed over: the
+// durations only deal the shards).
+func lastDurations(dir string) map[string]time.Duration {
+	took := map[string]time.Duration{}
+	paths, _ := filepath.Glob(filepath.Join(dir, "*", "report.json"))
+	for _, path := range paths {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		reports, err := conformance.ReadReport(bytes.NewReader(b))
+		if err != nil {
+			continue
+		}
+		maps.Copy(took, conformance.Durations(reports))
+	}
+	return took
 }
 
 // runPasses runs the plan's passes, o.parallel at a time, and sums their
