@@ -126,6 +126,7 @@ type Catalog struct {
 	nextExpiry  time.Time
 	observed    map[string]corev1.ResourceList
 	cache       map[string]*cacheEntry
+	failing     map[string]string // zone -> its last refresh error, logged when it changes
 }
 
 // New builds a Catalog that answers from the snapshot until the first successful Refresh.
@@ -141,6 +142,7 @@ func New(opts Options) *Catalog {
 		unavailable: map[offerKey]unavailableEntry{},
 		observed:    map[string]corev1.ResourceList{},
 		cache:       map[string]*cacheEntry{},
+		failing:     map[string]string{},
 	}
 	if c.api == nil && opts.Client != nil {
 		c.api = baremetal.NewAPI(opts.Client)
@@ -380,8 +382,12 @@ func (c *Catalog) apply(results []zoneOffers) ([]error, bool) {
 	for _, r := range results {
 		if r.err != nil {
 			errs = append(errs, r.err)
-			c.log.Error(r.err, "offer refresh failed, keeping previous data", "zone", r.zone)
+			c.logFailure(string(r.zone), r.err)
 			continue
+		}
+		if last, ok := c.failing[string(r.zone)]; ok {
+			c.log.Info("offer refresh works again", "zone", r.zone, "lastError", last)
+			delete(c.failing, string(r.zone))
 		}
 		c.metrics.lastSuccess.WithLabelValues(string(r.zone)).Set(float64(now.UnixNano()) / 1e9)
 		zs := newZoneState(snapshot.OriginLive, r.hourly, r.monthly)
@@ -395,6 +401,19 @@ func (c *Catalog) apply(results []zoneOffers) ([]error, bool) {
 		c.dataChangedLocked()
 	}
 	return errs, changed
+}
+
+// logFailure logs a zone's failed refresh as an error when the zone's error
+// changed, and at debug level when it repeats: a zone that keeps failing the
+// same way (one the account cannot use) is told once, not every refresh;
+// refresh_total counts every one.
+func (c *Catalog) logFailure(zone string, err error) {
+	if c.failing[zone] == err.Error() {
+		c.log.V(1).Info("offer refresh failed again, keeping previous data", "zone", zone, "error", err.Error())
+		return
+	}
+	c.failing[zone] = err.Error()
+	c.log.Error(err, "offer refresh failed, keeping previous data (logged again when the error changes)", "zone", zone)
 }
 
 func (c *Catalog) list(ctx context.Context, zone scw.Zone, period BillingPeriod) ([]*baremetal.Offer, error) {

@@ -8,9 +8,11 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
@@ -916,5 +918,66 @@ func TestInstallFailedAndOutOfStockTTLs(t *testing.T) {
 	e.clock.Step(time.Second)
 	if hidden("EM-I220E-NVME") {
 		t.Error("install_failed mark did not expire after its TTL")
+	}
+}
+
+// A zone that keeps failing the same way (say, one the account cannot use,
+// answering 404) is logged as an error once, not at every refresh; its
+// recovery is told, and a new failure is an error again. Every failed
+// refresh is still counted.
+func TestRepeatedZoneFailureIsLoggedOnce(t *testing.T) {
+	e := newEnv(t, true)
+	var mu sync.Mutex
+	var lines []string
+	e.cat.log = funcr.New(func(_, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, args)
+	}, funcr.Options{Verbosity: 0})
+	count := func(msg string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, l := range lines {
+			if strings.Contains(l, `"msg"="`+msg) {
+				n++
+			}
+		}
+		return n
+	}
+	ctx := context.Background()
+	e.srv.FailWith(func(r *http.Request) int {
+		if strings.Contains(r.URL.Path, "/pl-waw-2/") {
+			return http.StatusNotFound
+		}
+		return 0
+	})
+	for range 3 {
+		if err := e.cat.Refresh(ctx); err == nil || !strings.Contains(err.Error(), "pl-waw-2") {
+			t.Fatalf("Refresh err = %v, want pl-waw-2's 404", err)
+		}
+	}
+	if n := count("offer refresh failed"); n != 1 {
+		t.Errorf("three refreshes failing the same way logged %d errors, want 1: %q", n, lines)
+	}
+	if got := testutil.ToFloat64(e.cat.metrics.refreshes.WithLabelValues("pl-waw-2", "hourly", "error")); got != 3 {
+		t.Errorf("refresh_total{pl-waw-2,hourly,error} = %v, want 3", got)
+	}
+	e.srv.FailWith(func(*http.Request) int { return 0 })
+	if err := e.cat.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := count("offer refresh works again"); n != 1 {
+		t.Errorf("the recovery logged %d times, want 1: %q", n, lines)
+	}
+	e.srv.FailWith(func(r *http.Request) int {
+		if strings.Contains(r.URL.Path, "/pl-waw-2/") {
+			return http.StatusNotFound
+		}
+		return 0
+	})
+	_ = e.cat.Refresh(ctx)
+	if n := count("offer refresh failed"); n != 2 {
+		t.Errorf("a failure after a recovery: %d errors in all, want 2: %q", n, lines)
 	}
 }
