@@ -402,6 +402,9 @@ func (w *worker) deleteClaim(ctx context.Context, claim *karpv1.NodeClaim) bool 
 		if client.IgnoreNotFound(err) == nil {
 			return true
 		}
+		if ctx.Err() != nil {
+			return false // stopped mid-request: no failure of the API server's
+		}
 		wait := min(time.Second<<min(try, 5), 30*time.Second)
 		w.log.Error(err, "deleting the nodeclaim of a failed install; trying again before the server is released", "wait", wait)
 		select {
