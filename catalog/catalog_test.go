@@ -8,11 +8,9 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
@@ -27,6 +25,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog/internal/offerserver"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/catalog/snapshot"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/localdisks"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testlog"
 )
 
 var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
@@ -927,24 +926,9 @@ func TestInstallFailedAndOutOfStockTTLs(t *testing.T) {
 // refresh is still counted.
 func TestRepeatedZoneFailureIsLoggedOnce(t *testing.T) {
 	e := newEnv(t, true)
-	var mu sync.Mutex
-	var lines []string
-	e.cat.log = funcr.New(func(_, args string) {
-		mu.Lock()
-		defer mu.Unlock()
-		lines = append(lines, args)
-	}, funcr.Options{Verbosity: 0})
-	count := func(msg string) int {
-		mu.Lock()
-		defer mu.Unlock()
-		n := 0
-		for _, l := range lines {
-			if strings.Contains(l, `"msg"="`+msg) {
-				n++
-			}
-		}
-		return n
-	}
+	var lines *testlog.Lines
+	e.cat.log, lines = testlog.Capture(0)
+	count := func(msg string) int { return lines.Count(`"msg"="` + msg) }
 	ctx := context.Background()
 	e.srv.FailWith(func(r *http.Request) int {
 		if strings.Contains(r.URL.Path, "/pl-waw-2/") {
@@ -958,7 +942,7 @@ func TestRepeatedZoneFailureIsLoggedOnce(t *testing.T) {
 		}
 	}
 	if n := count("offer refresh failed"); n != 1 {
-		t.Errorf("three refreshes failing the same way logged %d errors, want 1: %q", n, lines)
+		t.Errorf("three refreshes failing the same way logged %d errors, want 1:\n%s", n, lines)
 	}
 	if got := testutil.ToFloat64(e.cat.metrics.refreshes.WithLabelValues("pl-waw-2", "hourly", "error")); got != 3 {
 		t.Errorf("refresh_total{pl-waw-2,hourly,error} = %v, want 3", got)
@@ -968,7 +952,7 @@ func TestRepeatedZoneFailureIsLoggedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n := count("offer refresh works again"); n != 1 {
-		t.Errorf("the recovery logged %d times, want 1: %q", n, lines)
+		t.Errorf("the recovery logged %d times, want 1:\n%s", n, lines)
 	}
 	e.srv.FailWith(func(r *http.Request) int {
 		if strings.Contains(r.URL.Path, "/pl-waw-2/") {
@@ -978,6 +962,6 @@ func TestRepeatedZoneFailureIsLoggedOnce(t *testing.T) {
 	})
 	_ = e.cat.Refresh(ctx)
 	if n := count("offer refresh failed"); n != 2 {
-		t.Errorf("a failure after a recovery: %d errors in all, want 2: %q", n, lines)
+		t.Errorf("a failure after a recovery: %d errors in all, want 2:\n%s", n, lines)
 	}
 }

@@ -2,12 +2,9 @@ package garbagecollection
 
 import (
 	"context"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	baremetal "github.com/scaleway/scaleway-sdk-go/api/baremetal/v1"
@@ -15,6 +12,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/identity"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/install"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testlog"
 )
 
 // orderTagged orders a server with exactly tags (no identity added).
@@ -38,24 +36,9 @@ func (f *fixture) orderTagged(t *testing.T, period string, tags ...string) *bare
 
 // logLines captures the owner's log.
 func (f *fixture) logLines() func(substr string) int {
-	var mu sync.Mutex
-	var lines []string
-	f.owner.Log = funcr.New(func(prefix, args string) {
-		mu.Lock()
-		defer mu.Unlock()
-		lines = append(lines, args)
-	}, funcr.Options{})
-	return func(substr string) int {
-		mu.Lock()
-		defer mu.Unlock()
-		n := 0
-		for _, l := range lines {
-			if strings.Contains(l, substr) {
-				n++
-			}
-		}
-		return n
-	}
+	var lines *testlog.Lines
+	f.owner.Log, lines = testlog.Capture(0)
+	return lines.Count
 }
 
 // A server with this cluster's name and another identity is another

@@ -26,6 +26,7 @@ import (
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/rescue"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/spare"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/simapi"
 )
 
@@ -38,10 +39,9 @@ func TestFailedInstallReleasesNothingWhenTheNodeClassCannotBeRead(t *testing.T) 
 	ctx := context.Background()
 	sim, api, _ := simapi.StartURL(t, zone)
 	nc := &v1alpha1.ScalewayElasticMetalNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "nc"}}
-	timeout := apierrors.NewTimeoutError("the server was unable to return a response in the time allotted", 1)
+	timeout := errTimeout
 	failing := true
-	claim := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "claim-f", Finalizers: []string{"karpenter.sh/termination"}},
-		Spec: karpv1.NodeClaimSpec{NodeClassRef: &karpv1.NodeClassReference{Group: v1alpha1.SchemeGroupVersion.Group, Kind: "ScalewayElasticMetalNodeClass", Name: nc.Name}}}
+	claim := claimOf("claim-f", nc.Name)
 	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc, claim).
 		WithInterceptorFuncs(interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 			if _, ok := obj.(*v1alpha1.ScalewayElasticMetalNodeClass); ok && failing {
@@ -74,30 +74,18 @@ func TestFailedInstallReleasesNothingWhenTheNodeClassCannotBeRead(t *testing.T) 
 // its NodeClaim before it gives the server back, so no server is released
 // while its claim lives and is not being deleted.
 func TestFailedInstallDeletesItsNodeClaimBeforeItsServer(t *testing.T) {
-	const zone = scw.Zone("fr-par-2")
-	ctx := context.Background()
-	sim, api, _ := simapi.StartURL(t, zone)
-	nc := &v1alpha1.ScalewayElasticMetalNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "nc"}}
-	claim := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "claim-h", Finalizers: []string{"karpenter.sh/termination"}},
-		Spec: karpv1.NodeClaimSpec{NodeClassRef: &karpv1.NodeClassReference{Group: v1alpha1.SchemeGroupVersion.Group, Kind: "ScalewayElasticMetalNodeClass", Name: nc.Name}}}
-	var srvID, atClaimDeletion string
-	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc, claim).
-		WithInterceptorFuncs(interceptor.Funcs{Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
-			if _, ok := obj.(*karpv1.NodeClaim); ok {
-				s, _ := sim.Server(srvID)
-				atClaimDeletion = s.Status
-			}
-			return c.Delete(ctx, obj, opts...)
-		}}).Build()
-	w, srv := failingInstall(t, api, kube, nc.Name, claim.Name, catalog.BillingHourly)
-	srvID = srv.ID
+	var atClaimDeletion []string
+	f := newClaimDeletion(t, "claim-h", func(status string) error {
+		atClaimDeletion = append(atClaimDeletion, status)
+		return nil
+	})
 
-	w.fail(ctx, srv, errors.New("the install failed"))
-	if atClaimDeletion == "" || atClaimDeletion == string(baremetal.ServerStatusDeleting) {
+	f.w.fail(context.Background(), f.srv, errors.New("the install failed"))
+	if len(atClaimDeletion) != 1 || atClaimDeletion[0] == string(baremetal.ServerStatusDeleting) {
 		t.Fatalf("when the nodeclaim was deleted the server was %q: released first, or the claim never deleted", atClaimDeletion)
 	}
-	if s, _ := sim.Server(srv.ID); s.Status != string(baremetal.ServerStatusDeleting) {
-		t.Fatalf("the hourly server of the failed install is %s, want released (deleting)", s.Status)
+	if st := f.status(); st != string(baremetal.ServerStatusDeleting) {
+		t.Fatalf("the hourly server of the failed install is %s, want released (deleting)", st)
 	}
 }
 
@@ -106,27 +94,14 @@ func TestFailedInstallDeletesItsNodeClaimBeforeItsServer(t *testing.T) {
 // once the claim is deleted: released under a claim that lives and is not
 // being deleted, the server would be taken from it (I2).
 func TestFailedInstallReleasesItsServerOnlyOnceItsNodeClaimIsDeleted(t *testing.T) {
-	const zone = scw.Zone("fr-par-2")
-	ctx := context.Background()
-	sim, api, _ := simapi.StartURL(t, zone)
-	nc := &v1alpha1.ScalewayElasticMetalNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "nc"}}
-	claim := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "claim-t", Finalizers: []string{"karpenter.sh/termination"}},
-		Spec: karpv1.NodeClaimSpec{NodeClassRef: &karpv1.NodeClassReference{Group: v1alpha1.SchemeGroupVersion.Group, Kind: "ScalewayElasticMetalNodeClass", Name: nc.Name}}}
-	var srvID string
 	var refused []string // the server's status at each refused deletion
-	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc, claim).
-		WithInterceptorFuncs(interceptor.Funcs{Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
-			if _, ok := obj.(*karpv1.NodeClaim); ok && len(refused) < 2 {
-				s, _ := sim.Server(srvID)
-				refused = append(refused, s.Status)
-				return apierrors.NewTimeoutError("the server was unable to return a response in the time allotted", 1)
-			}
-			return c.Delete(ctx, obj, opts...)
-		}}).Build()
-	w, srv := failingInstall(t, api, kube, nc.Name, claim.Name, catalog.BillingHourly)
-	srvID = srv.ID
-	clk := clocktesting.NewFakeClock(time.Now())
-	w.c.Clock = clk
+	f := newClaimDeletion(t, "claim-t", func(status string) error {
+		if len(refused) == 2 {
+			return nil
+		}
+		refused = append(refused, status)
+		return errTimeout
+	})
 	stepped := make(chan struct{})
 	go func() { // time passes only while the worker waits to try again
 		for {
@@ -135,14 +110,14 @@ func TestFailedInstallReleasesItsServerOnlyOnceItsNodeClaimIsDeleted(t *testing.
 				return
 			default:
 			}
-			if clk.HasWaiters() {
-				clk.Step(time.Minute)
+			if f.clock.HasWaiters() {
+				f.clock.Step(time.Minute)
 			}
 			time.Sleep(time.Millisecond)
 		}
 	}()
 
-	w.fail(ctx, srv, errors.New("the install failed"))
+	f.w.fail(context.Background(), f.srv, errors.New("the install failed"))
 	close(stepped)
 	if len(refused) != 2 {
 		t.Fatalf("the nodeclaim's deletion was refused %d times, want 2 (tried again after each)", len(refused))
@@ -153,11 +128,11 @@ func TestFailedInstallReleasesItsServerOnlyOnceItsNodeClaimIsDeleted(t *testing.
 		}
 	}
 	var got karpv1.NodeClaim
-	if err := kube.Get(ctx, client.ObjectKeyFromObject(claim), &got); err != nil || got.DeletionTimestamp == nil {
+	if err := f.kube.Get(context.Background(), client.ObjectKey{Name: "claim-t"}, &got); err != nil || got.DeletionTimestamp == nil {
 		t.Fatalf("the nodeclaim is not being deleted (err %v)", err)
 	}
-	if s, _ := sim.Server(srv.ID); s.Status != string(baremetal.ServerStatusDeleting) {
-		t.Fatalf("the hourly server of the failed install is %s, want released (deleting) once its claim was deleted", s.Status)
+	if st := f.status(); st != string(baremetal.ServerStatusDeleting) {
+		t.Fatalf("the hourly server of the failed install is %s, want released (deleting) once its claim was deleted", st)
 	}
 }
 
@@ -165,34 +140,69 @@ func TestFailedInstallReleasesItsServerOnlyOnceItsNodeClaimIsDeleted(t *testing.
 // NodeClaim's deletion is refused releases nothing: the server stays the
 // claim's, for Delete.
 func TestFailedInstallStoppedBeforeItsNodeClaimIsDeletedLeavesTheServer(t *testing.T) {
-	const zone = scw.Zone("fr-par-2")
 	ctx, cancel := context.WithCancel(context.Background())
-	sim, api, _ := simapi.StartURL(t, zone)
-	nc := &v1alpha1.ScalewayElasticMetalNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "nc"}}
-	claim := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "claim-s", Finalizers: []string{"karpenter.sh/termination"}},
-		Spec: karpv1.NodeClaimSpec{NodeClassRef: &karpv1.NodeClassReference{Group: v1alpha1.SchemeGroupVersion.Group, Kind: "ScalewayElasticMetalNodeClass", Name: nc.Name}}}
-	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc, claim).
-		WithInterceptorFuncs(interceptor.Funcs{Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
-			if _, ok := obj.(*karpv1.NodeClaim); ok {
-				return apierrors.NewTimeoutError("the server was unable to return a response in the time allotted", 1)
-			}
-			return c.Delete(ctx, obj, opts...)
-		}}).Build()
-	w, srv := failingInstall(t, api, kube, nc.Name, claim.Name, catalog.BillingHourly)
-	clk := clocktesting.NewFakeClock(time.Now())
-	w.c.Clock = clk
+	f := newClaimDeletion(t, "claim-s", func(string) error { return errTimeout })
 	go func() { // Delete stops the worker while it waits to try again
-		for !clk.HasWaiters() {
+		for !f.clock.HasWaiters() {
 			time.Sleep(time.Millisecond)
 		}
 		cancel()
 	}()
 
-	w.fail(ctx, srv, errors.New("the install failed"))
-	s, _ := sim.Server(srv.ID)
-	if s.Status == string(baremetal.ServerStatusDeleting) || !scaleway.HasTags(s.Tags, scaleway.Tag(scaleway.TagNodeClaim, claim.Name)) {
+	f.w.fail(ctx, f.srv, errors.New("the install failed"))
+	s, _ := f.sim.Server(f.srv.ID)
+	if s.Status == string(baremetal.ServerStatusDeleting) || !scaleway.HasTags(s.Tags, scaleway.Tag(scaleway.TagNodeClaim, "claim-s")) {
 		t.Fatalf("a worker stopped before its claim was deleted released the server: %s %v", s.Status, s.Tags)
 	}
+}
+
+var errTimeout = apierrors.NewTimeoutError("the server was unable to return a response in the time allotted", 1)
+
+// claimDeletion is the failing install of an hourly server for a NodeClaim
+// whose deletions the test decides on, with the worker on a fake clock.
+type claimDeletion struct {
+	sim   *scwsim.Sim
+	kube  client.Client
+	w     *worker
+	srv   *baremetal.Server
+	clock *clocktesting.FakeClock
+}
+
+// newClaimDeletion makes NodeClass nc and NodeClaim claim of it in a fake
+// cluster where each deletion of the NodeClaim first calls decide with the
+// server's status at that moment: an error refuses the deletion, nil lets
+// it through.
+func newClaimDeletion(t *testing.T, claim string, decide func(serverStatus string) error) *claimDeletion {
+	t.Helper()
+	f := &claimDeletion{clock: clocktesting.NewFakeClock(time.Now())}
+	var api *scaleway.Client
+	f.sim, api, _ = simapi.StartURL(t, scw.Zone("fr-par-2"))
+	nc := &v1alpha1.ScalewayElasticMetalNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "nc"}}
+	f.kube = fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc, claimOf(claim, nc.Name)).
+		WithInterceptorFuncs(interceptor.Funcs{Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			if _, ok := obj.(*karpv1.NodeClaim); ok {
+				if err := decide(f.status()); err != nil {
+					return err
+				}
+			}
+			return c.Delete(ctx, obj, opts...)
+		}}).Build()
+	f.w, f.srv = failingInstall(t, api, f.kube, nc.Name, claim, catalog.BillingHourly)
+	f.w.c.Clock = f.clock
+	return f
+}
+
+// status is the server's status in the simulated Scaleway now.
+func (f *claimDeletion) status() string {
+	s, _ := f.sim.Server(f.srv.ID)
+	return s.Status
+}
+
+// claimOf is a NodeClaim named name of NodeClass nodeClass, with core's
+// termination finalizer.
+func claimOf(name, nodeClass string) *karpv1.NodeClaim {
+	return &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Finalizers: []string{"karpenter.sh/termination"}},
+		Spec: karpv1.NodeClaimSpec{NodeClassRef: &karpv1.NodeClassReference{Group: v1alpha1.SchemeGroupVersion.Group, Kind: "ScalewayElasticMetalNodeClass", Name: nodeClass}}}
 }
 
 // failingInstall orders an EM-B112X-SSD server of billing for the claim of

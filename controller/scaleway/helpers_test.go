@@ -1,7 +1,6 @@
 package scaleway
 
 import (
-	"bytes"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -14,9 +13,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testlog"
 )
 
 const (
@@ -57,31 +57,11 @@ func (c *recordingClock) Waits() []time.Duration {
 	return append([]time.Duration(nil), c.waits...)
 }
 
-// logSink collects every log line (all verbosity levels).
-type logSink struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *logSink) logger() logr.Logger {
-	return funcr.New(func(prefix, args string) {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.buf.WriteString(prefix + " " + args + "\n")
-	}, funcr.Options{Verbosity: 10})
-}
-
-func (s *logSink) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
-}
-
 type testEnv struct {
 	client *Client
 	clock  *recordingClock
 	reg    *prometheus.Registry
-	logs   *logSink
+	logs   *testlog.Lines
 }
 
 func testConfig(url string) Config {
@@ -100,8 +80,10 @@ func testConfig(url string) Config {
 
 func newTestClient(t testing.TB, cfg Config, opts ...Option) *testEnv {
 	t.Helper()
-	env := &testEnv{clock: &recordingClock{}, reg: prometheus.NewRegistry(), logs: &logSink{}}
-	all := append([]Option{WithClock(env.clock), WithRegisterer(env.reg), WithLogger(env.logs.logger())}, opts...)
+	env := &testEnv{clock: &recordingClock{}, reg: prometheus.NewRegistry()}
+	var logger logr.Logger
+	logger, env.logs = testlog.Capture(10)
+	all := append([]Option{WithClock(env.clock), WithRegisterer(env.reg), WithLogger(logger)}, opts...)
 	c, err := New(cfg, all...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
