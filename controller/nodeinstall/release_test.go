@@ -39,13 +39,12 @@ func TestFailedInstallReleasesNothingWhenTheNodeClassCannotBeRead(t *testing.T) 
 	ctx := context.Background()
 	sim, api, _ := simapi.StartURL(t, zone)
 	nc := &v1alpha1.ScalewayElasticMetalNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "nc"}}
-	timeout := errTimeout
 	failing := true
 	claim := claimOf("claim-f", nc.Name)
 	kube := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(nc, claim).
 		WithInterceptorFuncs(interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 			if _, ok := obj.(*v1alpha1.ScalewayElasticMetalNodeClass); ok && failing {
-				return timeout
+				return errTimeout
 			}
 			return c.Get(ctx, key, obj, opts...)
 		}}).Build()
@@ -57,7 +56,7 @@ func TestFailedInstallReleasesNothingWhenTheNodeClassCannotBeRead(t *testing.T) 
 	if s.Status == string(baremetal.ServerStatusDeleting) || !scaleway.HasTags(s.Tags, claimTag) {
 		t.Fatalf("a nodeclass read that timed out released the monthly server: %s %v", s.Status, s.Tags)
 	}
-	if outcome := w.release(ctx, srv, nil, timeout, ""); !strings.Contains(outcome, "left for Delete") {
+	if outcome := w.release(ctx, srv, nil, errTimeout, ""); !strings.Contains(outcome, "left for Delete") {
 		t.Errorf("outcome %q does not say the server is left for Delete", outcome)
 	}
 
