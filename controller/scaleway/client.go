@@ -113,7 +113,7 @@ func New(cfg Config, opts ...Option) (*Client, error) {
 		metrics: m,
 		clock:   o.clock,
 		rand:    rand.New(rand.NewPCG(uint64(o.clock.Now().UnixNano()), 0x5ca1e)),
-		seen:    seenServers{maxAge: seenMaxAge(cfg)},
+		seen:    seenServers{maxAge: SeenMaxAge(cfg)},
 	}
 	// Each attempt carries its own context deadline (Config.RequestTimeout,
 	// covering the rate-limit wait and every page). The client timeout is a

@@ -17,7 +17,7 @@ import (
 // Every tag write of the process goes through the client (one per
 // process), under the server's tag lock, and is recorded here, so the
 // state can only miss changes made by someone else (a person in the
-// console); it is used for at most maxAge after it was seen (seenMaxAge:
+// console); it is used for at most maxAge after it was seen (SeenMaxAge:
 // a few poll intervals, a minute by default) and read again after that.
 // Only the answers of our writes and of reads by ID are used as the base of
 // a tag edit (freshBase): a listing may show a server as it was before the
@@ -46,12 +46,12 @@ type seenServer struct {
 	byID bool
 }
 
-// seenMaxAge is how long a seen state stands in for a read: four poll
+// SeenMaxAge is how long a seen state stands in for a read: four poll
 // intervals, so that the state a poll or a write returned serves the
 // writes that follow it within a phase (e.g. the phase change after a
 // wait, the reboot mark after a phase change) but not those after a long
 // step (imaging), in every delay profile alike.
-func seenMaxAge(cfg Config) time.Duration { return 4 * cfg.PollInterval }
+func SeenMaxAge(cfg Config) time.Duration { return 4 * cfg.PollInterval }
 
 func seenKey(zone scw.Zone, id string) string { return string(zone) + "/" + id }
 

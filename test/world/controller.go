@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/testenv"
 )
 
@@ -188,11 +189,8 @@ func (w *World) ControllerEnv() []string {
 		"TALOS_API_PORT=" + strconv.Itoa(w.Machines.TalosAPIPort()),
 	}
 	// Phase timeouts and polling scaled to the simulator's delays.
-	switch w.Opts.Profile {
-	case "test":
-		env = append(env, "KARPENTER_SCALEWAY_EM_API_POLL_INTERVAL=200ms")
-	case "fast":
-		env = append(env, "KARPENTER_SCALEWAY_EM_API_POLL_INTERVAL=1s")
+	if w.Opts.Profile != "realistic" {
+		env = append(env, "KARPENTER_SCALEWAY_EM_API_POLL_INTERVAL="+w.APIPollInterval().String())
 	}
 	if w.Opts.Profile != "realistic" {
 		env = append(env,
@@ -208,6 +206,19 @@ func (w *World) ControllerEnv() []string {
 		)
 	}
 	return env
+}
+
+// APIPollInterval is how often the controller polls the simulated
+// Scaleway in this world's profile: scaled to its delays in "test" and
+// "fast", the controller's default in "realistic".
+func (w *World) APIPollInterval() time.Duration {
+	switch w.Opts.Profile {
+	case "test":
+		return 200 * time.Millisecond
+	case "fast":
+		return time.Second
+	}
+	return scaleway.DefaultPollInterval
 }
 
 // Controller is bin/karpenter-scaleway-em running against a world as a

@@ -7,6 +7,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sort"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/apis/v1alpha1"
+	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/controller/scaleway"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/invariants"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/diskimage"
 	"github.com/karpenter-scaleway-em/karpenter-scaleway-em/test/sim/scwsim"
@@ -252,19 +254,58 @@ func (e *Env) AssertNoDuplicateOrders() {
 
 // AssertCallsPerServer fails if a server was the subject of more API calls
 // than max (polling must be batched and bounded, not per-second per node);
-// a server over the budget has its life (ServerLife) in the failure.
+// a server over the budget has its life (ServerLife) in the failure. The
+// re-reads a stall caused (StaleRereads) are outside the budget.
 func (e *Env) AssertCallsPerServer(max int) {
 	e.T.Helper()
+	window := scaleway.SeenMaxAge(scaleway.Config{PollInterval: e.W.APIPollInterval()})
 	var worst []string
 	for _, tl := range e.Track.Timelines() {
-		n := len(e.W.Sim.CallsForServer(tl.ID))
+		calls := e.W.Sim.CallsForServer(tl.ID)
+		n, stale := len(calls), StaleRereads(calls, window)
 		worst = append(worst, fmt.Sprintf("%s:%d", tl.ID[:8], n))
-		if n > max {
-			e.T.Errorf("server %s (%s): %d API calls about it, want at most %d:\n%s", tl.ID, tl.Offer, n, max, ServerLife(e.W.Sim, tl.ID))
+		if stale > 0 {
+			worst[len(worst)-1] += fmt.Sprintf("(%d stale)", stale)
+		}
+		if n-stale > max {
+			e.T.Errorf("server %s (%s): %d API calls about it (%d of them re-reads of a state a stall aged), want at most %d:\n%s",
+				tl.ID, tl.Offer, n, stale, max, ServerLife(e.W.Sim, tl.ID))
 		}
 	}
 	sort.Strings(worst)
 	e.T.Logf("API calls per server: %v; all calls: %d", worst, len(e.W.Sim.Calls()))
+}
+
+// StaleRereads counts the reads by ID of a server, right before a tag edit,
+// that re-read a state the client had from its own read or write of it
+// just before, aged past the client's freshness window (window, the
+// controller's SeenMaxAge) by less than one more window. The client reads
+// again then, as designed; the state aged because the process stalled
+// between the two (seen on the 2-core machine during a full make test: a
+// phase's NodeClaim label patch on a loaded API server, 0.83 s and 0.96 s
+// against a 0.8 s window), not because the life had another step. Reads
+// after a step that waits (imaging, booting: 2.3 s and more in the test
+// profile on an idle machine) and after an order or a reboot (whose answers
+// never stand in) are part of a plain life.
+func StaleRereads(calls []scwsim.Call, window time.Duration) int {
+	n := 0
+	for i := 1; i+1 < len(calls); i++ {
+		prev, c, next := calls[i-1], calls[i], calls[i+1]
+		if !isServerCall(c, http.MethodGet) || !isServerCall(next, http.MethodPatch) ||
+			!(isServerCall(prev, http.MethodGet) || isServerCall(prev, http.MethodPatch)) {
+			continue
+		}
+		if aged := c.At.Sub(prev.At.Add(prev.Duration)); aged > window && aged <= 2*window {
+			n++
+		}
+	}
+	return n
+}
+
+// isServerCall reports whether c is a call of method on a server itself
+// (servers/{server}: a read by ID or a tag edit).
+func isServerCall(c scwsim.Call, method string) bool {
+	return c.Method == method && CallKind(c.Path) == "servers/{server}"
 }
 
 // ServerLife lists, in time order, every API call about a server and every
