@@ -374,12 +374,12 @@ func (w *worker) fail(ctx context.Context, srv *baremetal.Server, cause error) {
 			quarantined = w.quarantine(ctx, srv, nc, cause)
 		}
 	}
+	deleted := w.deleteClaim(ctx, claim)
 	switch {
-	case !w.deleteClaim(ctx, claim):
-		if srv != nil {
-			outcome = fmt.Sprintf("server %s left for Delete to release or keep (stopped before the nodeclaim was deleted)", srv.ID)
-		}
-	case srv != nil:
+	case srv == nil:
+	case !deleted:
+		outcome = fmt.Sprintf("server %s left for Delete to release or keep (stopped before the nodeclaim was deleted)", srv.ID)
+	default:
 		outcome = w.release(ctx, srv, nc, ncErr, quarantined)
 	}
 	var pe *install.PhaseError

@@ -190,10 +190,8 @@ func (w *World) ControllerEnv() []string {
 	}
 	// Phase timeouts and polling scaled to the simulator's delays.
 	if w.Opts.Profile != "realistic" {
-		env = append(env, "KARPENTER_SCALEWAY_EM_API_POLL_INTERVAL="+w.APIPollInterval().String())
-	}
-	if w.Opts.Profile != "realistic" {
 		env = append(env,
+			"KARPENTER_SCALEWAY_EM_API_POLL_INTERVAL="+w.APIPollInterval().String(),
 			"INSTALL_RETRY_INTERVAL=200ms",
 			"CATALOG_REFRESH_INTERVAL=10s",
 			"GC_GRACE_PERIOD="+GCGracePeriod.String(),
