@@ -23,6 +23,7 @@ import (
 	machinetype "github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -243,10 +244,15 @@ func TestApplyConfigurationRegistersNode(t *testing.T) {
 	if got := strings.Join(addrs, ","); got != "InternalIP=127.0.0.9,InternalIP=2001:bc8:1234::1,Hostname=em-node-a" {
 		t.Errorf("addresses %s", got)
 	}
-	lease, err := kube.CoordinationV1().Leases("kube-node-lease").Get(ctx, "em-node-a", metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("lease: %v", err)
-	}
+	// The Lease is written after the status in each heartbeat, as kubelet's
+	// lease controller runs beside its status loop: it may come just after
+	// the node is Ready.
+	var lease *coordinationv1.Lease
+	waitFor(t, "the node's Lease", func() (bool, error) {
+		l, err := kube.CoordinationV1().Leases("kube-node-lease").Get(ctx, "em-node-a", metav1.GetOptions{})
+		lease = l
+		return err == nil, err
+	})
 	if *lease.Spec.HolderIdentity != "em-node-a" || lease.OwnerReferences[0].UID != n.UID {
 		t.Errorf("lease %+v", lease)
 	}
